@@ -1,0 +1,86 @@
+/* Memory: the one allocation hook, and the arena graphs allocate from.
+ *
+ * Every allocation in kiln goes through ir_malloc and friends, so a test can make
+ * the N-th allocation fail (ir_fail_alloc_after) and check that the failure is
+ * reported cleanly. The arena hands out zeroed memory from large blocks that are
+ * freed together. */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static long allocs_left = -1;
+
+void ir_fail_alloc_after(long n) { allocs_left = n; }
+
+static bool may_allocate(void) {
+    if (allocs_left < 0)
+        return true;
+    if (allocs_left == 0)
+        return false;
+    allocs_left--;
+    return true;
+}
+
+void *ir_malloc(size_t n) { return may_allocate() ? malloc(n ? n : 1) : NULL; }
+void *ir_calloc(size_t n, size_t size) { return may_allocate() ? calloc(n ? n : 1, size ? size : 1) : NULL; }
+void *ir_realloc(void *p, size_t n) { return may_allocate() ? realloc(p, n ? n : 1) : NULL; }
+void ir_free(void *p) { free(p); }
+
+char *ir_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *r = ir_malloc(n);
+    if (r)
+        memcpy(r, s, n);
+    return r;
+}
+
+_Noreturn void kiln_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "kiln: internal error: assertion '%s' failed at %s:%d (this is a bug in kiln)\n",
+            cond, file, line);
+    abort();
+}
+
+struct ArenaBlock {
+    ArenaBlock *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+enum { ARENA_BLOCK = 64 * 1024 };
+
+void *arena_alloc(Arena *a, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    ArenaBlock *b = a->head;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+        b = ir_malloc(sizeof *b + cap);
+        if (!b)
+            return NULL;
+        b->used = 0;
+        b->cap = cap;
+        b->next = a->head;
+        a->head = b;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *arena_strndup(Arena *a, const char *s, size_t n) {
+    char *r = arena_alloc(a, n + 1);
+    if (r)
+        memcpy(r, s, n);
+    return r;
+}
+
+char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+void arena_free(Arena *a) {
+    for (ArenaBlock *b = a->head, *next; b; b = next) {
+        next = b->next;
+        ir_free(b);
+    }
+    a->head = NULL;
+}

@@ -1,0 +1,65 @@
+/* Diagnostics: every user error goes through here.
+ *
+ * A located error prints `FILE:LINE:COL: error: MESSAGE`, the source line and a
+ * caret under the column; an error without a position prints `kiln: error: ...`.
+ * Errors are returned (as -1), never exited from. */
+#include "ir.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+void diag_init(Diag *d, FILE *out) {
+    d->out = out ? out : stderr;
+    d->errors = 0;
+}
+
+static void show_line(FILE *out, Loc loc) {
+    const char *p = loc.file->text;
+    for (int line = 1; line < loc.line && *p; p++)
+        if (*p == '\n')
+            line++;
+    const char *end = strchr(p, '\n');
+    int len = end ? (int)(end - p) : (int)strlen(p);
+    if (len > 0 && p[len - 1] == '\r')
+        len--;
+    fprintf(out, "%.*s\n", len, p);
+    for (int i = 1; i < loc.col; i++)
+        fputc(i - 1 < len && p[i - 1] == '\t' ? '\t' : ' ', out);
+    fputs("^\n", out);
+}
+
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+    if (loc.file)
+        fprintf(d->out, "%s:%d:%d: %s: ", loc.file->name, loc.line, loc.col, kind);
+    else
+        fprintf(d->out, "kiln: %s: ", kind);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+    if (loc.file && loc.file->text)
+        show_line(d->out, loc);
+}
+
+int diag_error(Diag *d, Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "error", fmt, ap);
+    va_end(ap);
+    d->errors++;
+    return -1;
+}
+
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "warning", fmt, ap);
+    va_end(ap);
+}
+
+void diag_note(Diag *d, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("  note: ", d->out);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+    va_end(ap);
+}

@@ -1,0 +1,292 @@
+/* The kiln IR: types, tensors, the graph of nodes and values, diagnostics.
+ *
+ * A Graph owns an arena from which its nodes, attributes, names and types come;
+ * they are freed together with graph_free. Tensor data (const literals, weights,
+ * interpreter values) is separate and owned explicitly by whoever made it.
+ *
+ * Values are in SSA form: every value is defined once, by one node (a declaration
+ * node for inputs, params and consts; an op node otherwise). Nodes sit in an array
+ * in dependency order, so side tables are arrays indexed by node or value id.
+ *
+ * User errors go through the Diag functions, which print a location, the source
+ * line and a caret, and are returned as -1; internal invariants use KILN_ASSERT. */
+#ifndef KILN_IR_H
+#define KILN_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- Allocation: one hook, so tests can make allocation fail after N calls. ---- */
+
+void *ir_malloc(size_t n);
+void *ir_calloc(size_t n, size_t size);
+void *ir_realloc(void *p, size_t n);
+void ir_free(void *p);
+char *ir_strdup(const char *s);
+/* After n more successful allocations, every allocation fails; n < 0 disables. */
+void ir_fail_alloc_after(long n);
+
+#define KILN_ASSERT(cond)                                                                  \
+    ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
+_Noreturn void kiln_assert_fail(const char *cond, const char *file, int line);
+
+/* ---- Arena ---- */
+
+typedef struct ArenaBlock ArenaBlock;
+typedef struct {
+    ArenaBlock *head;
+} Arena;
+
+void *arena_alloc(Arena *a, size_t n); /* zeroed; NULL when out of memory */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+void arena_free(Arena *a);
+
+/* ---- Diagnostics ---- */
+
+typedef struct {
+    const char *name; /* the path as the user gave it */
+    const char *text; /* whole file, NUL-terminated */
+    size_t len;
+} SrcFile;
+
+typedef struct {
+    const SrcFile *file; /* NULL: no position */
+    int line, col;       /* 1-based; col counts bytes */
+} Loc;
+
+typedef struct {
+    FILE *out;  /* where messages go (stderr by default) */
+    int errors; /* number of errors reported */
+} Diag;
+
+void diag_init(Diag *d, FILE *out);
+/* FILE:LINE:COL: error: MSG, the source line and a caret; or "kiln: error: MSG"
+ * when loc has no file. Always returns -1 so callers can `return diag_error(...)`. */
+int diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A continuation line under the last message ("  note: ..."). */
+void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Types ---- */
+
+enum { KILN_MAX_RANK = 8 };
+
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64 } DType;
+
+typedef struct {
+    DType dtype;
+    int rank;
+    int64_t dims[KILN_MAX_RANK];
+} Type;
+
+const char *dtype_name(DType t);
+int64_t type_numel(const Type *t);
+bool type_equal(const Type *a, const Type *b);
+/* "f32[2, 3]" into buf; returns buf. */
+char *type_str(const Type *t, char *buf, size_t n);
+Type type_make(int rank, const int64_t *dims);
+
+/* ---- Tensors ---- */
+
+typedef struct {
+    Type type;
+    float *data; /* type_numel elements; version 1 computes in f32 only */
+} Tensor;
+
+Tensor *tensor_new(const Type *t); /* zeroed; NULL when out of memory */
+Tensor *tensor_clone(const Tensor *t);
+void tensor_free(Tensor *t);
+
+/* A list of named tensors (weights, a safetensors file); it owns names and tensors. */
+typedef struct {
+    char *name;
+    Tensor *tensor;
+} NamedTensor;
+
+typedef struct {
+    NamedTensor *items;
+    int n, cap;
+} TensorList;
+
+/* Appends, taking ownership of t (freed on failure too); -1 when out of memory. */
+int tensors_add(TensorList *l, const char *name, Tensor *t);
+Tensor *tensors_find(const TensorList *l, const char *name);
+void tensors_free(TensorList *l);
+
+/* ---- Attributes ---- */
+
+typedef enum { A_INT, A_FLOAT, A_BOOL, A_ENUM, A_STRING, A_INTS, A_FLOATS } AttrKind;
+
+/* How a list attribute's length follows the first input's rank r. */
+typedef enum {
+    LEN_ANY,     /* any length */
+    LEN_SPATIAL, /* r - 2 entries; a single number stands for all */
+    LEN_PADS,    /* 2 * (r - 2) entries; a single number stands for all */
+    LEN_RANK2,   /* 2 * r entries; a single number stands for all */
+    LEN_RANK,    /* r entries; a single number stands for all */
+} AttrLen;
+
+typedef enum {
+    DEF_VALUE,    /* has the default `dflt` / `dflt_word` */
+    DEF_REQUIRED, /* must be given */
+    DEF_NONE,     /* may be absent, with no value */
+} AttrDefault;
+
+typedef struct {
+    const char *name;
+    AttrKind kind;
+    AttrDefault def;
+    double dflt;           /* number, bool, and the fill value of list defaults */
+    const char *dflt_word; /* enum default (also the text shown in signatures) */
+    const char *choices;   /* enum words separated by '|' */
+    AttrLen len;
+} AttrSpec;
+
+typedef struct {
+    bool set;
+    int n;      /* list length */
+    int64_t i;  /* A_INT, A_BOOL */
+    double f;   /* A_FLOAT */
+    const char *s; /* A_ENUM, A_STRING */
+    int64_t *ints;
+    double *floats;
+    Loc loc;
+} Attr;
+
+/* ---- The op table (ir/ops.def) ---- */
+
+typedef enum {
+#define OP(id, name, inputs, attrs, infer, eval) OP_##id,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} OpId;
+
+struct Node;
+struct Graph;
+struct Interp;
+
+/* Shape inference: set the node's result types from its inputs and attributes. */
+typedef int (*InferFn)(struct Graph *g, struct Node *n, Diag *d);
+/* Reference kernel: compute the node's results (already allocated) from its inputs
+ * (NULL for an absent optional input). */
+typedef int (*EvalFn)(const struct Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+
+typedef struct {
+    const char *name;
+    const char *inputs; /* "x, w, b?" or "x1, ..." (variadic) */
+    const AttrSpec *attrs; /* terminated by an entry with a NULL name */
+    int n_attrs;
+    InferFn infer;
+    EvalFn eval;
+} OpInfo;
+
+extern const OpInfo op_table[OP_COUNT];
+/* The op called NAME by a statement, or -1 (declarations are not callable). */
+int op_lookup(const char *name);
+/* Fewest and most inputs (most < 0: any number). */
+void op_arity(OpId op, int *min, int *max);
+bool op_is_decl(OpId op);
+/* "conv(x, w, b?, strides: ints = 1, ...)" into buf. */
+void op_signature(OpId op, char *buf, size_t n);
+
+/* ---- Graph ---- */
+
+typedef struct {
+    const char *name;
+    Type type;
+    int node;  /* defining node id */
+    int index; /* result index in that node */
+} Value;
+
+/* How a param gets its value when no weight is given. */
+typedef enum { INIT_NONE, INIT_ZEROS, INIT_ONES, INIT_FILL, INIT_UNIFORM, INIT_NORMAL } InitKind;
+
+typedef struct {
+    InitKind kind;
+    double a, b; /* fill value; lo, hi; mean, std */
+    uint64_t seed;
+} ParamInit;
+
+typedef struct Node {
+    OpId op;
+    int n_in, *in;   /* value ids; -1 for an absent optional input */
+    int n_out, *out; /* value ids */
+    Attr *attrs;     /* op_table[op].n_attrs entries */
+    Loc loc;         /* the op name (or the declared name for declarations) */
+    Loc type_loc;    /* the written result type, if any */
+    ParamInit init;  /* OP_PARAM */
+    Tensor *data;    /* OP_CONST: the literal (owned by the graph) */
+} Node;
+
+typedef struct Graph {
+    Arena arena;
+    const char *name;
+    Node **nodes;
+    int n_nodes, cap_nodes;
+    Value *values;
+    int n_values, cap_values;
+    int *outputs;
+    int n_outputs;
+    /* name -> value id + 1, open addressing */
+    int *table;
+    int table_cap;
+} Graph;
+
+Graph *graph_new(void);
+void graph_free(Graph *g);
+/* A new node with room for its inputs, attributes and n_out results (not yet named). */
+Node *graph_add_node(Graph *g, OpId op, int n_in, int n_out, Loc loc);
+/* Define value `name` as result `index` of node n; returns the id, or -1 (out of memory). */
+int graph_define(Graph *g, const char *name, Node *n, int index);
+int graph_find(const Graph *g, const char *name); /* value id or -1 */
+const Value *graph_value(const Graph *g, int id);
+/* Removes the nodes marked dead[i], keeping the others in order; their values
+ * become orphans (node -1) that no node or output may use. */
+void graph_remove_nodes(Graph *g, const bool *dead);
+/* Inputs in declaration order. */
+int graph_inputs(const Graph *g, int *ids, int cap);
+
+/* Attribute access by name, with the table's default when unset. */
+int op_attr_index(OpId op, const char *name); /* -1 if the op has none */
+const Attr *node_attr(const Node *n, const char *name);
+bool node_has(const Node *n, const char *name);
+int64_t node_int(const Node *n, const char *name);
+double node_float(const Node *n, const char *name);
+bool node_bool(const Node *n, const char *name);
+const char *node_enum(const Node *n, const char *name);
+/* Copies a list attribute into out (cap entries); an unset list with a default is
+ * `count` copies of the default. Returns the number of entries. */
+int node_ints(const Node *n, const char *name, int64_t *out, int cap, int count);
+int node_floats(const Node *n, const char *name, double *out, int cap, int count);
+
+/* Expands single-number lists to their full length and drops attributes equal to
+ * their default, so that equal graphs print the same. Needs the input types. */
+int attrs_normalize(Graph *g, Node *n, Diag *d);
+
+/* ---- Shape inference, verification, printing ---- */
+
+int infer_node(Graph *g, Node *n, Diag *d);
+int verify_graph(Graph *g, Diag *d);
+void print_graph(const Graph *g, FILE *f);
+/* Shortest text that reads back to the same double / float. */
+void format_double(double v, char *buf, size_t n);
+void format_float(float v, char *buf, size_t n);
+
+/* Param initializers: the project's deterministic generator. */
+int param_init_fill(const ParamInit *init, Tensor *t);
+
+/* ---- The reference interpreter ---- */
+
+/* The value of a param: its weight by name (which must have the param's type), or
+ * else its initializer. A new tensor in *out, or -1 after a diagnostic. */
+int param_value(const Graph *g, const Node *param, const TensorList *weights, Tensor **out, Diag *d);
+/* Runs the graph. inputs[i] is the i-th declared input (types already checked by
+ * the caller); outputs[i] receives a new tensor for the i-th output. */
+int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs,
+               Tensor **outputs, Diag *d);
+
+#endif

@@ -1,0 +1,264 @@
+/* Convolution: conv (ONNX Conv) and conv_transpose (ONNX ConvTranspose), with 1 to 3
+ * spatial dims, groups, strides, dilations and asymmetric pads [x1_begin, x2_begin, ...,
+ * x1_end, x2_end, ...].
+ *
+ * Both layouts are handled by one view of a tensor as [outer, channel, spatial...]:
+ * the sizes and element strides of those dims wherever the layout puts them. An
+ * activation is [N, C, spatial...] under that view, a conv weight [O, C/groups, k...]
+ * and a conv_transpose weight [C, O/groups, k...], in either layout. The kernels are
+ * direct loops that gather, for each output element, every input element that meets it,
+ * and sum in double. conv_transpose is written as that gather too: input position i
+ * and kernel tap k reach output position i*stride - pad_begin + k*dilation. */
+#include "ops_impl.h"
+
+enum { MAX_SPATIAL = 3 };
+
+/* A tensor seen as [outer, channel, spatial...] whatever its layout. */
+typedef struct {
+    int ns;                          /* spatial dims */
+    int64_t n, c, sp[MAX_SPATIAL];   /* sizes */
+    int64_t sn, sc, ss[MAX_SPATIAL]; /* element strides */
+} View;
+
+static View view_of(const Type *t, bool nhwc) {
+    int64_t st[KILN_MAX_RANK];
+    type_strides(t, st);
+    int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
+    View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
+    for (int i = 0; i < v.ns && i < MAX_SPATIAL; i++) {
+        v.sp[i] = t->dims[first + i];
+        v.ss[i] = st[first + i];
+    }
+    return v;
+}
+
+/* x's type with channel count c and spatial sizes sp, in the layout. */
+static Type layout_type(const Type *x, bool nhwc, int64_t c, const int64_t *sp) {
+    Type t = *x;
+    int ns = x->rank - 2, first = nhwc ? 1 : 2;
+    t.dims[nhwc ? x->rank - 1 : 1] = c;
+    for (int i = 0; i < ns; i++)
+        t.dims[first + i] = sp[i];
+    return t;
+}
+
+static Loc attr_loc(const Node *n, const char *name) {
+    const Attr *a = node_attr(n, name);
+    return a->set ? a->loc : n->loc;
+}
+
+static int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
+    for (int i = 0; i < count; i++)
+        if (v[i] < min)
+            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
+                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
+    return 0;
+}
+
+/* The attributes both ops share. */
+typedef struct {
+    int64_t strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dilations[MAX_SPATIAL], groups;
+} ConvAttrs;
+
+static ConvAttrs conv_attrs(const Node *n, int ns) {
+    ConvAttrs a;
+    node_ints(n, "strides", a.strides, MAX_SPATIAL, ns);
+    node_ints(n, "pads", a.pads, 2 * MAX_SPATIAL, 2 * ns);
+    node_ints(n, "dilations", a.dilations, MAX_SPATIAL, ns);
+    a.groups = node_int(n, "groups");
+    return a;
+}
+
+static int check_conv_attrs(const Node *n, int ns, const ConvAttrs *a, Diag *d) {
+    if (check_min(n, "strides", a->strides, ns, 1, d) || check_min(n, "pads", a->pads, 2 * ns, 0, d) ||
+        check_min(n, "dilations", a->dilations, ns, 1, d))
+        return -1;
+    if (a->groups < 1)
+        return diag_error(d, attr_loc(n, "groups"), "%s: groups must be at least 1, got %lld",
+                          op_table[n->op].name, (long long)a->groups);
+    return 0;
+}
+
+/* The checks on x, w and b common to both ops; fills the views of x and w. */
+static int check_inputs(Graph *g, Node *n, bool nhwc, View *xv, View *wv, Diag *d) {
+    const char *op = op_table[n->op].name;
+    const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
+    if (x->rank < 3 || x->rank > 2 + MAX_SPATIAL)
+        return diag_error(d, n->loc, "%s: x must have 1 to 3 spatial dims (rank 3 to 5), got %s", op,
+                          tstr(x));
+    if (w->rank != x->rank)
+        return diag_error(d, n->loc, "%s: w must have the rank of x (%d), got w %s for x %s", op, x->rank,
+                          tstr(w), tstr(x));
+    *xv = view_of(x, nhwc);
+    *wv = view_of(w, nhwc);
+    return 0;
+}
+
+static int check_bias(Graph *g, Node *n, int64_t out_channels, Diag *d) {
+    const Type *b = in_type(g, n, 2);
+    if (b && (b->rank != 1 || b->dims[0] != out_channels))
+        return diag_error(d, n->loc, "%s: b must be [%lld], one per output channel, got %s",
+                          op_table[n->op].name, (long long)out_channels, tstr(b));
+    return 0;
+}
+
+/* ---- conv ---- */
+
+int infer_conv(Graph *g, Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n);
+    View xv, wv;
+    if (check_inputs(g, n, nhwc, &xv, &wv, d))
+        return -1;
+    ConvAttrs a = conv_attrs(n, xv.ns);
+    if (check_conv_attrs(n, xv.ns, &a, d))
+        return -1;
+    const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
+    if (xv.c % a.groups != 0 || wv.n % a.groups != 0)
+        return diag_error(d, n->loc,
+                          "conv: groups (%lld) must divide the input channels (%lld) and the output "
+                          "channels (%lld) (x %s, w %s)",
+                          (long long)a.groups, (long long)xv.c, (long long)wv.n, tstr(x), tstr(w));
+    if (wv.c != xv.c / a.groups)
+        return diag_error(d, n->loc,
+                          "conv: w must have %lld input channels (x's %lld in %lld groups), got w %s for "
+                          "x %s",
+                          (long long)(xv.c / a.groups), (long long)xv.c, (long long)a.groups, tstr(w),
+                          tstr(x));
+    if (check_bias(g, n, wv.n, d))
+        return -1;
+    int64_t sp[MAX_SPATIAL];
+    for (int i = 0; i < xv.ns; i++) {
+        int64_t extent = (wv.sp[i] - 1) * a.dilations[i] + 1;
+        int64_t padded = xv.sp[i] + a.pads[i] + a.pads[xv.ns + i];
+        if (padded < extent)
+            return diag_error(d, n->loc,
+                              "conv: spatial dim %d of x is %lld with pads %lld + %lld, smaller than the "
+                              "dilated kernel (%lld)",
+                              i, (long long)xv.sp[i], (long long)a.pads[i], (long long)a.pads[xv.ns + i],
+                              (long long)extent);
+        sp[i] = (padded - extent) / a.strides[i] + 1;
+    }
+    set_out_type(g, n, 0, layout_type(x, nhwc, wv.n, sp));
+    return 0;
+}
+
+int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), wv = view_of(&in[1]->type, nhwc);
+    View yv = view_of(&out[0]->type, nhwc);
+    int ns = xv.ns;
+    ConvAttrs a = conv_attrs(n, ns);
+    const float *x = in[0]->data, *w = in[1]->data;
+    int64_t out_per_group = yv.c / a.groups;
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t o = 0; o < yv.c; o++) {
+            int64_t c0 = o / out_per_group * wv.c, pos[MAX_SPATIAL] = {0};
+            do {
+                double acc = in[2] ? in[2]->data[o] : 0;
+                for (int64_t ci = 0; ci < wv.c; ci++) {
+                    int64_t k[MAX_SPATIAL] = {0};
+                    do {
+                        int64_t xi = b * xv.sn + (c0 + ci) * xv.sc, wi = o * wv.sn + ci * wv.sc;
+                        bool inside = true;
+                        for (int s = 0; s < ns; s++) {
+                            int64_t p = pos[s] * a.strides[s] - a.pads[s] + k[s] * a.dilations[s];
+                            inside = inside && p >= 0 && p < xv.sp[s];
+                            xi += p * xv.ss[s];
+                            wi += k[s] * wv.ss[s];
+                        }
+                        if (inside)
+                            acc += (double)x[xi] * w[wi];
+                    } while (next_index(k, wv.sp, ns));
+                }
+                int64_t yi = b * yv.sn + o * yv.sc;
+                for (int s = 0; s < ns; s++)
+                    yi += pos[s] * yv.ss[s];
+                out[0]->data[yi] = (float)acc;
+            } while (next_index(pos, yv.sp, ns));
+        }
+    return 0;
+}
+
+/* ---- conv_transpose ---- */
+
+int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n);
+    View xv, wv;
+    if (check_inputs(g, n, nhwc, &xv, &wv, d))
+        return -1;
+    ConvAttrs a = conv_attrs(n, xv.ns);
+    if (check_conv_attrs(n, xv.ns, &a, d))
+        return -1;
+    const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
+    if (wv.n != xv.c)
+        return diag_error(d, n->loc, "conv_transpose: w must have x's %lld input channels first, got w %s",
+                          (long long)xv.c, tstr(w));
+    if (xv.c % a.groups != 0)
+        return diag_error(d, n->loc,
+                          "conv_transpose: groups (%lld) must divide the input channels (%lld) (x %s)",
+                          (long long)a.groups, (long long)xv.c, tstr(x));
+    int64_t out_channels = wv.c * a.groups, opad[MAX_SPATIAL], sp[MAX_SPATIAL];
+    if (check_bias(g, n, out_channels, d))
+        return -1;
+    node_ints(n, "output_padding", opad, MAX_SPATIAL, xv.ns);
+    if (check_min(n, "output_padding", opad, xv.ns, 0, d))
+        return -1;
+    for (int i = 0; i < xv.ns; i++) {
+        /* torch's rule: past both, the extra outputs would see no input at all */
+        if (opad[i] >= a.strides[i] && opad[i] >= a.dilations[i])
+            return diag_error(d, attr_loc(n, "output_padding"),
+                              "conv_transpose: output_padding[%d] (%lld) must be smaller than the stride "
+                              "(%lld) or the dilation (%lld)",
+                              i, (long long)opad[i], (long long)a.strides[i], (long long)a.dilations[i]);
+        int64_t extent = (wv.sp[i] - 1) * a.dilations[i] + 1;
+        sp[i] = a.strides[i] * (xv.sp[i] - 1) + opad[i] + extent - a.pads[i] - a.pads[xv.ns + i];
+        if (sp[i] < 1)
+            return diag_error(d, n->loc,
+                              "conv_transpose: spatial dim %d of the output would be %lld (x %s, w %s, pads "
+                              "%lld + %lld)",
+                              i, (long long)sp[i], tstr(x), tstr(w), (long long)a.pads[i],
+                              (long long)a.pads[xv.ns + i]);
+    }
+    set_out_type(g, n, 0, layout_type(x, nhwc, out_channels, sp));
+    return 0;
+}
+
+int eval_conv_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), wv = view_of(&in[1]->type, nhwc);
+    View yv = view_of(&out[0]->type, nhwc);
+    int ns = xv.ns;
+    ConvAttrs a = conv_attrs(n, ns);
+    const float *x = in[0]->data, *w = in[1]->data;
+    int64_t in_per_group = xv.c / a.groups;
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t o = 0; o < yv.c; o++) {
+            int64_t c0 = o / wv.c * in_per_group, oc = o % wv.c, pos[MAX_SPATIAL] = {0};
+            do {
+                double acc = in[2] ? in[2]->data[o] : 0;
+                for (int64_t ci = 0; ci < in_per_group; ci++) {
+                    int64_t k[MAX_SPATIAL] = {0};
+                    do {
+                        int64_t xi = b * xv.sn + (c0 + ci) * xv.sc, wi = (c0 + ci) * wv.sn + oc * wv.sc;
+                        bool inside = true;
+                        for (int s = 0; s < ns; s++) {
+                            /* the input position i with i*stride - pad + k*dilation == pos */
+                            int64_t t = pos[s] + a.pads[s] - k[s] * a.dilations[s];
+                            inside = inside && t >= 0 && t % a.strides[s] == 0 && t / a.strides[s] < xv.sp[s];
+                            xi += t / a.strides[s] * xv.ss[s];
+                            wi += k[s] * wv.ss[s];
+                        }
+                        if (inside)
+                            acc += (double)x[xi] * w[wi];
+                    } while (next_index(k, wv.sp, ns));
+                }
+                int64_t yi = b * yv.sn + o * yv.sc;
+                for (int s = 0; s < ns; s++)
+                    yi += pos[s] * yv.ss[s];
+                out[0]->data[yi] = (float)acc;
+            } while (next_index(pos, yv.sp, ns));
+        }
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* Elementwise ops: the unary activations and the broadcasting binary ops.
+ *
+ * Kernels compute each element in double and round once to float, which makes the
+ * reference at least as exact as any target. Binary ops follow numpy broadcasting:
+ * shapes align at the right, and a dim of 1 stretches. */
+#include "ops_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+int infer_unary(Graph *g, Node *n, Diag *d) {
+    (void)d;
+    set_out_type(g, n, 0, *in_type(g, n, 0));
+    return 0;
+}
+
+int infer_broadcast(Graph *g, Node *n, Diag *d) {
+    const Type *a = in_type(g, n, 0), *b = in_type(g, n, 1);
+    Type out;
+    if (!broadcast_types(a, b, &out))
+        return diag_error(d, n->loc, "%s: shapes %s and %s cannot be broadcast together",
+                          op_table[n->op].name, tstr(a), tstr(b));
+    set_out_type(g, n, 0, out);
+    return 0;
+}
+
+static double unary(const Node *n, double x) {
+    switch (n->op) {
+    case OP_RELU: return x > 0 ? x : (x == x ? 0 : x);
+    case OP_SIGMOID: return 1 / (1 + exp(-x));
+    case OP_TANH: return tanh(x);
+    case OP_EXP: return exp(x);
+    case OP_LOG: return log(x);
+    case OP_SQRT: return sqrt(x);
+    case OP_NEG: return -x;
+    case OP_ABS: return fabs(x);
+    case OP_ERF: return erf(x);
+    case OP_LEAKY_RELU: return x < 0 ? node_float(n, "alpha") * x : x;
+    case OP_CLIP: return fmin(fmax(x, node_float(n, "min")), node_float(n, "max"));
+    case OP_GELU:
+        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
+            return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        return 0.5 * x * (1 + erf(x / sqrt(2)));
+    case OP_HARDSIGMOID:
+        return fmax(0, fmin(1, node_float(n, "alpha") * x + node_float(n, "beta")));
+    case OP_HARDSWISH: return x * fmax(0, fmin(1, x / 6 + 0.5));
+    case OP_IDENTITY: return x;
+    default: KILN_ASSERT(!"not a unary op");
+    }
+    return 0;
+}
+
+int eval_unary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    int64_t count = type_numel(&in[0]->type);
+    const float *x = in[0]->data;
+    float *y = out[0]->data;
+    /* clip passes NaN through, as fmin/fmax alone would not */
+    for (int64_t i = 0; i < count; i++)
+        y[i] = isnan(x[i]) ? x[i] : (float)unary(n, x[i]);
+    return 0;
+}
+
+static double binary(OpId op, double a, double b) {
+    switch (op) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    case OP_DIV: return a / b;
+    case OP_POW: return pow(a, b);
+    case OP_MAX: return isnan(a) || isnan(b) ? NAN : fmax(a, b);
+    case OP_MIN: return isnan(a) || isnan(b) ? NAN : fmin(a, b);
+    default: KILN_ASSERT(!"not a binary op");
+    }
+    return 0;
+}
+
+int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    const Type *to = &out[0]->type;
+    int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    broadcast_strides(&in[0]->type, to, sa);
+    broadcast_strides(&in[1]->type, to, sb);
+    int64_t count = type_numel(to);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t ia = 0, ib = 0;
+        for (int k = 0; k < to->rank; k++) {
+            ia += idx[k] * sa[k];
+            ib += idx[k] * sb[k];
+        }
+        out[0]->data[i] = (float)binary(n->op, in[0]->data[ia], in[1]->data[ib]);
+        next_index(idx, to->dims, to->rank);
+    }
+    return 0;
+}

@@ -1,0 +1,276 @@
+/* Pooling: max_pool and avg_pool (ONNX MaxPool and AveragePool, with PyTorch's rules
+ * where the two differ), global_avg_pool (ONNX GlobalAveragePool) and adaptive_avg_pool
+ * (torch adaptive_avg_pool1d/2d/3d), in either layout.
+ *
+ * A tensor is seen as [N, C, spatial...] whatever its layout: the sizes and element
+ * strides of those dims wherever the layout puts them. Each kernel visits every output
+ * element, works out its window along each spatial dim, and reduces the input elements
+ * inside it, summing in double. Windows of max_pool and avg_pool start at
+ * out_index * stride - pad_begin; padding is never read, only counted (avg_pool with
+ * count_include_pad) or skipped. */
+#include "ops_impl.h"
+
+#include <math.h>
+
+enum { MAX_SPATIAL = 3 };
+
+/* A tensor seen as [N, C, spatial...] whatever its layout. */
+typedef struct {
+    int ns;                                /* spatial dims */
+    int64_t n, c, sp[KILN_MAX_RANK - 2];   /* sizes */
+    int64_t sn, sc, ss[KILN_MAX_RANK - 2]; /* element strides */
+} View;
+
+static View view_of(const Type *t, bool nhwc) {
+    int64_t st[KILN_MAX_RANK];
+    type_strides(t, st);
+    int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
+    View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
+    for (int i = 0; i < v.ns; i++) {
+        v.sp[i] = t->dims[first + i];
+        v.ss[i] = st[first + i];
+    }
+    return v;
+}
+
+/* x's type with spatial sizes sp, in the layout. */
+static Type with_spatial(const Type *x, bool nhwc, const int64_t *sp) {
+    Type t = *x;
+    for (int i = 0; i < x->rank - 2; i++)
+        t.dims[(nhwc ? 1 : 2) + i] = sp[i];
+    return t;
+}
+
+/* The offset of element (b, c, pos...) of a view. */
+static int64_t offset(const View *v, int64_t b, int64_t c, const int64_t *pos) {
+    int64_t o = b * v->sn + c * v->sc;
+    for (int i = 0; i < v->ns; i++)
+        o += pos[i] * v->ss[i];
+    return o;
+}
+
+static Loc attr_loc(const Node *n, const char *name) {
+    const Attr *a = node_attr(n, name);
+    return a->set ? a->loc : n->loc;
+}
+
+static int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
+    for (int i = 0; i < count; i++)
+        if (v[i] < min)
+            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
+                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
+    return 0;
+}
+
+/* x of max_pool, avg_pool and adaptive_avg_pool: 1 to 3 spatial dims. */
+static int check_x(Graph *g, Node *n, Diag *d) {
+    const Type *x = in_type(g, n, 0);
+    if (x->rank < 3 || x->rank > 2 + MAX_SPATIAL)
+        return diag_error(d, n->loc, "%s: x must have 1 to 3 spatial dims (rank 3 to 5), got %s",
+                          op_table[n->op].name, tstr(x));
+    return 0;
+}
+
+/* ---- max_pool and avg_pool ---- */
+
+typedef struct {
+    int64_t kernel[MAX_SPATIAL], strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dilations[MAX_SPATIAL];
+} PoolAttrs;
+
+static PoolAttrs pool_attrs(const Node *n, int ns) {
+    PoolAttrs a;
+    node_ints(n, "kernel", a.kernel, MAX_SPATIAL, ns);
+    node_ints(n, "strides", a.strides, MAX_SPATIAL, ns);
+    node_ints(n, "pads", a.pads, 2 * MAX_SPATIAL, 2 * ns);
+    for (int i = 0; i < ns; i++)
+        a.dilations[i] = 1;
+    if (n->op == OP_MAX_POOL)
+        node_ints(n, "dilations", a.dilations, MAX_SPATIAL, ns);
+    return a;
+}
+
+/* PyTorch's output size: with ceil_mode, a last window that would start inside the
+ * right padding is dropped. */
+static int64_t pool_out_size(int64_t in, int64_t extent, int64_t stride, int64_t pb, int64_t pe, bool ceil) {
+    int64_t span = in + pb + pe - extent;
+    int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+    if (ceil && (out - 1) * stride >= in + pb)
+        out--;
+    return out;
+}
+
+int infer_pool(Graph *g, Node *n, Diag *d) {
+    if (check_x(g, n, d))
+        return -1;
+    const char *op = op_table[n->op].name;
+    const Type *x = in_type(g, n, 0);
+    bool nhwc = layout_is_nhwc(n);
+    View v = view_of(x, nhwc);
+    PoolAttrs a = pool_attrs(n, v.ns);
+    if (check_min(n, "kernel", a.kernel, v.ns, 1, d) || check_min(n, "strides", a.strides, v.ns, 1, d) ||
+        check_min(n, "pads", a.pads, 2 * v.ns, 0, d) ||
+        (n->op == OP_MAX_POOL && check_min(n, "dilations", a.dilations, v.ns, 1, d)))
+        return -1;
+    int64_t sp[MAX_SPATIAL];
+    for (int i = 0; i < v.ns; i++) {
+        int64_t extent = (a.kernel[i] - 1) * a.dilations[i] + 1;
+        int64_t pb = a.pads[i], pe = a.pads[v.ns + i];
+        /* ONNX Runtime's rule; it keeps an undilated window off wholly padding */
+        if (pb >= extent || pe >= extent)
+            return diag_error(d, attr_loc(n, "pads"),
+                              "%s: the pads of spatial dim %d (%lld, %lld) must be smaller than the "
+                              "kernel extent (%lld)",
+                              op, i, (long long)pb, (long long)pe, (long long)extent);
+        if (v.sp[i] + pb + pe < extent)
+            return diag_error(d, n->loc,
+                              "%s: spatial dim %d of x is %lld with pads %lld + %lld, smaller than the "
+                              "kernel extent (%lld)",
+                              op, i, (long long)v.sp[i], (long long)pb, (long long)pe, (long long)extent);
+        sp[i] = pool_out_size(v.sp[i], extent, a.strides[i], pb, pe, node_bool(n, "ceil_mode"));
+    }
+    set_out_type(g, n, 0, with_spatial(x, nhwc, sp));
+    return 0;
+}
+
+/* The max over one window; NaN wins, and a dilated window that meets only padding
+ * gives -inf, both as in PyTorch. */
+static double window_max(const float *x, const View *xv, int64_t b, int64_t c, const int64_t *start,
+                         const PoolAttrs *a) {
+    double m = -INFINITY;
+    int64_t k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+    do {
+        bool inside = true;
+        for (int s = 0; s < xv->ns; s++) {
+            p[s] = start[s] + k[s] * a->dilations[s];
+            inside = inside && p[s] >= 0 && p[s] < xv->sp[s];
+        }
+        if (!inside)
+            continue;
+        double v = x[offset(xv, b, c, p)];
+        if (isnan(v) || v > m)
+            m = v;
+    } while (next_index(k, a->kernel, xv->ns));
+    return m;
+}
+
+/* The mean over one window. The divisor counts the real elements, or with
+ * count_include_pad the window clipped to the padded input [-pad_begin, in + pad_end),
+ * as PyTorch does. */
+static double window_mean(const float *x, const View *xv, int64_t b, int64_t c, const int64_t *start,
+                          const PoolAttrs *a, bool count_pad) {
+    double sum = 0;
+    int64_t count = 1, k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+    for (int s = 0; s < xv->ns; s++) {
+        int64_t end = start[s] + a->kernel[s], padded_end = xv->sp[s] + a->pads[xv->ns + s];
+        if (count_pad)
+            count *= (end < padded_end ? end : padded_end) - start[s];
+        else
+            count *= (end < xv->sp[s] ? end : xv->sp[s]) - (start[s] > 0 ? start[s] : 0);
+    }
+    do {
+        bool inside = true;
+        for (int s = 0; s < xv->ns; s++) {
+            p[s] = start[s] + k[s];
+            inside = inside && p[s] >= 0 && p[s] < xv->sp[s];
+        }
+        if (inside)
+            sum += x[offset(xv, b, c, p)];
+    } while (next_index(k, a->kernel, xv->ns));
+    return sum / (double)count;
+}
+
+int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), yv = view_of(&out[0]->type, nhwc);
+    PoolAttrs a = pool_attrs(n, xv.ns);
+    bool count_pad = n->op == OP_AVG_POOL && node_bool(n, "count_include_pad");
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t c = 0; c < yv.c; c++) {
+            int64_t pos[MAX_SPATIAL] = {0}, start[MAX_SPATIAL];
+            do {
+                for (int s = 0; s < xv.ns; s++)
+                    start[s] = pos[s] * a.strides[s] - a.pads[s];
+                double v = n->op == OP_MAX_POOL ? window_max(in[0]->data, &xv, b, c, start, &a)
+                                                : window_mean(in[0]->data, &xv, b, c, start, &a, count_pad);
+                out[0]->data[offset(&yv, b, c, pos)] = (float)v;
+            } while (next_index(pos, yv.sp, yv.ns));
+        }
+    return 0;
+}
+
+/* ---- global_avg_pool ---- */
+
+int infer_global_avg_pool(Graph *g, Node *n, Diag *d) {
+    const Type *x = in_type(g, n, 0);
+    if (x->rank < 3)
+        return diag_error(d, n->loc,
+                          "global_avg_pool: x must have at least one spatial dim (rank 3 or more), got %s",
+                          tstr(x));
+    int64_t ones[KILN_MAX_RANK];
+    for (int i = 0; i < x->rank - 2; i++)
+        ones[i] = 1;
+    set_out_type(g, n, 0, with_spatial(x, layout_is_nhwc(n), ones));
+    return 0;
+}
+
+int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), yv = view_of(&out[0]->type, nhwc);
+    int64_t count = 1, zero[KILN_MAX_RANK] = {0};
+    for (int s = 0; s < xv.ns; s++)
+        count *= xv.sp[s];
+    for (int64_t b = 0; b < xv.n; b++)
+        for (int64_t c = 0; c < xv.c; c++) {
+            double sum = 0;
+            int64_t pos[KILN_MAX_RANK] = {0};
+            do
+                sum += in[0]->data[offset(&xv, b, c, pos)];
+            while (next_index(pos, xv.sp, xv.ns));
+            out[0]->data[offset(&yv, b, c, zero)] = (float)(sum / (double)count);
+        }
+    return 0;
+}
+
+/* ---- adaptive_avg_pool ---- */
+
+int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
+    if (check_x(g, n, d))
+        return -1;
+    const Type *x = in_type(g, n, 0);
+    int64_t sp[MAX_SPATIAL];
+    node_ints(n, "output_size", sp, MAX_SPATIAL, x->rank - 2);
+    if (check_min(n, "output_size", sp, x->rank - 2, 1, d))
+        return -1;
+    set_out_type(g, n, 0, with_spatial(x, layout_is_nhwc(n), sp));
+    return 0;
+}
+
+int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), yv = view_of(&out[0]->type, nhwc);
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t c = 0; c < yv.c; c++) {
+            int64_t pos[MAX_SPATIAL] = {0};
+            do {
+                /* torch's windows: [floor(i * in / out), ceil((i + 1) * in / out)) */
+                int64_t start[MAX_SPATIAL], size[MAX_SPATIAL], k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+                int64_t count = 1;
+                for (int s = 0; s < xv.ns; s++) {
+                    start[s] = pos[s] * xv.sp[s] / yv.sp[s];
+                    size[s] = ((pos[s] + 1) * xv.sp[s] + yv.sp[s] - 1) / yv.sp[s] - start[s];
+                    count *= size[s];
+                }
+                double sum = 0;
+                do {
+                    for (int s = 0; s < xv.ns; s++)
+                        p[s] = start[s] + k[s];
+                    sum += in[0]->data[offset(&xv, b, c, p)];
+                } while (next_index(k, size, xv.ns));
+                out[0]->data[offset(&yv, b, c, pos)] = (float)(sum / (double)count);
+            } while (next_index(pos, yv.sp, yv.ns));
+        }
+    return 0;
+}

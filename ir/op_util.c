@@ -1,0 +1,67 @@
+/* Helpers shared by the shape inference functions and reference kernels. */
+#include "ops_impl.h"
+
+#include <string.h>
+
+const Type *in_type(const Graph *g, const Node *n, int i) {
+    if (i >= n->n_in || n->in[i] < 0)
+        return NULL;
+    return &g->values[n->in[i]].type;
+}
+
+void set_out_type(Graph *g, Node *n, int i, Type t) { g->values[n->out[i]].type = t; }
+
+const char *tstr(const Type *t) {
+    static char bufs[4][160];
+    static int next;
+    char *b = bufs[next++ % 4];
+    return type_str(t, b, sizeof bufs[0]);
+}
+
+int norm_axis(int64_t axis, int rank) {
+    if (axis < -rank || axis >= rank)
+        return -1;
+    return (int)(axis < 0 ? axis + rank : axis);
+}
+
+bool broadcast_types(const Type *a, const Type *b, Type *out) {
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    *out = (Type){DT_F32, r, {0}};
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return false;
+        out->dims[i] = da == 1 ? db : da;
+    }
+    return true;
+}
+
+bool layout_is_nhwc(const Node *n) { return strcmp(node_enum(n, "layout"), "nhwc") == 0; }
+
+int64_t type_strides(const Type *t, int64_t *s) {
+    int64_t n = 1;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        s[i] = n;
+        n *= t->dims[i];
+    }
+    return n;
+}
+
+void broadcast_strides(const Type *from, const Type *to, int64_t *s) {
+    int64_t own[KILN_MAX_RANK];
+    type_strides(from, own);
+    for (int i = 0; i < to->rank; i++) {
+        int j = i - (to->rank - from->rank);
+        s[i] = j >= 0 && from->dims[j] != 1 ? own[j] : 0;
+    }
+}
+
+bool next_index(int64_t *idx, const int64_t *dims, int rank) {
+    for (int i = rank - 1; i >= 0; i--) {
+        if (++idx[i] < dims[i])
+            return true;
+        idx[i] = 0;
+    }
+    return false;
+}

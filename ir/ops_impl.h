@@ -1,0 +1,61 @@
+/* Internal to ir/: the shape inference functions and reference kernels the op table
+ * names, and the small helpers they share. Each op family keeps its inference and
+ * its kernel side by side in one file (op_elementwise.c, op_conv.c, ...), so an op's
+ * whole meaning is read in one place. */
+#ifndef KILN_OPS_IMPL_H
+#define KILN_OPS_IMPL_H
+
+#include "ir.h"
+
+#define OP(id, name, inputs, attrs, infer, eval)                                           \
+    int infer(Graph *g, Node *n, Diag *d);
+#include "ops.def"
+#undef OP
+/* The reference kernels (NULL in the table has no prototype to declare). */
+int eval_unary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_reduce(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_softmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_batch_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_layer_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_matmul(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_conv_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_copy(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+
+const char *attr_kind_name(AttrKind k);
+
+/* ---- Helpers for inference ---- */
+
+/* The type of input i, or NULL when that optional input is absent. */
+const Type *in_type(const Graph *g, const Node *n, int i);
+/* Sets the type of result i. */
+void set_out_type(Graph *g, Node *n, int i, Type t);
+/* "f32[2, 3]" in a static buffer that rotates among 4, for messages. */
+const char *tstr(const Type *t);
+/* Maps a possibly negative axis into [0, rank); -1 when out of range. */
+int norm_axis(int64_t axis, int rank);
+/* Numpy broadcasting of a and b into out; false when incompatible. */
+bool broadcast_types(const Type *a, const Type *b, Type *out);
+/* The index of the channel dim and the first spatial dim for a layout. */
+bool layout_is_nhwc(const Node *n);
+
+/* ---- Helpers for kernels ---- */
+
+/* Row-major strides of t into s; returns the element count. */
+int64_t type_strides(const Type *t, int64_t *s);
+/* Strides of `from` as seen when broadcast to `to` (0 on broadcast dims). */
+void broadcast_strides(const Type *from, const Type *to, int64_t *s);
+/* Advances a multi-index over dims; false after the last element. */
+bool next_index(int64_t *idx, const int64_t *dims, int rank);
+
+#endif

@@ -1,0 +1,182 @@
+/* The printer: a graph as canonical text that parses back into the same graph.
+ *
+ * `model NAME`, then every node in order, then `output`. One space around `=` and
+ * after every `,` and `:`. Attributes in the op table's order, only those set (the
+ * parser has dropped those equal to their default). Floats in the shortest form
+ * that reads back to the same value; names quoted when they are not identifiers or
+ * are keywords. Printing a parsed printed graph gives the identical bytes. */
+#include "ir.h"
+
+#include <string.h>
+
+static bool needs_quotes(const char *s) {
+    static const char *const keywords[] = {"model", "input", "param", "const", "output",
+                                           "_",     "true",  "false", "inf",   "nan"};
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+        return true;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '.'))
+            return true;
+    for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
+        if (strcmp(s, keywords[i]) == 0)
+            return true;
+    return false;
+}
+
+static void print_name(const char *s, FILE *f) {
+    if (!needs_quotes(s)) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_type(const Type *t, FILE *f) {
+    char buf[256];
+    fputs(type_str(t, buf, sizeof buf), f);
+}
+
+static void print_double(double v, FILE *f) {
+    char buf[64];
+    format_double(v, buf, sizeof buf);
+    fputs(buf, f);
+}
+
+static void print_attr(const AttrSpec *s, const Attr *a, FILE *f) {
+    fprintf(f, ", %s=", s->name);
+    switch (s->kind) {
+    case A_INT: fprintf(f, "%lld", (long long)a->i); break;
+    case A_FLOAT: print_double(a->f, f); break;
+    case A_BOOL: fputs(a->i ? "true" : "false", f); break;
+    case A_ENUM:
+    case A_STRING: print_name(a->s, f); break;
+    case A_INTS:
+        fputc('[', f);
+        for (int k = 0; k < a->n; k++)
+            fprintf(f, "%s%lld", k ? ", " : "", (long long)a->ints[k]);
+        fputc(']', f);
+        break;
+    case A_FLOATS:
+        fputc('[', f);
+        for (int k = 0; k < a->n; k++) {
+            if (k)
+                fputs(", ", f);
+            print_double(a->floats[k], f);
+        }
+        fputc(']', f);
+        break;
+    }
+}
+
+static void print_init(const ParamInit *init, FILE *f) {
+    switch (init->kind) {
+    case INIT_NONE: return;
+    case INIT_ZEROS: fputs(" = zeros", f); return;
+    case INIT_ONES: fputs(" = ones", f); return;
+    case INIT_FILL: fputs(" = fill(", f); print_double(init->a, f); fputc(')', f); return;
+    case INIT_UNIFORM:
+    case INIT_NORMAL:
+        fputs(init->kind == INIT_UNIFORM ? " = uniform(" : " = normal(", f);
+        print_double(init->a, f);
+        fputs(", ", f);
+        print_double(init->b, f);
+        fprintf(f, ", seed=%llu)", (unsigned long long)init->seed);
+        return;
+    }
+}
+
+static void print_literal_dim(const Tensor *t, int dim, int64_t *pos, FILE *f) {
+    char buf[64];
+    if (dim == t->type.rank) {
+        format_float(t->data[(*pos)++], buf, sizeof buf);
+        fputs(buf, f);
+        return;
+    }
+    fputc('[', f);
+    for (int64_t i = 0; i < t->type.dims[dim]; i++) {
+        if (i)
+            fputs(", ", f);
+        print_literal_dim(t, dim + 1, pos, f);
+    }
+    fputc(']', f);
+}
+
+/* A literal whose elements are all equal prints as one number. */
+static void print_literal(const Tensor *t, FILE *f) {
+    int64_t n = type_numel(&t->type), pos = 0;
+    bool uniform = true;
+    for (int64_t i = 1; i < n && uniform; i++)
+        uniform = memcmp(&t->data[i], &t->data[0], sizeof(float)) == 0;
+    if (uniform) {
+        char buf[64];
+        format_float(t->data[0], buf, sizeof buf);
+        fputs(buf, f);
+    } else {
+        print_literal_dim(t, 0, &pos, f);
+    }
+}
+
+static void print_node(const Graph *g, const Node *n, FILE *f) {
+    const OpInfo *o = &op_table[n->op];
+    if (op_is_decl(n->op)) {
+        const Value *v = &g->values[n->out[0]];
+        fprintf(f, "%s ", o->name);
+        print_name(v->name, f);
+        fputs(" : ", f);
+        print_type(&v->type, f);
+        if (n->op == OP_PARAM)
+            print_init(&n->init, f);
+        if (n->op == OP_CONST) {
+            fputs(" = ", f);
+            print_literal(n->data, f);
+        }
+        fputc('\n', f);
+        return;
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        if (i)
+            fputs(", ", f);
+        print_name(g->values[n->out[i]].name, f);
+    }
+    fprintf(f, " = %s(", o->name);
+    for (int i = 0; i < n->n_in; i++) {
+        if (i)
+            fputs(", ", f);
+        if (n->in[i] < 0)
+            fputc('_', f);
+        else
+            print_name(g->values[n->in[i]].name, f);
+    }
+    for (int i = 0; i < o->n_attrs; i++)
+        if (n->attrs[i].set)
+            print_attr(&o->attrs[i], &n->attrs[i], f);
+    fputs(") : ", f);
+    for (int i = 0; i < n->n_out; i++) {
+        if (i)
+            fputs(", ", f);
+        print_type(&g->values[n->out[i]].type, f);
+    }
+    fputc('\n', f);
+}
+
+void print_graph(const Graph *g, FILE *f) {
+    fputs("model ", f);
+    print_name(g->name, f);
+    fputc('\n', f);
+    for (int i = 0; i < g->n_nodes; i++)
+        print_node(g, g->nodes[i], f);
+    fputs("output ", f);
+    for (int i = 0; i < g->n_outputs; i++) {
+        if (i)
+            fputs(", ", f);
+        print_name(g->values[g->outputs[i]].name, f);
+    }
+    fputc('\n', f);
+}

@@ -1,0 +1,115 @@
+/* Types, tensors, and the shortest float formatting the printer relies on. */
+#include "ir.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *dtype_name(DType t) {
+    switch (t) {
+    case DT_F32: return "f32";
+    case DT_F16: return "f16";
+    case DT_BF16: return "bf16";
+    case DT_I64: return "i64";
+    }
+    return "?";
+}
+
+int64_t type_numel(const Type *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->dims[i];
+    return n;
+}
+
+bool type_equal(const Type *a, const Type *b) {
+    if (a->dtype != b->dtype || a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+char *type_str(const Type *t, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "%s[", dtype_name(t->dtype));
+    for (int i = 0; i < t->rank && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    if (len < n)
+        snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+Type type_make(int rank, const int64_t *dims) {
+    Type t = {DT_F32, rank, {0}};
+    for (int i = 0; i < rank; i++)
+        t.dims[i] = dims[i];
+    return t;
+}
+
+Tensor *tensor_new(const Type *t) {
+    Tensor *r = ir_malloc(sizeof *r);
+    if (!r)
+        return NULL;
+    r->type = *t;
+    r->data = ir_calloc((size_t)type_numel(t), sizeof(float));
+    if (!r->data) {
+        ir_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+Tensor *tensor_clone(const Tensor *t) {
+    Tensor *r = tensor_new(&t->type);
+    if (r)
+        memcpy(r->data, t->data, sizeof(float) * (size_t)type_numel(&t->type));
+    return r;
+}
+
+void tensor_free(Tensor *t) {
+    if (t) {
+        ir_free(t->data);
+        ir_free(t);
+    }
+}
+
+/* "1e-05" -> "1e-5", "1e+20" -> "1e20": the exponent without padding. */
+static void tidy_exponent(char *buf) {
+    char *e = strchr(buf, 'e');
+    if (!e)
+        return;
+    char *p = e + 1, *q = e + 1;
+    if (*p == '+')
+        p++;
+    else if (*p == '-')
+        *q++ = *p++;
+    while (*p == '0' && p[1])
+        p++;
+    memmove(q, p, strlen(p) + 1);
+}
+
+/* The shortest %g text that reads back to v; an integer is written plainly when
+ * that is no longer ("40", not "4e1"). */
+static void shortest(double v, int max_prec, bool as_float, char *buf, size_t n) {
+    if (isnan(v) || isinf(v)) {
+        snprintf(buf, n, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+        return;
+    }
+    for (int prec = 1; prec <= max_prec; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        double back = strtod(buf, NULL);
+        if (as_float ? (float)back == (float)v : back == v)
+            break;
+    }
+    tidy_exponent(buf);
+    char plain[64];
+    if (v == floor(v) && fabs(v) < 1e17 && strchr(buf, 'e')) {
+        snprintf(plain, sizeof plain, "%.0f", v);
+        if (strlen(plain) <= strlen(buf))
+            snprintf(buf, n, "%s", plain);
+    }
+}
+
+void format_double(double v, char *buf, size_t n) { shortest(v, 17, false, buf, n); }
+void format_float(float v, char *buf, size_t n) { shortest(v, 9, true, buf, n); }

@@ -1,0 +1,107 @@
+/* The pass pipeline, in order, in one place (QBE's main.c is the model).
+ *
+ * Each row: the pass name used by --passes= and --no-NAME, the lowest -O level
+ * that runs it, and a one-line summary for --list-passes. */
+#include "passes.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const Pass pass_list[] = {
+    {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
+};
+const int pass_count = (int)(sizeof pass_list / sizeof pass_list[0]);
+
+const Pass *pass_find(const char *name) {
+    for (int i = 0; i < pass_count; i++)
+        if (strcmp(pass_list[i].name, name) == 0)
+            return &pass_list[i];
+    return NULL;
+}
+
+/* Calls fn on each comma-separated name of list; stops at the first nonzero. */
+static int each_name(const char *list, int (*fn)(const char *name, void *ctx), void *ctx) {
+    char name[64];
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        snprintf(name, sizeof name, "%.*s", (int)(len < 63 ? len : 63), p);
+        int rc = fn(name, ctx);
+        if (rc)
+            return rc;
+        p += len + (comma != NULL);
+    }
+    return 0;
+}
+
+static int check_one(const char *name, void *ctx) {
+    if (pass_find(name))
+        return 0;
+    return diag_error(ctx, (Loc){0}, "unknown pass '%s' (kiln opt --list-passes lists them)", name);
+}
+
+int pipeline_check_names(const PipelineOptions *o, Diag *d) {
+    if (o->only && each_name(o->only, check_one, d))
+        return -1;
+    for (int i = 0; i < o->n_disabled; i++)
+        if (check_one(o->disabled[i], d))
+            return -1;
+    return 0;
+}
+
+typedef struct {
+    Graph *g;
+    const PipelineOptions *o;
+    Diag *d;
+    int step;
+} Run;
+
+static int dump(Run *r, const char *stage) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%02d-%s.kiln", r->o->dump_dir, r->step, stage);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return diag_error(r->d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+    print_graph(r->g, f);
+    if (fclose(f) != 0)
+        return diag_error(r->d, (Loc){0}, "cannot write '%s'", path);
+    return 0;
+}
+
+static bool disabled(const PipelineOptions *o, const char *name) {
+    for (int i = 0; i < o->n_disabled; i++)
+        if (strcmp(o->disabled[i], name) == 0)
+            return true;
+    return false;
+}
+
+static int run_pass(const char *name, void *ctx) {
+    Run *r = ctx;
+    const Pass *p = pass_find(name);
+    KILN_ASSERT(p);
+    if (disabled(r->o, name))
+        return 0;
+    if (p->run(r->g, r->d))
+        return -1;
+    if (r->o->verify && verify_graph(r->g, r->d))
+        return diag_error(r->d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
+    r->step++;
+    return r->o->dump_dir ? dump(r, name) : 0;
+}
+
+int pipeline_run(Graph *g, const PipelineOptions *o, Diag *d) {
+    Run r = {g, o, d, 0};
+    if (o->dump_dir) {
+        if (mkdir(o->dump_dir, 0777) != 0 && errno != EEXIST)
+            return diag_error(d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
+        if (dump(&r, "input"))
+            return -1;
+    }
+    if (o->only)
+        return each_name(o->only, run_pass, &r);
+    for (int i = 0; i < pass_count; i++)
+        if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, &r))
+            return -1;
+    return 0;
+}

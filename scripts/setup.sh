@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Debian packages kiln needs to build and test, when any is missing.
+# Non-interactive; uses sudo when not run as root.
+set -eu
+packages="build-essential cmake pkg-config clang-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "setup: installing$missing"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q $missing

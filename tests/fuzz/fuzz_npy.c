@@ -1,0 +1,18 @@
+/* libFuzzer target for the .npy reader: any bytes must give a tensor or a clean
+ * diagnostic, never a crash, an out-of-bounds read or a leak. Diagnostics go to
+ * /dev/null, opened once. */
+#include "frontend/frontend.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static FILE *devnull;
+    if (!devnull)
+        devnull = fopen("/dev/null", "w");
+    Diag d;
+    diag_init(&d, devnull);
+    Tensor *t;
+    if (npy_parse(data, size, "fuzz.npy", &t, &d) == 0)
+        tensor_free(t);
+    return 0;
+}

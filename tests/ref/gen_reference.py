@@ -1,0 +1,823 @@
+#!/usr/bin/python3
+"""Generates the numerical reference batteries for kiln's interpreter.
+
+For each battery NAME (unary, binary, reduce, softmax, norm, linalg, conv,
+conv_transpose, pool, shape) this writes, next to this script:
+
+  NAME.kiln                  one model: every test input is a `param` without an
+                             initializer, each case is one statement `cK_y = op(...)`,
+                             and `output` lists every case's result
+  NAME.safetensors           the inputs (F32), keyed by param name
+  NAME.expected.safetensors  the expected outputs (F32), keyed by output name
+
+Expected values come from PyTorch (torch 1.13) in float64 on the same float32
+inputs, rounded once to float32. Where the op's semantic source is ONNX and torch
+has no direct equivalent (asymmetric pads, ceil-mode window dropping with such pads,
+slice, pad with negative pads), they come from numpy code that follows the ONNX
+specification; where such code overlaps with torch (symmetric pooling) the script
+checks that both agree before writing anything. tests/unit/test_reference.c runs
+every battery through the interpreter and compares with |a-b| <= 1e-4 + 1e-4*|b|.
+
+Everything is deterministic (fixed seeds). Rerun after changing a battery:
+
+    /usr/bin/python3 tests/ref/gen_reference.py [BATTERY...]
+
+With no argument it rewrites every battery.
+"""
+import json
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INF = float("inf")
+NAN = float("nan")
+
+
+# ---- files ----
+
+
+def write_safetensors(path, tensors):
+    """Writes {name: float32 array} as safetensors (F32, C order)."""
+    header, blobs, offset = {}, [], 0
+    for name, arr in tensors.items():
+        data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def fmt(v):
+    """An attribute value in kiln syntax."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt(e) for e in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def T(a):
+    """A float32 numpy array as a float64 torch tensor."""
+    return torch.from_numpy(np.asarray(a, dtype=np.float32).astype(np.float64))
+
+
+class Battery:
+    """One model: params, one statement per case, and the expected outputs."""
+
+    def __init__(self, name, seed):
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.lines = [f"model {name}"]
+        self.inputs, self.expected = {}, {}
+
+    def rand(self, *shape, lo=-2.0, hi=2.0):
+        return self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+    def case(self, desc, op, args, expected, **attrs):
+        """Adds `cK_y = op(args..., attrs...)`. args: (suffix, float32 array or None
+        for an absent optional input) pairs; expected: a float64 tensor or array."""
+        k = len(self.expected)
+        self.lines.append(f"# {desc}")
+        names = []
+        for suffix, arr in args:
+            if arr is None:
+                names.append("_")
+                continue
+            arr = np.asarray(arr, dtype=np.float32)
+            name = f"c{k}_{suffix}"
+            self.lines.append(f"param {name} : f32{list(arr.shape)}")
+            self.inputs[name] = arr
+            names.append(name)
+        while names and names[-1] == "_":
+            names.pop()
+        names += [f"{key}={fmt(v)}" for key, v in attrs.items() if v is not None]
+        y = f"c{k}_y"
+        self.lines.append(f"{y} = {op}({', '.join(names)})")
+        if isinstance(expected, torch.Tensor):
+            expected = expected.numpy()
+        with np.errstate(over="ignore"):  # a value past float32's range is meant to become inf
+            self.expected[y] = np.asarray(expected, dtype=np.float64).astype(np.float32)
+
+    def write(self):
+        self.lines.append("output " + ", ".join(self.expected))
+        with open(os.path.join(HERE, self.name + ".kiln"), "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+        write_safetensors(os.path.join(HERE, self.name + ".safetensors"), self.inputs)
+        write_safetensors(os.path.join(HERE, self.name + ".expected.safetensors"), self.expected)
+
+
+# ---- elementwise ----
+
+
+def gen_unary(b):
+    # zero, signed zero, the breakpoints of relu/hardsigmoid/hardswish/clip, and a spread
+    special = np.array([0.0, -0.0, -3.0, 3.0, -2.5, 2.5, -1.0, 1.0, 0.5, -0.5, 1e-3, -1e-3, 6.0, -6.0, 4.0, -4.0],
+                       dtype=np.float32)
+    spread = np.linspace(-5, 5, 24, dtype=np.float32)
+    base = np.concatenate([special, spread]).reshape(5, 8)
+    rand3 = b.rand(2, 3, 4, lo=-4, hi=4)
+    extreme = np.array([INF, -INF, NAN, 30.0, -30.0, 100.0, -100.0, 0.0], dtype=np.float32)
+    positive = b.rand(3, 5, lo=0.01, hi=10)
+    mixed_log = np.array([0.0, -0.0, -1.0, 1.0, 2.718281828, 1e-30, INF, NAN], dtype=np.float32)
+
+    ops = {
+        "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
+        "log": torch.log, "sqrt": torch.sqrt, "neg": torch.neg, "abs": torch.abs, "erf": torch.erf,
+    }
+    for name, fn in ops.items():
+        b.case(f"{name} around 0 and breakpoints", name, [("x", base)], fn(T(base)))
+        b.case(f"{name} rank 3", name, [("x", rand3)], fn(T(rand3)))
+        b.case(f"{name} of inf, nan and large values", name, [("x", extreme)], fn(T(extreme)))
+    for name in ("log", "sqrt"):
+        b.case(f"{name} of positive values", name, [("x", positive)], ops[name](T(positive)))
+        b.case(f"{name} of 0, -0, negatives, tiny, inf, nan", name, [("x", mixed_log)], ops[name](T(mixed_log)))
+    scalar = np.array(-0.75, dtype=np.float32)
+    b.case("relu of a scalar", "relu", [("x", scalar)], torch.relu(T(scalar)))
+    b.case("exp of a scalar", "exp", [("x", scalar)], torch.exp(T(scalar)))
+
+    for alpha in (None, 0.2, 1.5, 0.0, -0.1):
+        a = 0.01 if alpha is None else alpha
+        b.case(f"leaky_relu alpha={alpha}", "leaky_relu", [("x", base)],
+               torch.where(T(base) < 0, a * T(base), T(base)), alpha=alpha)
+    b.case("leaky_relu of inf and nan", "leaky_relu", [("x", extreme)], F.leaky_relu(T(extreme), 0.01))
+
+    clips = [(None, None), (-1.0, 1.0), (-0.5, None), (None, 2.5), (0.0, 6.0), (1.0, -1.0), (2.0, 2.0),
+             (-INF, 0.5)]
+    for lo, hi in clips:
+        b.case(f"clip min={lo} max={hi}", "clip", [("x", base)],
+               torch.clamp(T(base), -INF if lo is None else lo, INF if hi is None else hi), min=lo, max=hi)
+    b.case("clip of inf and nan", "clip", [("x", extreme)], torch.clamp(T(extreme), -2.0, 2.0), min=-2.0, max=2.0)
+
+    for approx in (None, "none", "tanh"):
+        for x in (base, rand3):
+            b.case(f"gelu approximate={approx}", "gelu", [("x", x)],
+                   F.gelu(T(x), approximate=approx or "none"), approximate=approx)
+
+    def hardsigmoid(x, alpha, beta):
+        return torch.clamp(alpha * T(x) + beta, 0.0, 1.0)
+
+    for alpha, beta in ((None, None), (1 / 6, 0.5), (0.5, None), (None, 0.25), (-0.3, 0.6), (2.0, -1.0)):
+        b.case(f"hardsigmoid alpha={alpha} beta={beta}", "hardsigmoid", [("x", base)],
+               hardsigmoid(base, 0.2 if alpha is None else alpha, 0.5 if beta is None else beta),
+               alpha=alpha, beta=beta)
+    b.case("hardsigmoid rank 3", "hardsigmoid", [("x", rand3)], hardsigmoid(rand3, 0.2, 0.5))
+    b.case("hardsigmoid of inf and nan", "hardsigmoid", [("x", extreme[:3])], hardsigmoid(extreme[:3], 0.2, 0.5))
+    for x in (base, rand3):
+        b.case("hardswish", "hardswish", [("x", x)], F.hardswish(T(x)))
+
+
+def gen_binary(b):
+    pairs = [
+        ([3, 4], [3, 4]), ([], []), ([], [3, 4]), ([3, 4], []), ([2, 3, 4], [4]), ([4], [2, 3, 4]),
+        ([2, 1, 4], [3, 1]), ([1], [5]), ([5], [1]), ([2, 3, 4, 5], [5]), ([5], [2, 3, 4, 5]),
+        ([2, 1, 4, 1], [3, 1, 5]), ([1, 1], [3, 4]), ([3, 1], [1, 4]), ([2, 3, 1, 5], [1, 3, 4, 1]),
+        ([1, 2, 1, 3, 1], [2, 4, 1, 1]), ([6], [6]), ([2, 1, 3], [2, 4, 3]),
+    ]
+    fns = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "max": torch.maximum,
+           "min": torch.minimum}
+    for name, fn in fns.items():
+        for sa, sb in pairs:
+            a = b.rand(*sa)
+            c = b.rand(*sb)
+            if name == "div":
+                c = np.where(np.abs(c) < 0.1, np.float32(0.5), c).astype(np.float32)
+            b.case(f"{name} {sa} {sb}", name, [("a", a), ("b", c)], fn(T(a), T(c)))
+    a = np.array([1.0, -1.0, 0.0, 0.0, INF, -INF, NAN, 2.0], dtype=np.float32)
+    c = np.array([0.0, 0.0, 0.0, -0.0, 2.0, INF, 1.0, NAN], dtype=np.float32)
+    for name, fn in fns.items():
+        b.case(f"{name} of zeros, infs and nans", name, [("a", a), ("b", c)], fn(T(a), T(c)))
+    a = np.array([1.0, 3.0, -2.0, 5.0], dtype=np.float32)
+    c = np.array([1.0, -3.0, -2.0, 5.0], dtype=np.float32)
+    b.case("max with ties", "max", [("a", a), ("b", c)], torch.maximum(T(a), T(c)))
+    b.case("min with ties", "min", [("a", a), ("b", c)], torch.minimum(T(a), T(c)))
+
+    # pow: positive bases with real exponents, negative bases with integer exponents
+    for sa, sb in pairs[:12]:
+        a = b.rand(*sa, lo=0.1, hi=3.0)
+        e = b.rand(*sb, lo=-2.0, hi=2.0)
+        b.case(f"pow {sa} {sb}", "pow", [("a", a), ("b", e)], torch.pow(T(a), T(e)))
+    a = b.rand(3, 4, lo=-3, hi=3)
+    e = np.array([0.0, 1.0, 2.0, 3.0], dtype=np.float32)
+    b.case("pow negative bases, integer exponents", "pow", [("a", a), ("b", e)], torch.pow(T(a), T(e)))
+    e = np.array([-1.0, -2.0, 0.5, 1.5], dtype=np.float32)
+    b.case("pow mixed bases, negative and fractional exponents", "pow", [("a", a), ("b", e)],
+           torch.pow(T(a), T(e)))
+    a = np.array([0.0, 0.0, 0.0, -0.0, 2.0, -2.0, 1.0, NAN, 4.0, INF], dtype=np.float32)
+    e = np.array([0.0, -1.0, 2.0, -1.0, INF, 0.5, NAN, 0.0, -0.5, -1.0], dtype=np.float32)
+    b.case("pow edge cases", "pow", [("a", a), ("b", e)], torch.pow(T(a), T(e)))
+
+
+# ---- reductions, softmax, normalizations ----
+
+
+def gen_reduce(b):
+    def ref(name, x, axes, keep):
+        dims = tuple(range(x.dim())) if axes is None else tuple(axes)
+        if name == "sum":
+            return torch.sum(x, dim=dims, keepdim=keep)
+        if name == "mean":
+            return torch.mean(x, dim=dims, keepdim=keep)
+        return torch.amax(x, dim=dims, keepdim=keep)
+
+    shapes_axes = [
+        ([3, 4], None), ([3, 4], [0]), ([3, 4], [1]), ([3, 4], [-1]), ([2, 3, 4], [0, 2]),
+        ([2, 3, 4], [-1, -3]), ([2, 3, 4], [1]), ([2, 3, 4, 5], [1, 2]), ([2, 3, 4, 5], [0, 3]),
+        ([2, 3, 4, 5], [-2]), ([2, 3, 4, 5], None), ([2, 3, 4, 5], [0, 1, 2, 3]), ([7], None), ([7], [0]),
+        ([1, 5, 1], [0, 2]), ([2, 3, 4], [2, 0, 1]),
+    ]
+    for name in ("sum", "mean", "reduce_max"):
+        for shape, axes in shapes_axes:
+            for keep in (None, True, False):
+                x = b.rand(*shape)
+                b.case(f"{name} {shape} axes={axes} keepdims={keep}", name, [("x", x)],
+                       ref(name, T(x), axes, bool(keep)), axes=axes, keepdims=keep)
+    x = np.array([[1.0, NAN, 3.0], [INF, 2.0, -INF]], dtype=np.float32)
+    for name in ("sum", "mean", "reduce_max"):
+        b.case(f"{name} with inf and nan", name, [("x", x)], ref(name, T(x), [1], False), axes=[1])
+    x = np.full((2, 3), -5.0, dtype=np.float32)
+    b.case("reduce_max of negatives", "reduce_max", [("x", x)], ref("reduce_max", T(x), None, False))
+
+
+def gen_softmax(b):
+    cases = [([5], None), ([3, 4], None), ([3, 4], 0), ([3, 4], -2), ([2, 3, 4], 1), ([2, 3, 4], -1),
+             ([2, 3, 4], 0), ([2, 3, 4, 5], 2), ([2, 3, 4, 5], -3), ([1, 6], 1), ([4, 1], 1)]
+    for name, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+        for shape, axis in cases:
+            x = b.rand(*shape, lo=-4, hi=4)
+            b.case(f"{name} {shape} axis={axis}", name, [("x", x)], fn(T(x), -1 if axis is None else axis),
+                   axis=axis)
+        x = b.rand(3, 5, lo=-1, hi=1) + np.array([[1000], [-1000], [80]], dtype=np.float32)
+        b.case(f"{name} of large values", name, [("x", x)], fn(T(x), -1))
+        x = np.array([[1000.0, 0.0, -1000.0, 999.0], [-INF, 0.0, 1.0, -INF]], dtype=np.float32)
+        b.case(f"{name} of extreme values", name, [("x", x)], fn(T(x), 1), axis=1)
+        b.case(f"{name} with all-equal values", name, [("x", np.full((2, 4), 3.0, np.float32))],
+               fn(T(np.full((2, 4), 3.0, np.float32)), -1))
+
+
+def gen_norm(b):
+    for shape in ([4, 3], [2, 3, 5], [2, 3, 4, 4], [1, 2, 3, 2, 3]):
+        for layout in (None, "nhwc"):
+            c = shape[-1] if layout == "nhwc" else shape[1]
+            for eps in (None, 1e-3):
+                x = b.rand(*shape)
+                scale, bias, mean = b.rand(c), b.rand(c), b.rand(c, lo=-1, hi=1)
+                var = b.rand(c, lo=0.1, hi=2.0)
+                xt = T(x)
+                if layout == "nhwc":
+                    xt = xt.movedim(-1, 1)
+                y = F.batch_norm(xt, T(mean), T(var), T(scale), T(bias), False, 0.0, 1e-5 if eps is None else eps)
+                if layout == "nhwc":
+                    y = y.movedim(1, -1)
+                b.case(f"batch_norm {shape} layout={layout} epsilon={eps}", "batch_norm",
+                       [("x", x), ("scale", scale), ("bias", bias), ("mean", mean), ("var", var)], y,
+                       epsilon=eps, layout=layout)
+
+    def layer_norm(x, axis, scale, bias, eps):
+        xt = T(x)
+        axis = axis % x.ndim
+        dims = tuple(range(axis, x.ndim))
+        mean = xt.mean(dim=dims, keepdim=True)
+        var = ((xt - mean) ** 2).mean(dim=dims, keepdim=True)
+        y = (xt - mean) / torch.sqrt(var + eps)
+        if scale is not None:
+            y = y * T(scale)
+        if bias is not None:
+            y = y + T(bias)
+        return y
+
+    cases = [([3, 5], None), ([2, 3, 4], None), ([2, 3, 4], 1), ([2, 3, 4], -2), ([2, 3, 4], 0),
+             ([2, 3, 4, 5], 2), ([2, 3, 4, 5], -1), ([6], 0)]
+    for shape, given in cases:
+        axis = -1 if given is None else given
+        norm = shape[axis % len(shape):]
+        for with_scale, with_bias in ((True, True), (False, False), (True, False), (False, True)):
+            x = b.rand(*shape, lo=-3, hi=3)
+            scale = b.rand(*norm) if with_scale else None
+            bias = b.rand(*norm) if with_bias else None
+            # check the torch formula against torch's own layer_norm where it applies
+            if with_scale and with_bias:
+                want = F.layer_norm(T(x), norm, T(scale), T(bias), 1e-5)
+                assert torch.allclose(want, layer_norm(x, axis, scale, bias, 1e-5))
+            b.case(f"layer_norm {shape} axis={given} scale={with_scale} bias={with_bias}", "layer_norm",
+                   [("x", x), ("scale", scale), ("bias", bias)], layer_norm(x, axis, scale, bias, 1e-5),
+                   axis=given)
+    x = b.rand(2, 3, 4)
+    scale, bias = b.rand(4), b.rand(1)
+    b.case("layer_norm axis=1, scale and bias broadcast to [3, 4]", "layer_norm",
+           [("x", x), ("scale", scale), ("bias", bias)], layer_norm(x, 1, scale, bias, 1e-5), axis=1)
+    x = b.rand(2, 6) * 0.01
+    b.case("layer_norm epsilon=0.1 on small values", "layer_norm", [("x", x)], layer_norm(x, -1, None, None, 0.1),
+           epsilon=0.1)
+    x = np.full((2, 5), 7.0, np.float32)
+    b.case("layer_norm of constant rows", "layer_norm", [("x", x)], layer_norm(x, -1, None, None, 1e-5))
+
+
+# ---- linear algebra ----
+
+
+def gen_linalg(b):
+    pairs = [([4], [4]), ([3], [3, 5]), ([3], [2, 3, 5]), ([4, 3], [3]), ([2, 4, 3], [3]), ([4, 3], [3, 5]),
+             ([2, 4, 3], [3, 5]), ([4, 3], [2, 3, 5]), ([2, 1, 4, 3], [3, 3, 5]), ([1, 4, 3], [2, 3, 5]),
+             ([2, 3, 4, 3], [2, 3, 3, 2]), ([1, 1], [1, 1]), ([5, 1], [1, 6]), ([1], [1, 1]),
+             ([3, 1, 2, 4], [1, 5, 4, 2])]
+    for sa, sb in pairs:
+        a, c = b.rand(*sa), b.rand(*sb)
+        b.case(f"matmul {sa} {sb}", "matmul", [("a", a), ("b", c)], torch.matmul(T(a), T(c)))
+
+    m, k, n = 3, 4, 5
+    c_shapes = [None, [], [1], [n], [1, n], [m, 1], [m, n], [1, 1]]
+    for ta in (None, True):
+        for tb in (None, True):
+            for alpha, beta in ((None, None), (0.5, None), (None, -2.0), (1.5, 0.25), (0.0, 1.0), (1.0, 0.0)):
+                for cs in c_shapes:
+                    # keep the battery moderate: every c shape with default scalars, every scalar pair with
+                    # a full c and with c absent
+                    if not (alpha is None and beta is None) and cs not in (None, [m, n], [n]):
+                        continue
+                    a = b.rand(k, m) if ta else b.rand(m, k)
+                    bb = b.rand(n, k) if tb else b.rand(k, n)
+                    c = None if cs is None else b.rand(*cs)
+                    at = T(a).t() if ta else T(a)
+                    bt = T(bb).t() if tb else T(bb)
+                    al = 1.0 if alpha is None else alpha
+                    be = 1.0 if beta is None else beta
+                    y = al * (at @ bt)
+                    if c is not None:
+                        y = y + be * T(c)
+                    b.case(f"gemm trans_a={ta} trans_b={tb} alpha={alpha} beta={beta} c={cs}", "gemm",
+                           [("a", a), ("b", bb), ("c", c)], y, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+
+    a, bb, c = b.rand(m, k), b.rand(k, n), b.rand(m, n)
+    b.case("gemm with every attribute at its default, written out", "gemm", [("a", a), ("b", bb), ("c", c)],
+           T(a) @ T(bb) + T(c), alpha=1.0, beta=1.0, trans_a=False, trans_b=False)
+
+    for xs in ([4], [3, 4], [2, 3, 4], [2, 2, 3, 4], [1, 4]):
+        for bias in (True, False):
+            x, w = b.rand(*xs), b.rand(5, 4)
+            bb = b.rand(5) if bias else None
+            b.case(f"linear x={xs} bias={bias}", "linear", [("x", x), ("w", w), ("b", bb)],
+                   F.linear(T(x), T(w), None if bb is None else T(bb)))
+    x, w, bb = b.rand(3, 1), b.rand(2, 1), b.rand(2)
+    b.case("linear with one input feature", "linear", [("x", x), ("w", w), ("b", bb)], F.linear(T(x), T(w), T(bb)))
+
+
+# ---- convolution ----
+
+
+def spatial(v, count, fill):
+    """A list attribute as given (None: the default, one integer: every entry)."""
+    if v is None:
+        return [fill] * count
+    if isinstance(v, int):
+        return [v] * count
+    return list(v)
+
+
+def to_nchw(t, nd):
+    return t.permute(0, nd + 1, *range(1, nd + 1))
+
+
+def to_nhwc(t, nd):
+    return t.permute(0, *range(2, nd + 2), 1)
+
+
+def torch_pads(pads, nd):
+    """ONNX [b1.., e1..] as F.pad's [b_last, e_last, ..., b_first, e_first]."""
+    out = []
+    for i in reversed(range(nd)):
+        out += [pads[i], pads[i + nd]]
+    return out
+
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def conv_case(b, desc, n, c, size, o, k, groups=None, strides=None, pads=None, dilations=None, bias=True,
+              layout=None):
+    nd = len(size)
+    g = groups or 1
+    s, p, d = spatial(strides, nd, 1), spatial(pads, 2 * nd, 0), spatial(dilations, nd, 1)
+    nhwc = layout == "nhwc"
+    x = b.rand(n, *size, c) if nhwc else b.rand(n, c, *size)
+    w = b.rand(o, *k, c // g) if nhwc else b.rand(o, c // g, *k)
+    bb = b.rand(o) if bias else None
+    xt, wt = (to_nchw(T(x), nd), to_nchw(T(w), nd)) if nhwc else (T(x), T(w))
+    bt = None if bb is None else T(bb)
+    if p[:nd] == p[nd:]:
+        y = CONV[nd](xt, wt, bt, stride=s, padding=p[:nd], dilation=d, groups=g)
+    else:
+        y = CONV[nd](F.pad(xt, torch_pads(p, nd)), wt, bt, stride=s, dilation=d, groups=g)
+    if nhwc:
+        y = to_nhwc(y, nd)
+    b.case(f"conv {desc}", "conv", [("x", x), ("w", w), ("b", bb)], y, strides=strides, pads=pads,
+           dilations=dilations, groups=groups, layout=layout)
+
+
+def gen_conv(b):
+    for layout in (None, "nhwc"):
+        L = layout
+        # 1-D
+        conv_case(b, "1-D plain", 1, 2, (7,), 3, (3,), layout=L)
+        conv_case(b, "1-D stride 2 pad 1 no bias", 2, 3, (8,), 2, (3,), strides=[2], pads=[1, 1], bias=False, layout=L)
+        conv_case(b, "1-D dilation 2, asymmetric pads", 1, 2, (9,), 4, (3,), dilations=[2], pads=[0, 2], layout=L)
+        conv_case(b, "1-D groups 2", 1, 4, (6,), 6, (2,), groups=2, pads=[2, 1], layout=L)
+        conv_case(b, "1-D depthwise stride 3", 1, 3, (9,), 3, (3,), groups=3, strides=[3], layout=L)
+        # 2-D
+        conv_case(b, "2-D 3x3", 1, 2, (5, 5), 3, (3, 3), layout=L)
+        conv_case(b, "2-D 3x3 pad 1", 2, 3, (6, 5), 4, (3, 3), pads=[1, 1, 1, 1], layout=L)
+        conv_case(b, "2-D 3x3 stride 2 pad 1 (shorthand)", 1, 2, (7, 7), 3, (3, 3), strides=2, pads=1, layout=L)
+        conv_case(b, "2-D asymmetric pads", 1, 2, (5, 6), 3, (3, 3), pads=[1, 0, 1, 2], layout=L)
+        conv_case(b, "2-D asymmetric pads, stride 2", 1, 3, (7, 6), 2, (3, 2), strides=[2, 2], pads=[0, 1, 2, 0],
+                  bias=False, layout=L)
+        conv_case(b, "2-D dilations 2x1", 1, 2, (7, 6), 3, (3, 3), dilations=[2, 1], layout=L)
+        conv_case(b, "2-D dilation 2 pad 2", 1, 2, (6, 6), 2, (3, 3), dilations=[2, 2], pads=[2, 2, 2, 2], layout=L)
+        conv_case(b, "2-D groups 2", 1, 4, (5, 5), 6, (3, 3), groups=2, pads=[1, 1, 1, 1], layout=L)
+        conv_case(b, "2-D groups 3, no bias", 2, 6, (4, 5), 3, (2, 2), groups=3, bias=False, layout=L)
+        conv_case(b, "2-D depthwise", 1, 4, (6, 6), 4, (3, 3), groups=4, pads=[1, 1, 1, 1], layout=L)
+        conv_case(b, "2-D depthwise multiplier 2, stride 2", 1, 3, (7, 7), 6, (3, 3), groups=3, strides=[2, 2],
+                  layout=L)
+        conv_case(b, "2-D 1x1", 2, 5, (3, 4), 3, (1, 1), layout=L)
+        conv_case(b, "2-D 1x1 stride 2", 1, 3, (5, 5), 2, (1, 1), strides=[2, 2], bias=False, layout=L)
+        conv_case(b, "2-D kernel as large as the image", 1, 2, (4, 3), 3, (4, 3), layout=L)
+        conv_case(b, "2-D strides 2x3, non-square kernel", 1, 2, (8, 9), 3, (2, 4), strides=[2, 3], layout=L)
+        conv_case(b, "2-D stride larger than kernel", 1, 2, (9, 9), 2, (2, 2), strides=[3, 4], layout=L)
+        conv_case(b, "2-D everything", 2, 4, (9, 8), 6, (3, 2), groups=2, strides=[2, 1], pads=[2, 0, 1, 1],
+                  dilations=[1, 2], layout=L)
+        conv_case(b, "2-D pads larger than the kernel", 1, 1, (3, 3), 2, (2, 2), pads=[2, 3, 3, 2], layout=L)
+        # 3-D
+        conv_case(b, "3-D plain", 1, 2, (4, 4, 4), 2, (2, 2, 2), layout=L)
+        conv_case(b, "3-D stride 2 pad 1", 1, 2, (5, 5, 5), 3, (3, 3, 3), strides=[2, 2, 2], pads=1, layout=L)
+        conv_case(b, "3-D asymmetric pads, dilation", 1, 1, (5, 4, 5), 2, (2, 2, 3), pads=[1, 0, 0, 0, 1, 2],
+                  dilations=[2, 1, 1], layout=L)
+        conv_case(b, "3-D groups 2", 1, 4, (3, 4, 3), 2, (2, 3, 2), groups=2, bias=False, layout=L)
+
+
+def conv_transpose_case(b, desc, n, c, size, o, k, groups=None, strides=None, pads=None, output_padding=None,
+                        dilations=None, bias=True, layout=None):
+    nd = len(size)
+    g = groups or 1
+    s, p, d = spatial(strides, nd, 1), spatial(pads, 2 * nd, 0), spatial(dilations, nd, 1)
+    op = [0] * nd if output_padding is None else list(output_padding)
+    nhwc = layout == "nhwc"
+    x = b.rand(n, *size, c) if nhwc else b.rand(n, c, *size)
+    w = b.rand(c, *k, o // g) if nhwc else b.rand(c, o // g, *k)
+    bb = b.rand(o) if bias else None
+    xt, wt = (to_nchw(T(x), nd), to_nchw(T(w), nd)) if nhwc else (T(x), T(w))
+    # the ONNX definition: the full transposed convolution, output_padding zeros
+    # appended at the end, then pads cropped from each side, then the bias
+    full = CONVT[nd](xt, wt, None, stride=s, padding=0, output_padding=0, groups=g, dilation=d)
+    full = F.pad(full, torch_pads([0] * nd + op, nd))
+    index = [slice(None), slice(None)] + [slice(p[i], full.shape[2 + i] - p[i + nd]) for i in range(nd)]
+    y = full[tuple(index)]
+    if bb is not None:
+        y = y + T(bb).reshape(-1, *[1] * nd)
+    if p[:nd] == p[nd:] and all(op[i] < max(s[i], d[i]) for i in range(nd)):
+        own = CONVT[nd](xt, wt, None if bb is None else T(bb), stride=s, padding=p[:nd], output_padding=op,
+                        groups=g, dilation=d)
+        assert torch.allclose(own, y), desc
+    if nhwc:
+        y = to_nhwc(y, nd)
+    b.case(f"conv_transpose {desc}", "conv_transpose", [("x", x), ("w", w), ("b", bb)], y, strides=strides,
+           pads=pads, output_padding=output_padding, dilations=dilations, groups=groups, layout=layout)
+
+
+def gen_conv_transpose(b):
+    for layout in (None, "nhwc"):
+        L = layout
+        conv_transpose_case(b, "1-D plain", 1, 2, (5,), 3, (3,), layout=L)
+        conv_transpose_case(b, "1-D stride 2 pad 1 output_padding 1", 2, 3, (4,), 2, (3,), strides=[2], pads=[1, 1],
+                            output_padding=[1], layout=L)
+        conv_transpose_case(b, "1-D dilation 2 asymmetric pads", 1, 2, (5,), 2, (3,), dilations=[2], pads=[2, 0],
+                            bias=False, layout=L)
+        conv_transpose_case(b, "1-D groups 2 stride 3", 1, 4, (4,), 6, (2,), groups=2, strides=[3], layout=L)
+        conv_transpose_case(b, "2-D plain", 1, 2, (3, 4), 3, (3, 3), layout=L)
+        conv_transpose_case(b, "2-D stride 2", 1, 3, (4, 4), 2, (3, 3), strides=[2, 2], layout=L)
+        conv_transpose_case(b, "2-D stride 2 pad 1 output_padding 1", 2, 2, (3, 4), 3, (3, 3), strides=[2, 2],
+                            pads=[1, 1, 1, 1], output_padding=[1, 1], layout=L)
+        conv_transpose_case(b, "2-D stride 2 kernel 2 (upsampling)", 1, 4, (4, 3), 2, (2, 2), strides=2,
+                            bias=False, layout=L)
+        conv_transpose_case(b, "2-D asymmetric pads", 1, 2, (4, 4), 3, (3, 3), strides=[2, 1], pads=[0, 1, 2, 0],
+                            layout=L)
+        conv_transpose_case(b, "2-D strides 3x2 output_padding 2x1", 1, 2, (3, 3), 2, (2, 3), strides=[3, 2],
+                            output_padding=[2, 1], pads=[1, 0, 0, 1], layout=L)
+        conv_transpose_case(b, "2-D dilations", 1, 2, (4, 3), 2, (3, 2), dilations=[2, 3], pads=[1, 1, 1, 1],
+                            layout=L)
+        conv_transpose_case(b, "2-D groups 2", 1, 4, (3, 3), 4, (3, 3), groups=2, strides=[2, 2], layout=L)
+        conv_transpose_case(b, "2-D depthwise", 1, 3, (4, 4), 3, (3, 3), groups=3, pads=[1, 1, 1, 1], layout=L)
+        conv_transpose_case(b, "2-D everything", 2, 4, (3, 4), 6, (3, 2), groups=2, strides=[2, 3],
+                            pads=[1, 0, 2, 1], output_padding=[1, 2], dilations=[1, 2], layout=L)
+        conv_transpose_case(b, "2-D output_padding past the stride, within the dilation", 1, 2, (3, 3), 2, (2, 2),
+                            dilations=[3, 2], output_padding=[2, 1], layout=L)
+        conv_transpose_case(b, "3-D plain", 1, 2, (3, 3, 3), 2, (2, 2, 2), layout=L)
+        conv_transpose_case(b, "3-D stride 2 pads output_padding", 1, 2, (2, 3, 2), 3, (3, 3, 2),
+                            strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0], output_padding=[1, 0, 1], layout=L)
+        conv_transpose_case(b, "3-D groups 2 dilation", 1, 2, (2, 3, 3), 4, (2, 2, 2), groups=2,
+                            dilations=[1, 2, 1], bias=False, layout=L)
+
+
+# ---- pooling ----
+
+
+def pool_len(n, k, s, pb, pe, d, ceil):
+    """Output length: ONNX's formula, with a ceil-mode window that would start inside
+    the right padding dropped, as PyTorch does."""
+    span = n + pb + pe - ((k - 1) * d + 1)
+    out = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (out - 1) * s >= n + pb:
+        out -= 1
+    return out
+
+
+def pool_general(kind, x, k, s, p, d, ceil, include_pad):
+    """Pooling by the definition, for any pads: pad, pool without padding, keep the
+    windows the spec keeps. x is a float64 nchw tensor."""
+    nd = x.dim() - 2
+    size = list(x.shape[2:])
+    out = [pool_len(size[i], k[i], s[i], p[i], p[i + nd], d[i], ceil) for i in range(nd)]
+    # room for ceil-mode windows that run past the padded input
+    extra = [max(0, (out[i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - (size[i] + p[i] + p[i + nd])) for i in range(nd)]
+    ends = [p[i + nd] + extra[i] for i in range(nd)]
+    crop = (slice(None), slice(None)) + tuple(slice(0, o) for o in out)
+    if kind == "max":
+        xp = F.pad(x, torch_pads(p[:nd] + ends, nd), value=-INF)
+        pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nd]
+        return pool(xp, k, stride=s, dilation=d)[crop]
+    c = x.shape[1]
+    ones = torch.ones(c, 1, *k, dtype=torch.float64)
+
+    def window_sum(t):
+        return CONV[nd](t, ones, stride=s, groups=c)[crop]
+
+    sums = window_sum(F.pad(x, torch_pads(p[:nd] + ends, nd)))
+    if include_pad:
+        region = F.pad(torch.ones_like(x), torch_pads(p[:nd] + p[nd:], nd), value=1.0)
+        count = window_sum(F.pad(region, torch_pads([0] * nd + extra, nd)))
+    else:
+        count = window_sum(F.pad(torch.ones_like(x), torch_pads(p[:nd] + ends, nd)))
+    return sums / count
+
+
+def pool_case(b, desc, kind, n, c, size, kernel, strides=None, pads=None, dilations=None, ceil_mode=None,
+              count_include_pad=None, layout=None, x=None):
+    nd = len(size)
+    k, s = spatial(kernel, nd, 1), spatial(strides, nd, 1)
+    p, d = spatial(pads, 2 * nd, 0), spatial(dilations, nd, 1)
+    nhwc = layout == "nhwc"
+    if x is None:
+        x = b.rand(n, *size, c) if nhwc else b.rand(n, c, *size)
+    xt = to_nchw(T(x), nd) if nhwc else T(x)
+    ceil, incl = bool(ceil_mode), bool(count_include_pad)
+    y = pool_general(kind, xt, k, s, p, d, ceil, incl)
+    # torch's own padding, where torch accepts the pads (and avg_pool3d the input size)
+    if p[:nd] == p[nd:] and all(p[i] <= k[i] // 2 for i in range(nd)):
+        if kind == "max":
+            own = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nd](xt, k, stride=s, padding=p[:nd], dilation=d,
+                                                                          ceil_mode=ceil)
+        elif nd < 3 or all(size[i] >= k[i] for i in range(nd)):
+            own = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[nd](xt, k, stride=s, padding=p[:nd],
+                                                                          ceil_mode=ceil, count_include_pad=incl)
+        else:
+            own = y
+        assert own.shape == y.shape and torch.allclose(own, y, equal_nan=True), desc
+        y = own
+    if nhwc:
+        y = to_nhwc(y, nd)
+    attrs = dict(kernel=kernel, strides=strides, pads=pads)
+    if kind == "max":
+        attrs.update(dilations=dilations, ceil_mode=ceil_mode)
+    else:
+        attrs.update(ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    b.case(f"{kind}_pool {desc}", f"{kind}_pool", [("x", x)], y, **attrs, layout=layout)
+
+
+def gen_pool(b):
+    for layout in (None, "nhwc"):
+        L = layout
+        for kind in ("max", "avg"):
+            P = kind
+            pool_case(b, "1-D k3", P, 1, 2, (7,), [3], layout=L)
+            pool_case(b, "1-D k2 s2 pad 1", P, 2, 2, (7,), [2], strides=[2], pads=[1, 1], layout=L)
+            pool_case(b, "1-D k3 s2 ceil keeps a partial window", P, 1, 2, (6,), [3], strides=[2], ceil_mode=True,
+                      layout=L)
+            pool_case(b, "2-D k2 s2", P, 1, 3, (6, 6), [2, 2], strides=[2, 2], layout=L)
+            pool_case(b, "2-D k3 s1 pad 1 (shorthand)", P, 1, 2, (5, 5), 3, pads=1, layout=L)
+            pool_case(b, "2-D k3 s2 pad 1", P, 2, 2, (7, 6), [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], layout=L)
+            pool_case(b, "2-D k2x3 s1x2", P, 1, 2, (5, 7), [2, 3], strides=[1, 2], layout=L)
+            pool_case(b, "2-D ceil mode, last window partial", P, 1, 2, (5, 5), [2, 2], strides=[2, 2],
+                      ceil_mode=True, layout=L)
+            pool_case(b, "2-D ceil mode, same as floor", P, 1, 2, (6, 6), [2, 2], strides=[2, 2], ceil_mode=True,
+                      layout=L)
+            pool_case(b, "2-D ceil mode drops a window starting in the padding", P, 1, 2, (5, 8), [3, 3],
+                      strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=True, layout=L)
+            pool_case(b, "2-D ceil mode with pads, partial windows kept", P, 1, 2, (6, 7), [3, 2], strides=[2, 2],
+                      pads=[1, 1, 1, 1], ceil_mode=True, layout=L)
+            pool_case(b, "2-D asymmetric pads", P, 1, 2, (5, 6), [3, 3], strides=[2, 2], pads=[0, 1, 2, 1],
+                      layout=L)
+            pool_case(b, "2-D asymmetric pads, ceil mode", P, 1, 2, (6, 5), [3, 2], strides=[2, 2],
+                      pads=[1, 0, 0, 1], ceil_mode=True, layout=L)
+            pool_case(b, "2-D asymmetric pads, ceil mode dropping", P, 1, 1, (7, 4), [3, 2], strides=[3, 2],
+                      pads=[2, 0, 0, 1], ceil_mode=True, layout=L)
+            pool_case(b, "3-D k2 s2", P, 1, 2, (4, 4, 4), [2, 2, 2], strides=[2, 2, 2], layout=L)
+            pool_case(b, "3-D k3 pad 1 ceil", P, 1, 1, (5, 4, 5), [3, 3, 3], strides=[2, 2, 2], pads=1,
+                      ceil_mode=True, layout=L)
+            pool_case(b, "3-D asymmetric pads", P, 1, 2, (3, 4, 3), [2, 2, 2], pads=[1, 0, 1, 0, 1, 0], layout=L)
+        for incl in (True, False):
+            pool_case(b, f"1-D pad 1 count_include_pad={incl}", "avg", 1, 2, (6,), [3], strides=[2], pads=[1, 1],
+                      count_include_pad=incl, layout=L)
+            pool_case(b, f"2-D pad 1 count_include_pad={incl}", "avg", 2, 2, (5, 5), [3, 3], pads=[1, 1, 1, 1],
+                      count_include_pad=incl, layout=L)
+            pool_case(b, f"2-D pad 1 ceil count_include_pad={incl}: windows past the padding", "avg", 1, 2, (6, 6),
+                      [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True, count_include_pad=incl, layout=L)
+            pool_case(b, f"2-D ceil no pads count_include_pad={incl}", "avg", 1, 2, (5, 7), [2, 3],
+                      strides=[2, 2], ceil_mode=True, count_include_pad=incl, layout=L)
+            pool_case(b, f"2-D asymmetric pads count_include_pad={incl}", "avg", 1, 2, (5, 6), [3, 3],
+                      strides=[2, 2], pads=[0, 1, 2, 1], count_include_pad=incl, layout=L)
+            pool_case(b, f"2-D asymmetric pads ceil count_include_pad={incl}", "avg", 1, 2, (6, 5), [3, 2],
+                      strides=[2, 2], pads=[1, 0, 0, 1], ceil_mode=True, count_include_pad=incl, layout=L)
+            pool_case(b, f"3-D pad 1 count_include_pad={incl}", "avg", 1, 2, (4, 3, 4), [2, 3, 2],
+                      strides=[2, 1, 2], pads=1, ceil_mode=True, count_include_pad=incl, layout=L)
+        pool_case(b, "1-D dilation 2", "max", 1, 2, (8,), [3], dilations=[2], layout=L)
+        pool_case(b, "2-D dilations 2x1 stride 2", "max", 1, 2, (7, 6), [2, 3], strides=[2, 1], dilations=[2, 1],
+                  layout=L)
+        pool_case(b, "2-D dilation 2 pad 1 ceil", "max", 1, 2, (7, 7), [3, 3], strides=[2, 2], pads=1,
+                  dilations=[2, 2], ceil_mode=True, layout=L)
+        pool_case(b, "2-D dilation 2, asymmetric pads", "max", 1, 2, (6, 6), [2, 2], pads=[1, 0, 0, 1],
+                  dilations=[2, 2], layout=L)
+        pool_case(b, "3-D dilation", "max", 1, 1, (5, 4, 5), [2, 2, 2], dilations=[2, 1, 2], layout=L)
+        neg = b.rand(1, 5, 5, 2, lo=-9, hi=-1) if L else b.rand(1, 2, 5, 5, lo=-9, hi=-1)
+        pool_case(b, "2-D negative values with pads (padding is not 0)", "max", 1, 2, (5, 5), [3, 3],
+                  strides=[2, 2], pads=[1, 1, 1, 1], layout=L, x=neg)
+        neg = b.rand(1, 5, 5, 2, lo=-9, hi=-1) if L else b.rand(1, 2, 5, 5, lo=-9, hi=-1)
+        pool_case(b, "2-D negative values, asymmetric pads", "max", 1, 2, (5, 5), [2, 2], pads=[1, 0, 0, 1],
+                  layout=L, x=neg)
+        pool_case(b, "2-D dilation 2, pads 2 (wider than torch allows)", "max", 1, 2, (6, 7), [3, 3],
+                  strides=[2, 1], pads=2, dilations=[2, 2], layout=L)
+        special = b.rand(1, 4, 4, 2) if L else b.rand(1, 2, 4, 4)
+        special.flat[[0, 9, 18, 27]] = [NAN, INF, -INF, NAN]
+        for kind in ("max", "avg"):
+            pool_case(b, "2-D with nan and inf", kind, 1, 2, (4, 4), [2, 2], pads=[1, 1, 1, 1], layout=L,
+                      x=special)
+
+        for size in ((6,), (3, 5), (2, 3, 4)):
+            nd = len(size)
+            x = b.rand(2, *size, 3) if L else b.rand(2, 3, *size)
+            xt = to_nchw(T(x), nd) if L else T(x)
+            y = xt.mean(dim=tuple(range(2, nd + 2)), keepdim=True)
+            b.case(f"global_avg_pool {size}", "global_avg_pool", [("x", x)], to_nhwc(y, nd) if L else y, layout=L)
+
+        adaptive = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+        for size, out in (((6,), [3]), ((7,), [3]), ((5,), [5]), ((3,), [5]), ((6, 6), [2, 3]), ((7, 5), [3, 2]),
+                          ((5, 7), [1, 1]), ((4, 4), [6, 3]), ((5, 4, 6), [2, 3, 4]), ((3, 5, 4), [2, 2, 3])):
+            nd = len(size)
+            x = b.rand(1, *size, 2) if L else b.rand(1, 2, *size)
+            xt = to_nchw(T(x), nd) if L else T(x)
+            y = adaptive[nd](xt, out)
+            b.case(f"adaptive_avg_pool {size} -> {out}", "adaptive_avg_pool", [("x", x)],
+                   to_nhwc(y, nd) if L else y, output_size=out, layout=L)
+
+
+# ---- shape ops ----
+
+
+def onnx_slice(x, starts, ends, axes, steps):
+    r = x.ndim
+    axes = list(range(len(starts))) if axes is None else [a + r if a < 0 else a for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        dim = x.shape[ax]
+        st = st + dim if st < 0 else st
+        en = en + dim if en < 0 else en
+        if sp > 0:
+            st, en = min(max(st, 0), dim), min(max(en, 0), dim)
+        else:
+            st, en = min(max(st, 0), dim - 1), min(max(en, -1), dim - 1)
+        x = np.take(x, np.arange(st, en, sp, dtype=np.int64), axis=ax)
+    return x
+
+
+def onnx_pad(x, pads, mode, value):
+    """ONNX Pad: negative pads crop. Cropping first and padding first must agree, so
+    that the case does not depend on which of the two an implementation does."""
+    r = x.ndim
+    width = [(max(0, pads[i]), max(0, pads[i + r])) for i in range(r)]
+
+    def crop(a):
+        return a[tuple(slice(max(0, -pads[i]), a.shape[i] - max(0, -pads[i + r])) for i in range(r))]
+
+    def padded(a):
+        if mode == "constant":
+            return np.pad(a, width, mode="constant", constant_values=value)
+        return np.pad(a, width, mode=mode)
+
+    y = padded(crop(x))
+    other = crop(padded(x))
+    assert np.array_equal(y, other), pads
+    return y
+
+
+def gen_shape(b):
+    x = b.rand(2, 3, 4)
+    for shape in ([6, 4], [-1], [4, -1], [2, -1, 2], [1, 24, 1], [3, 2, 2, 2], [-1, 1]):
+        b.case(f"reshape to {shape}", "reshape", [("x", x)], torch.reshape(T(x), shape), shape=shape)
+    s = b.rand()
+    b.case("reshape a scalar to [1, 1]", "reshape", [("x", s)], T(s).reshape(1, 1), shape=[1, 1])
+    v = b.rand(1)
+    b.case("reshape [1] to a scalar", "reshape", [("x", v)], T(v).reshape([]), shape=[])
+
+    x = b.rand(2, 3, 4, 2)
+    for axis in (None, 0, 1, 2, 3, 4, -1, -3):
+        a = 1 if axis is None else axis if axis >= 0 else axis + 4
+        lead = int(np.prod(x.shape[:a]))
+        b.case(f"flatten axis={axis}", "flatten", [("x", x)], x.reshape(lead, -1), axis=axis)
+
+    for shape, perm in (([2, 3], None), ([2, 3, 4], None), ([2, 3, 4], [0, 2, 1]), ([2, 3, 4], [2, 0, 1]),
+                        ([2, 3, 4, 5], [0, 3, 1, 2]), ([2, 3, 4, 5], [0, 2, 3, 1]), ([2, 1, 3, 1, 2], [4, 2, 0, 3, 1]),
+                        ([5], None), ([3, 4], [0, 1])):
+        x = b.rand(*shape)
+        y = np.transpose(x, perm)
+        b.case(f"transpose {shape} perm={perm}", "transpose", [("x", x)], y, perm=perm)
+
+    for shapes, axis in ((([2, 3], [4, 3]), 0), (([2, 3], [2, 1], [2, 4]), 1), (([2, 3], [2, 2]), -1),
+                         (([1, 2, 3], [2, 2, 3], [3, 2, 3], [1, 2, 3]), 0), (([2, 2, 3], [2, 1, 3]), -2),
+                         (([2, 3, 1], [2, 3, 2], [2, 3, 1]), -1), (([4], [3]), 0), (([2, 3], [2, 3]), -2)):
+        xs = [b.rand(*s) for s in shapes]
+        b.case(f"concat {len(xs)} inputs axis={axis}", "concat", [(f"x{i}", x) for i, x in enumerate(xs)],
+               np.concatenate(xs, axis=axis), axis=axis)
+
+    x = b.rand(5, 6, 4)
+    slices = [
+        ([1, 0, 0], [4, 6, 4], None, None), ([0], [3], [1], None), ([-3], [-1], [0], None),
+        ([1, -2], [1000, 1000], [0, 2], None), ([-1000], [2], [1], None), ([0, 1], [5, 6], [0, 1], [2, 2]),
+        ([4], [0], [0], [-1]), ([-1], [-1000], [0], [-1]), ([10], [-10], [1], [-2]),
+        ([3, 2], [0, -5], [-1, 0], [-1, -2]),
+        ([0], [6], [-2], [3]), ([2], [2147483647], [2], None), ([1, 1, 1], [2, 2, 2], None, None),
+        ([5], [0], [1], [-1]), ([-2], [1000], [-3], [1]),
+    ]
+    for starts, ends, axes, steps in slices:
+        b.case(f"slice starts={starts} ends={ends} axes={axes} steps={steps}", "slice", [("x", x)],
+               onnx_slice(x, starts, ends, axes, steps), starts=starts, ends=ends, axes=axes, steps=steps)
+
+    x = b.rand(3, 4)
+    x3 = b.rand(2, 3, 4)
+    pads = [
+        (x, [1, 2, 0, 1], None, None), (x, [0, 0, 2, 2], "constant", 1.5), (x, [2, 1, 1, 3], "reflect", None),
+        (x, [1, 2, 2, 1], "edge", None), (x, [-1, 0, 0, -2], None, None), (x, [-1, 2, 1, -1], "constant", -3.0),
+        (x, [-1, 2, 1, -1], "edge", None), (x, [1, -1, -1, 2], "reflect", None),
+        (x3, [0, 1, 1, 1, 0, 2], "reflect", None), (x3, [1, 0, 2, 0, 2, 1], "edge", None),
+        (x3, [1, 1, 1, 1, 1, 1], None, 0.25), (x, [0, 0, 0, 0], "reflect", None),
+        (x3, [0, -1, 0, 0, -1, -3], None, None),
+    ]
+    for arr, p, mode, value in pads:
+        b.case(f"pad {list(arr.shape)} pads={p} mode={mode} value={value}", "pad", [("x", arr)],
+               onnx_pad(arr, p, mode or "constant", 0.0 if value is None else value), pads=p, mode=mode, value=value)
+
+    x = b.rand(1, 3, 1, 4, 1)
+    for axes in (None, [0], [2, 4], [-1], [0, -3, 4]):
+        y = np.squeeze(x, axis=None if axes is None else tuple(axes))
+        b.case(f"squeeze axes={axes}", "squeeze", [("x", x)], y, axes=axes)
+    x = b.rand(3, 4)
+    for axes in ([0], [2], [-1], [0, 3], [-1, -4], [1, -2], [0, 1, 2]):
+        out_rank = x.ndim + len(axes)
+        shape = list(x.shape)
+        for a in sorted(a % out_rank for a in axes):
+            shape.insert(a, 1)
+        b.case(f"unsqueeze axes={axes}", "unsqueeze", [("x", x)], x.reshape(shape), axes=axes)
+    s = b.rand()
+    b.case("unsqueeze a scalar", "unsqueeze", [("x", s)], s.reshape(1), axes=[0])
+    for arr in (b.rand(2, 3), b.rand(), b.rand(1, 2, 3, 2)):
+        b.case(f"identity {list(arr.shape)}", "identity", [("x", arr)], arr)
+
+
+BATTERIES = {
+    "unary": gen_unary, "binary": gen_binary, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
+    "linalg": gen_linalg, "conv": gen_conv, "conv_transpose": gen_conv_transpose, "pool": gen_pool,
+    "shape": gen_shape,
+}
+
+
+def main(argv):
+    names = argv[1:] or list(BATTERIES)
+    for name in names:
+        b = Battery(name, zlib.crc32(name.encode()))
+        BATTERIES[name](b)
+        b.write()
+        print(f"{name}: {len(b.expected)} cases")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
