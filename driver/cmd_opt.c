@@ -39,7 +39,6 @@ int cmd_opt(int argc, char **argv) {
     SrcFile *src;
     Graph *g;
     TensorList weights = {0};
-    o.pipeline.verify = true;
     rc = load_model(&o, false, &d, &src, &g, &weights);
     if (!rc && pipeline_run(g, &o.pipeline, &d))
         rc = EXIT_USER;

@@ -51,6 +51,7 @@ static int parse_binding(const char *arg, Binding *b, const char *usage) {
 int parse_options(int argc, char **argv, int first, const char *allowed, const char *usage, Options *o) {
     memset(o, 0, sizeof *o);
     o->pipeline.level = 2;
+    o->pipeline.verify = true; /* cheap, and catches a broken pass where it happens */
     o->pipeline.disabled = o->disabled;
     for (int i = first; i < argc; i++) {
         char *arg = argv[i];

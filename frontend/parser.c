@@ -137,7 +137,7 @@ static int parse_type(Parser *p, Type *t) {
         if (dim < 1)
             return diag_error(p->d, dloc, "dimension %lld must be positive", (long long)dim);
         numel *= (double)dim;
-        if (numel > (double)(1LL << 40))
+        if (numel > (double)KILN_MAX_NUMEL)
             return diag_error(p->d, dloc, "tensor too large");
         t->dims[t->rank++] = dim;
     }

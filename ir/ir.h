@@ -73,6 +73,8 @@ void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* ---- Types ---- */
 
 enum { KILN_MAX_RANK = 8 };
+/* The most elements a tensor may have (2^40): keeps every size product in int64. */
+#define KILN_MAX_NUMEL (1LL << 40)
 
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64 } DType;
 

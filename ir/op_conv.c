@@ -13,25 +13,6 @@
 
 enum { MAX_SPATIAL = 3 };
 
-/* A tensor seen as [outer, channel, spatial...] whatever its layout. */
-typedef struct {
-    int ns;                          /* spatial dims */
-    int64_t n, c, sp[MAX_SPATIAL];   /* sizes */
-    int64_t sn, sc, ss[MAX_SPATIAL]; /* element strides */
-} View;
-
-static View view_of(const Type *t, bool nhwc) {
-    int64_t st[KILN_MAX_RANK];
-    type_strides(t, st);
-    int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
-    View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
-    for (int i = 0; i < v.ns && i < MAX_SPATIAL; i++) {
-        v.sp[i] = t->dims[first + i];
-        v.ss[i] = st[first + i];
-    }
-    return v;
-}
-
 /* x's type with channel count c and spatial sizes sp, in the layout. */
 static Type layout_type(const Type *x, bool nhwc, int64_t c, const int64_t *sp) {
     Type t = *x;
@@ -40,19 +21,6 @@ static Type layout_type(const Type *x, bool nhwc, int64_t c, const int64_t *sp) 
     for (int i = 0; i < ns; i++)
         t.dims[first + i] = sp[i];
     return t;
-}
-
-static Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
-    return a->set ? a->loc : n->loc;
-}
-
-static int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
-    for (int i = 0; i < count; i++)
-        if (v[i] < min)
-            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
-                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
-    return 0;
 }
 
 /* The attributes both ops share. */

@@ -15,12 +15,6 @@ static double dot(const float *a, int64_t sa, const float *b, int64_t sb, int64_
     return s;
 }
 
-/* Whether t stretches to `to` by numpy broadcasting without changing `to`. */
-static bool broadcasts_to(const Type *t, const Type *to) {
-    Type b;
-    return broadcast_types(t, to, &b) && type_equal(&b, to);
-}
-
 /* ---- matmul ---- */
 
 /* An operand of matmul as a stack of matrices: a 1-D a is a row, a 1-D b a column. */

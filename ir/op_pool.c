@@ -14,52 +14,12 @@
 
 enum { MAX_SPATIAL = 3 };
 
-/* A tensor seen as [N, C, spatial...] whatever its layout. */
-typedef struct {
-    int ns;                                /* spatial dims */
-    int64_t n, c, sp[KILN_MAX_RANK - 2];   /* sizes */
-    int64_t sn, sc, ss[KILN_MAX_RANK - 2]; /* element strides */
-} View;
-
-static View view_of(const Type *t, bool nhwc) {
-    int64_t st[KILN_MAX_RANK];
-    type_strides(t, st);
-    int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
-    View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
-    for (int i = 0; i < v.ns; i++) {
-        v.sp[i] = t->dims[first + i];
-        v.ss[i] = st[first + i];
-    }
-    return v;
-}
-
 /* x's type with spatial sizes sp, in the layout. */
 static Type with_spatial(const Type *x, bool nhwc, const int64_t *sp) {
     Type t = *x;
     for (int i = 0; i < x->rank - 2; i++)
         t.dims[(nhwc ? 1 : 2) + i] = sp[i];
     return t;
-}
-
-/* The offset of element (b, c, pos...) of a view. */
-static int64_t offset(const View *v, int64_t b, int64_t c, const int64_t *pos) {
-    int64_t o = b * v->sn + c * v->sc;
-    for (int i = 0; i < v->ns; i++)
-        o += pos[i] * v->ss[i];
-    return o;
-}
-
-static Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
-    return a->set ? a->loc : n->loc;
-}
-
-static int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
-    for (int i = 0; i < count; i++)
-        if (v[i] < min)
-            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
-                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
-    return 0;
 }
 
 /* x of max_pool, avg_pool and adaptive_avg_pool: 1 to 3 spatial dims. */
@@ -115,7 +75,7 @@ int infer_pool(Graph *g, Node *n, Diag *d) {
     for (int i = 0; i < v.ns; i++) {
         int64_t extent = (a.kernel[i] - 1) * a.dilations[i] + 1;
         int64_t pb = a.pads[i], pe = a.pads[v.ns + i];
-        /* ONNX Runtime's rule; it keeps an undilated window off wholly padding */
+        /* pads within one window extent keep an undilated window off wholly padding */
         if (pb >= extent || pe >= extent)
             return diag_error(d, attr_loc(n, "pads"),
                               "%s: the pads of spatial dim %d (%lld, %lld) must be smaller than the "
@@ -146,7 +106,7 @@ static double window_max(const float *x, const View *xv, int64_t b, int64_t c, c
         }
         if (!inside)
             continue;
-        double v = x[offset(xv, b, c, p)];
+        double v = x[view_offset(xv, b, c, p)];
         if (isnan(v) || v > m)
             m = v;
     } while (next_index(k, a->kernel, xv->ns));
@@ -174,7 +134,7 @@ static double window_mean(const float *x, const View *xv, int64_t b, int64_t c, 
             inside = inside && p[s] >= 0 && p[s] < xv->sp[s];
         }
         if (inside)
-            sum += x[offset(xv, b, c, p)];
+            sum += x[view_offset(xv, b, c, p)];
     } while (next_index(k, a->kernel, xv->ns));
     return sum / (double)count;
 }
@@ -193,7 +153,7 @@ int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
                     start[s] = pos[s] * a.strides[s] - a.pads[s];
                 double v = n->op == OP_MAX_POOL ? window_max(in[0]->data, &xv, b, c, start, &a)
                                                 : window_mean(in[0]->data, &xv, b, c, start, &a, count_pad);
-                out[0]->data[offset(&yv, b, c, pos)] = (float)v;
+                out[0]->data[view_offset(&yv, b, c, pos)] = (float)v;
             } while (next_index(pos, yv.sp, yv.ns));
         }
     return 0;
@@ -226,9 +186,9 @@ int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, D
             double sum = 0;
             int64_t pos[KILN_MAX_RANK] = {0};
             do
-                sum += in[0]->data[offset(&xv, b, c, pos)];
+                sum += in[0]->data[view_offset(&xv, b, c, pos)];
             while (next_index(pos, xv.sp, xv.ns));
-            out[0]->data[offset(&yv, b, c, zero)] = (float)(sum / (double)count);
+            out[0]->data[view_offset(&yv, b, c, zero)] = (float)(sum / (double)count);
         }
     return 0;
 }
@@ -267,9 +227,9 @@ int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out,
                 do {
                     for (int s = 0; s < xv.ns; s++)
                         p[s] = start[s] + k[s];
-                    sum += in[0]->data[offset(&xv, b, c, p)];
+                    sum += in[0]->data[view_offset(&xv, b, c, p)];
                 } while (next_index(k, size, xv.ns));
-                out[0]->data[offset(&yv, b, c, pos)] = (float)(sum / (double)count);
+                out[0]->data[view_offset(&yv, b, c, pos)] = (float)(sum / (double)count);
             } while (next_index(pos, yv.sp, yv.ns));
         }
     return 0;

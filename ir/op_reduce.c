@@ -13,18 +13,6 @@
 
 #include <math.h>
 
-/* Where to point at attribute `name`: its own text when written, else the op. */
-static Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
-    return a->set ? a->loc : n->loc;
-}
-
-/* Whether t stretches to `to` by numpy broadcasting without changing `to`. */
-static bool broadcasts_to(const Type *t, const Type *to) {
-    Type b;
-    return broadcast_types(t, to, &b) && type_equal(&b, to);
-}
-
 /* ---- sum, mean, reduce_max ---- */
 
 /* Marks the dims of x that `axes` reduces; an unset or empty list reduces them all,

@@ -14,31 +14,10 @@
 #include <math.h>
 #include <string.h>
 
-/* Where to point at attribute `name`: its own text when written, else the op. */
-static Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
-    return a->set ? a->loc : n->loc;
-}
-
-/* The parser's limit on a declared tensor, applied to a scaled length or result. */
-static bool too_large(double numel) {
-    return numel > (double)(1LL << 40);
-}
-
-static int check_size(const Node *n, const Type *t, Diag *d) {
-    double numel = 1;
-    for (int k = 0; k < t->rank; k++)
-        numel *= (double)t->dims[k];
-    if (too_large(numel))
-        return diag_error(d, n->loc, "%s: the result is too large (%.0f elements)", op_table[n->op].name,
-                          numel);
-    return 0;
-}
-
 /* floor(length * scale) for entry k of the scale list a, called `what`, or -1 after
  * a diagnostic when that is not a positive size. resize rounds the scale to float32
  * first, as ONNX stores it; past FLT_MAX that rounding is undefined, and the result
- * too large either way. */
+ * is too large either way. */
 static int64_t scaled_length(const Node *n, const Attr *a, const char *what, int k, int64_t length, Diag *d) {
     const char *op = op_table[n->op].name;
     double scale = a->floats[k];

@@ -14,12 +14,6 @@
 
 #include <string.h>
 
-/* Where to point at attribute `name`: its own text when written, else the op. */
-static Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
-    return a->set ? a->loc : n->loc;
-}
-
 /* "[2, -1, 3]" into buf, for messages. */
 static const char *ints_str(const int64_t *v, int count, char *buf, size_t cap) {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -28,17 +22,6 @@ static const char *ints_str(const int64_t *v, int count, char *buf, size_t cap) 
     if (len < cap)
         snprintf(buf + len, cap - len, "]");
     return buf;
-}
-
-/* The parser's limit on a declared tensor, applied to results that can grow. */
-static int check_size(const Node *n, const Type *t, Diag *d) {
-    double numel = 1;
-    for (int k = 0; k < t->rank; k++)
-        numel *= (double)t->dims[k];
-    if (numel > (double)(1LL << 40))
-        return diag_error(d, n->loc, "%s: the result is too large (%.0f elements)", op_table[n->op].name,
-                          numel);
-    return 0;
 }
 
 /* ---- reshape, flatten, squeeze, unsqueeze, identity: the data does not move ---- */

@@ -37,7 +37,56 @@ bool broadcast_types(const Type *a, const Type *b, Type *out) {
     return true;
 }
 
+bool broadcasts_to(const Type *t, const Type *to) {
+    Type b;
+    return broadcast_types(t, to, &b) && type_equal(&b, to);
+}
+
 bool layout_is_nhwc(const Node *n) { return strcmp(node_enum(n, "layout"), "nhwc") == 0; }
+
+Loc attr_loc(const Node *n, const char *name) {
+    const Attr *a = node_attr(n, name);
+    return a->set ? a->loc : n->loc;
+}
+
+int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
+    for (int i = 0; i < count; i++)
+        if (v[i] < min)
+            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
+                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
+    return 0;
+}
+
+bool too_large(double numel) { return numel > (double)KILN_MAX_NUMEL; }
+
+int check_size(const Node *n, const Type *t, Diag *d) {
+    double numel = 1;
+    for (int k = 0; k < t->rank; k++)
+        numel *= (double)t->dims[k];
+    if (too_large(numel))
+        return diag_error(d, n->loc, "%s: the result is too large (%.0f elements)", op_table[n->op].name,
+                          numel);
+    return 0;
+}
+
+View view_of(const Type *t, bool nhwc) {
+    int64_t st[KILN_MAX_RANK];
+    type_strides(t, st);
+    int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
+    View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
+    for (int i = 0; i < v.ns; i++) {
+        v.sp[i] = t->dims[first + i];
+        v.ss[i] = st[first + i];
+    }
+    return v;
+}
+
+int64_t view_offset(const View *v, int64_t b, int64_t c, const int64_t *pos) {
+    int64_t o = b * v->sn + c * v->sc;
+    for (int i = 0; i < v->ns; i++)
+        o += pos[i] * v->ss[i];
+    return o;
+}
 
 int64_t type_strides(const Type *t, int64_t *s) {
     int64_t n = 1;

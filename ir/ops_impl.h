@@ -46,10 +46,31 @@ const char *tstr(const Type *t);
 int norm_axis(int64_t axis, int rank);
 /* Numpy broadcasting of a and b into out; false when incompatible. */
 bool broadcast_types(const Type *a, const Type *b, Type *out);
-/* The index of the channel dim and the first spatial dim for a layout. */
+/* Whether t stretches to `to` by numpy broadcasting without changing `to`. */
+bool broadcasts_to(const Type *t, const Type *to);
+/* Whether the node's `layout` attribute is nhwc. */
 bool layout_is_nhwc(const Node *n);
+/* Where to point at attribute `name`: its own text when written, else the op. */
+Loc attr_loc(const Node *n, const char *name);
+/* Every v[i] (of the list attribute `name`) at least min; -1 after a diagnostic. */
+int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d);
+/* A result no larger than the parser allows a declared tensor; -1 after a diagnostic. */
+int check_size(const Node *n, const Type *t, Diag *d);
+bool too_large(double numel);
 
 /* ---- Helpers for kernels ---- */
+
+/* An activation or conv weight seen as [outer, channel, spatial...] whatever its
+ * layout: channel dim 1 for nchw, the last for nhwc. */
+typedef struct {
+    int ns;                                /* spatial dims */
+    int64_t n, c, sp[KILN_MAX_RANK - 2];   /* sizes */
+    int64_t sn, sc, ss[KILN_MAX_RANK - 2]; /* element strides */
+} View;
+
+View view_of(const Type *t, bool nhwc);
+/* The offset of element (b, c, pos...) of a view. */
+int64_t view_offset(const View *v, int64_t b, int64_t c, const int64_t *pos);
 
 /* Row-major strides of t into s; returns the element count. */
 int64_t type_strides(const Type *t, int64_t *s);
