@@ -25,8 +25,8 @@ int cmd_opt(int argc, char **argv) {
             printf("  %-12s -O%d  %s\n", pass_list[i].name, pass_list[i].level, pass_list[i].summary);
         return 0;
     }
-    int rc = parse_options(argc, argv, 2, "-o --weights --target -O --passes --no-PASS --dump-dir --list-passes",
-                           usage, &o);
+    int rc = parse_options(argc, argv, 2,
+                           "-o --weights --target -O --passes --no-PASS --dump-dir --list-passes", usage, &o);
     if (rc)
         return rc;
     if (o.list_passes) {

@@ -96,8 +96,8 @@ int cmd_run(int argc, char **argv) {
         fputs(usage, stdout);
         return 0;
     }
-    int rc = parse_options(argc, argv, 2, "-o --weights --input --output --target -O --passes --no-PASS --dump-dir",
-                           usage, &o);
+    int rc = parse_options(
+        argc, argv, 2, "-o --weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
     if (rc)
         return rc;
     if (has_duplicate(o.inputs, o.n_inputs, "--input") || has_duplicate(o.outputs, o.n_outputs, "--output"))

@@ -35,7 +35,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
 
 /* Reads and parses the model, checks it, and reads the weights (every param without
  * an initializer must have one when require_weights). 0 or EXIT_USER. */
-int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g, TensorList *weights);
+int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
+               TensorList *weights);
 
 int cmd_run(int argc, char **argv);
 int cmd_opt(int argc, char **argv);

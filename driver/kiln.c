@@ -143,7 +143,8 @@ static int check_weights(const Graph *g, const TensorList *w, bool require_all, 
     return 0;
 }
 
-int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g, TensorList *weights) {
+int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
+               TensorList *weights) {
     *src = NULL;
     *g = NULL;
     if (ends_with(o->model, ".onnx") || ends_with(o->model, ".so")) {

@@ -28,7 +28,7 @@ typedef struct {
     Loc loc;
     const char *start; /* the token's text in the source */
     int len;
-    char *text;  /* T_QUOTED: the unescaped contents (owned by the lexer's arena) */
+    char *text; /* T_QUOTED: the unescaped contents (owned by the lexer's arena) */
     int64_t ival;
     double fval;
 } Token;

@@ -25,8 +25,12 @@ static bool is_ident_start(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static bool is_ident_char(char c) { return is_ident_start(c) || (c >= '0' && c <= '9') || c == '.'; }
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_ident_char(char c) {
+    return is_ident_start(c) || (c >= '0' && c <= '9') || c == '.';
+}
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 bool tok_is(const Token *t, const char *word) {
     return t->kind == T_IDENT && (int)strlen(word) == t->len && memcmp(t->start, word, (size_t)t->len) == 0;
@@ -185,10 +189,24 @@ Token lex_next(Lexer *lx) {
         case '=': t.kind = T_EQ; break;
         case ',': t.kind = T_COMMA; break;
         case ':': t.kind = T_COLON; break;
-        case '(': t.kind = T_LPAREN; lx->depth++; break;
-        case ')': t.kind = T_RPAREN; if (lx->depth > 0) lx->depth--; break;
-        case '[': t.kind = T_LBRACK; lx->depth++; break;
-        case ']': t.kind = T_RBRACK; if (lx->depth > 0) lx->depth--; break;
+        case '(':
+            t.kind = T_LPAREN;
+            lx->depth++;
+            break;
+        case ')':
+            t.kind = T_RPAREN;
+            if (lx->depth > 0)
+                lx->depth--;
+            break;
+        case '[':
+            t.kind = T_LBRACK;
+            lx->depth++;
+            break;
+        case ']':
+            t.kind = T_RBRACK;
+            if (lx->depth > 0)
+                lx->depth--;
+            break;
         case '"': return lex_quoted(lx, p);
         default:
             if (is_digit(*p) || (*p == '-' && (is_digit(p[1]) || strncmp(p + 1, "inf", 3) == 0)) ||

@@ -58,8 +58,8 @@ static int parse_name(Parser *p, const char **name, Loc *loc) {
         if (!*name)
             return diag_error(p->d, *loc, "out of memory");
     } else if (p->tok.kind == T_IDENT || p->tok.kind == T_FLOAT) {
-        return diag_error(p->d, *loc, "'%.*s' is a keyword; quote it to use it as a name",
-                          p->tok.len, p->tok.start);
+        return diag_error(p->d, *loc, "'%.*s' is a keyword; quote it to use it as a name", p->tok.len,
+                          p->tok.start);
     } else {
         return error_at_tok(p, "a name");
     }
@@ -74,7 +74,8 @@ static int parse_use(Parser *p, int *id) {
         return -1;
     *id = graph_find(p->g, name);
     if (*id < 0)
-        return diag_error(p->d, loc, "'%s' is not defined (a name must be defined before its first use)", name);
+        return diag_error(p->d, loc, "'%s' is not defined (a name must be defined before its first use)",
+                          name);
     return 0;
 }
 
@@ -281,8 +282,8 @@ static int convert_attr(Parser *p, OpId op, const AttrSpec *s, const RawValue *v
         ok = v->kind == V_WORD || v->kind == V_STRING;
         a->s = v->s;
         if (ok && s->kind == A_ENUM && !enum_has(s->choices, v->s)) {
-            diag_error(p->d, v->loc, "%s's '%s' must be one of %s, got '%s'", op_table[op].name,
-                       s->name, s->choices, v->s);
+            diag_error(p->d, v->loc, "%s's '%s' must be one of %s, got '%s'", op_table[op].name, s->name,
+                       s->choices, v->s);
             return signature_note(p, op);
         }
         break;
@@ -449,16 +450,15 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
     }
     for (int i = 0; i < n_args; i++)
         if (args[i] < 0 && (i < lo || hi < 0)) {
-            diag_error(p->d, arg_locs[i], "input %d of %s is required and cannot be '_'", i + 1,
-                       info->name);
+            diag_error(p->d, arg_locs[i], "input %d of %s is required and cannot be '_'", i + 1, info->name);
             return signature_note(p, (OpId)op);
         }
     while (n_args > lo && args[n_args - 1] < 0)
         n_args--; /* `conv(x, w, _)` is `conv(x, w)` */
     int want_results = op == OP_GRAD ? n_args - 1 : 1;
     if (n_results != want_results)
-        return diag_error(p->d, results[0].loc, "%s gives %d result%s, but %d name%s assigned",
-                          info->name, want_results, want_results == 1 ? "" : "s", n_results,
+        return diag_error(p->d, results[0].loc, "%s gives %d result%s, but %d name%s assigned", info->name,
+                          want_results, want_results == 1 ? "" : "s", n_results,
                           n_results == 1 ? " is" : "s are");
 
     Node *n = graph_add_node(p->g, (OpId)op, n_args, n_results, op_loc);
@@ -490,7 +490,8 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
             if (!type_equal(&t, inferred)) {
                 char a[128], b[128];
                 return diag_error(p->d, tloc, "declared type %s of '%s' does not match the inferred type %s",
-                                  type_str(&t, a, sizeof a), results[i].name, type_str(inferred, b, sizeof b));
+                                  type_str(&t, a, sizeof a), results[i].name,
+                                  type_str(inferred, b, sizeof b));
             }
             if (i == 0)
                 n->type_loc = tloc;
@@ -563,7 +564,8 @@ static int parse_init(Parser *p, ParamInit *init) {
         init->kind = tok_is(&p->tok, "uniform") ? INIT_UNIFORM : INIT_NORMAL;
         args = 2;
     } else {
-        return error_at_tok(p, "an initializer (zeros, ones, fill(v), uniform(lo, hi, seed=N), normal(mean, std, seed=N))");
+        return error_at_tok(
+            p, "an initializer (zeros, ones, fill(v), uniform(lo, hi, seed=N), normal(mean, std, seed=N))");
     }
     if (advance(p) || expect(p, T_LPAREN, "'('") || parse_number(p, &init->a))
         return -1;
@@ -593,8 +595,7 @@ static int parse_decl(Parser *p, OpId op) {
     const char *name;
     Loc loc;
     Type t;
-    if (advance(p) || parse_name(p, &name, &loc) || expect(p, T_COLON, "':' and a type") ||
-        parse_type(p, &t))
+    if (advance(p) || parse_name(p, &name, &loc) || expect(p, T_COLON, "':' and a type") || parse_type(p, &t))
         return -1;
     if (check_new_name(p, name, loc))
         return -1;

@@ -11,7 +11,9 @@
 
 static long allocs_left = -1;
 
-void ir_fail_alloc_after(long n) { allocs_left = n; }
+void ir_fail_alloc_after(long n) {
+    allocs_left = n;
+}
 
 static bool may_allocate(void) {
     if (allocs_left < 0)
@@ -22,10 +24,18 @@ static bool may_allocate(void) {
     return true;
 }
 
-void *ir_malloc(size_t n) { return may_allocate() ? malloc(n ? n : 1) : NULL; }
-void *ir_calloc(size_t n, size_t size) { return may_allocate() ? calloc(n ? n : 1, size ? size : 1) : NULL; }
-void *ir_realloc(void *p, size_t n) { return may_allocate() ? realloc(p, n ? n : 1) : NULL; }
-void ir_free(void *p) { free(p); }
+void *ir_malloc(size_t n) {
+    return may_allocate() ? malloc(n ? n : 1) : NULL;
+}
+void *ir_calloc(size_t n, size_t size) {
+    return may_allocate() ? calloc(n ? n : 1, size ? size : 1) : NULL;
+}
+void *ir_realloc(void *p, size_t n) {
+    return may_allocate() ? realloc(p, n ? n : 1) : NULL;
+}
+void ir_free(void *p) {
+    free(p);
+}
 
 char *ir_strdup(const char *s) {
     size_t n = strlen(s) + 1;
@@ -36,8 +46,8 @@ char *ir_strdup(const char *s) {
 }
 
 _Noreturn void kiln_assert_fail(const char *cond, const char *file, int line) {
-    fprintf(stderr, "kiln: internal error: assertion '%s' failed at %s:%d (this is a bug in kiln)\n",
-            cond, file, line);
+    fprintf(stderr, "kiln: internal error: assertion '%s' failed at %s:%d (this is a bug in kiln)\n", cond,
+            file, line);
     abort();
 }
 
@@ -75,7 +85,9 @@ char *arena_strndup(Arena *a, const char *s, size_t n) {
     return r;
 }
 
-char *arena_strdup(Arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+char *arena_strdup(Arena *a, const char *s) {
+    return arena_strndup(a, s, strlen(s));
+}
 
 void arena_free(Arena *a) {
     for (ArenaBlock *b = a->head, *next; b; b = next) {

@@ -150,7 +150,9 @@ void graph_remove_nodes(Graph *g, const bool *dead) {
     g->n_nodes = kept;
 }
 
-int infer_node(Graph *g, Node *n, Diag *d) { return op_table[n->op].infer(g, n, d); }
+int infer_node(Graph *g, Node *n, Diag *d) {
+    return op_table[n->op].infer(g, n, d);
+}
 
 int infer_decl(Graph *g, Node *n, Diag *d) {
     (void)g, (void)n, (void)d;

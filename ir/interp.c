@@ -91,8 +91,8 @@ static int eval_node(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
     return rc;
 }
 
-int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs,
-               Tensor **outputs, Diag *d) {
+int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs, Tensor **outputs,
+               Diag *d) {
     Tensor **vals = ir_calloc((size_t)g->n_values + 1, sizeof *vals);
     int *last_use = ir_malloc(sizeof(int) * ((size_t)g->n_values + 1));
     int rc = 0, next_input = 0;

@@ -28,8 +28,7 @@ char *ir_strdup(const char *s);
 /* After n more successful allocations, every allocation fails; n < 0 disables. */
 void ir_fail_alloc_after(long n);
 
-#define KILN_ASSERT(cond)                                                                  \
-    ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
+#define KILN_ASSERT(cond) ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
 _Noreturn void kiln_assert_fail(const char *cond, const char *file, int line);
 
 /* ---- Arena ---- */
@@ -149,9 +148,9 @@ typedef struct {
 
 typedef struct {
     bool set;
-    int n;      /* list length */
-    int64_t i;  /* A_INT, A_BOOL */
-    double f;   /* A_FLOAT */
+    int n;         /* list length */
+    int64_t i;     /* A_INT, A_BOOL */
+    double f;      /* A_FLOAT */
     const char *s; /* A_ENUM, A_STRING */
     int64_t *ints;
     double *floats;
@@ -179,7 +178,7 @@ typedef int (*EvalFn)(const struct Node *n, const Tensor *const *in, Tensor **ou
 
 typedef struct {
     const char *name;
-    const char *inputs; /* "x, w, b?" or "x1, ..." (variadic) */
+    const char *inputs;    /* "x, w, b?" or "x1, ..." (variadic) */
     const AttrSpec *attrs; /* terminated by an entry with a NULL name */
     int n_attrs;
     InferFn infer;
@@ -288,7 +287,7 @@ int param_init_fill(const ParamInit *init, Tensor *t);
 int param_value(const Graph *g, const Node *param, const TensorList *weights, Tensor **out, Diag *d);
 /* Runs the graph. inputs[i] is the i-th declared input (types already checked by
  * the caller); outputs[i] receives a new tensor for the i-th output. */
-int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs,
-               Tensor **outputs, Diag *d);
+int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs, Tensor **outputs,
+               Diag *d);
 
 #endif

@@ -41,8 +41,7 @@ static double unary(const Node *n, double x) {
         if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
             return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
         return 0.5 * x * (1 + erf(x / sqrt(2)));
-    case OP_HARDSIGMOID:
-        return fmax(0, fmin(1, node_float(n, "alpha") * x + node_float(n, "beta")));
+    case OP_HARDSIGMOID: return fmax(0, fmin(1, node_float(n, "alpha") * x + node_float(n, "beta")));
     case OP_HARDSWISH: return x * fmax(0, fmin(1, x / 6 + 0.5));
     case OP_IDENTITY: return x;
     default: KILN_ASSERT(!"not a unary op");

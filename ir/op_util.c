@@ -9,7 +9,9 @@ const Type *in_type(const Graph *g, const Node *n, int i) {
     return &g->values[n->in[i]].type;
 }
 
-void set_out_type(Graph *g, Node *n, int i, Type t) { g->values[n->out[i]].type = t; }
+void set_out_type(Graph *g, Node *n, int i, Type t) {
+    g->values[n->out[i]].type = t;
+}
 
 const char *tstr(const Type *t) {
     static char bufs[4][160];
@@ -42,7 +44,9 @@ bool broadcasts_to(const Type *t, const Type *to) {
     return broadcast_types(t, to, &b) && type_equal(&b, to);
 }
 
-bool layout_is_nhwc(const Node *n) { return strcmp(node_enum(n, "layout"), "nhwc") == 0; }
+bool layout_is_nhwc(const Node *n) {
+    return strcmp(node_enum(n, "layout"), "nhwc") == 0;
+}
 
 Loc attr_loc(const Node *n, const char *name) {
     const Attr *a = node_attr(n, name);
@@ -57,7 +61,9 @@ int check_min(const Node *n, const char *name, const int64_t *v, int count, int6
     return 0;
 }
 
-bool too_large(double numel) { return numel > (double)KILN_MAX_NUMEL; }
+bool too_large(double numel) {
+    return numel > (double)KILN_MAX_NUMEL;
+}
 
 int check_size(const Node *n, const Type *t, Diag *d) {
     double numel = 1;

@@ -9,17 +9,28 @@
 #include <math.h>
 #include <string.h>
 
-#define INT(nm, d) {nm, A_INT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define INT_REQ(nm) {nm, A_INT, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY}
-#define FLOAT(nm, d) {nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define BOOL(nm, d) {nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define ENUM(nm, d, choices) {nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY}
-#define INTS(nm, fill, len) {nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len}
-#define INTS_REQ(nm, len) {nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len}
-#define INTS_OPT(nm, shown, len) {nm, A_INTS, DEF_NONE, 0, shown, NULL, len}
-#define FLOATS_OPT(nm, shown, len) {nm, A_FLOATS, DEF_NONE, 0, shown, NULL, len}
+/* clang-format off: the schema table reads best as written */
+#define INT(nm, d)                                                                                           \
+    { nm, A_INT, DEF_VALUE, d, NULL, NULL, LEN_ANY }
+#define INT_REQ(nm)                                                                                          \
+    { nm, A_INT, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY }
+#define FLOAT(nm, d)                                                                                         \
+    { nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY }
+#define BOOL(nm, d)                                                                                          \
+    { nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY }
+#define ENUM(nm, d, choices)                                                                                 \
+    { nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY }
+#define INTS(nm, fill, len)                                                                                  \
+    { nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len }
+#define INTS_REQ(nm, len)                                                                                    \
+    { nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len }
+#define INTS_OPT(nm, shown, len)                                                                             \
+    { nm, A_INTS, DEF_NONE, 0, shown, NULL, len }
+#define FLOATS_OPT(nm, shown, len)                                                                           \
+    { nm, A_FLOATS, DEF_NONE, 0, shown, NULL, len }
 #define LAYOUT ENUM("layout", "nchw", "nchw|nhwc")
-#define END {NULL, 0, 0, 0, NULL, NULL, 0}
+#define END                                                                                                  \
+    { NULL, 0, 0, 0, NULL, NULL, 0 }
 
 static const AttrSpec NO_ATTRS[] = {END};
 static const AttrSpec attrs_leaky_relu[] = {FLOAT("alpha", 0.01), END};
@@ -32,22 +43,35 @@ static const AttrSpec attrs_batch_norm[] = {FLOAT("epsilon", 1e-5), LAYOUT, END}
 static const AttrSpec attrs_layer_norm[] = {INT("axis", -1), FLOAT("epsilon", 1e-5), END};
 static const AttrSpec attrs_gemm[] = {FLOAT("alpha", 1), FLOAT("beta", 1), BOOL("trans_a", 0),
                                       BOOL("trans_b", 0), END};
-static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-                                      INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
+static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL),
+                                      INTS("pads", 0, LEN_PADS),
+                                      INTS("dilations", 1, LEN_SPATIAL),
+                                      INT("groups", 1),
+                                      LAYOUT,
                                       END};
-static const AttrSpec attrs_conv_transpose[] = {
-    INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    INTS("output_padding", 0, LEN_SPATIAL), INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1),
-    LAYOUT, END};
-static const AttrSpec attrs_max_pool[] = {
-    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    INTS("dilations", 1, LEN_SPATIAL), BOOL("ceil_mode", 0), LAYOUT, END};
-static const AttrSpec attrs_avg_pool[] = {
-    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    BOOL("ceil_mode", 0), BOOL("count_include_pad", 0), LAYOUT, END};
+static const AttrSpec attrs_conv_transpose[] = {INTS("strides", 1, LEN_SPATIAL),
+                                                INTS("pads", 0, LEN_PADS),
+                                                INTS("output_padding", 0, LEN_SPATIAL),
+                                                INTS("dilations", 1, LEN_SPATIAL),
+                                                INT("groups", 1),
+                                                LAYOUT,
+                                                END};
+static const AttrSpec attrs_max_pool[] = {INTS_REQ("kernel", LEN_SPATIAL),
+                                          INTS("strides", 1, LEN_SPATIAL),
+                                          INTS("pads", 0, LEN_PADS),
+                                          INTS("dilations", 1, LEN_SPATIAL),
+                                          BOOL("ceil_mode", 0),
+                                          LAYOUT,
+                                          END};
+static const AttrSpec attrs_avg_pool[] = {INTS_REQ("kernel", LEN_SPATIAL),
+                                          INTS("strides", 1, LEN_SPATIAL),
+                                          INTS("pads", 0, LEN_PADS),
+                                          BOOL("ceil_mode", 0),
+                                          BOOL("count_include_pad", 0),
+                                          LAYOUT,
+                                          END};
 static const AttrSpec attrs_layout[] = {LAYOUT, END};
-static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ("output_size", LEN_SPATIAL), LAYOUT,
-                                                   END};
+static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ("output_size", LEN_SPATIAL), LAYOUT, END};
 static const AttrSpec attrs_resize[] = {
     INTS_OPT("sizes", "none", LEN_RANK),
     FLOATS_OPT("scales", "none", LEN_RANK),
@@ -73,13 +97,13 @@ static const AttrSpec attrs_flatten[] = {INT("axis", 1), END};
 static const AttrSpec attrs_transpose[] = {INTS_OPT("perm", "reversed", LEN_ANY), END};
 static const AttrSpec attrs_concat[] = {INT_REQ("axis"), END};
 static const AttrSpec attrs_slice[] = {INTS_REQ("starts", LEN_ANY), INTS_REQ("ends", LEN_ANY),
-                                       INTS_OPT("axes", "all", LEN_ANY),
-                                       INTS("steps", 1, LEN_ANY), END};
-static const AttrSpec attrs_pad[] = {INTS_REQ("pads", LEN_RANK2),
-                                     ENUM("mode", "constant", "constant|reflect|edge"),
-                                     FLOAT("value", 0), END};
+                                       INTS_OPT("axes", "all", LEN_ANY), INTS("steps", 1, LEN_ANY), END};
+static const AttrSpec attrs_pad[] = {
+    INTS_REQ("pads", LEN_RANK2), ENUM("mode", "constant", "constant|reflect|edge"), FLOAT("value", 0), END};
 static const AttrSpec attrs_squeeze[] = {INTS_OPT("axes", "size-1 dims", LEN_ANY), END};
 static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
+
+/* clang-format on */
 
 #define N_ATTRS(a) ((int)(sizeof(a) / sizeof(a[0])) - 1)
 
@@ -89,7 +113,9 @@ const OpInfo op_table[OP_COUNT] = {
 #undef OP
 };
 
-bool op_is_decl(OpId op) { return op == OP_INPUT || op == OP_PARAM || op == OP_CONST; }
+bool op_is_decl(OpId op) {
+    return op == OP_INPUT || op == OP_PARAM || op == OP_CONST;
+}
 
 int op_lookup(const char *name) {
     for (int i = 0; i < OP_COUNT; i++)
@@ -133,7 +159,9 @@ static const char *kind_name(AttrKind k) {
     return "?";
 }
 
-const char *attr_kind_name(AttrKind k) { return kind_name(k); }
+const char *attr_kind_name(AttrKind k) {
+    return kind_name(k);
+}
 
 void op_signature(OpId op, char *buf, size_t n) {
     const OpInfo *o = &op_table[op];
@@ -180,7 +208,9 @@ const Attr *node_attr(const Node *n, const char *name) {
     return &n->attrs[i];
 }
 
-bool node_has(const Node *n, const char *name) { return node_attr(n, name)->set; }
+bool node_has(const Node *n, const char *name) {
+    return node_attr(n, name)->set;
+}
 
 int64_t node_int(const Node *n, const char *name) {
     int i;
@@ -196,7 +226,9 @@ double node_float(const Node *n, const char *name) {
     return n->attrs[i].set ? n->attrs[i].f : s->dflt;
 }
 
-bool node_bool(const Node *n, const char *name) { return node_int(n, name) != 0; }
+bool node_bool(const Node *n, const char *name) {
+    return node_int(n, name) != 0;
+}
 
 const char *node_enum(const Node *n, const char *name) {
     int i;
@@ -289,11 +321,9 @@ int attrs_normalize(Graph *g, Node *n, Diag *d) {
         int want = expected_len(s->len, rank);
         if ((s->kind == A_INTS || s->kind == A_FLOATS) && want >= 0) {
             if (want <= 0)
-                return diag_error(d, a->loc, "%s's '%s' needs an input with %s, got rank %d",
-                                  o->name, s->name, s->len == LEN_SPATIAL || s->len == LEN_PADS
-                                                        ? "spatial dimensions"
-                                                        : "dimensions",
-                                  rank);
+                return diag_error(
+                    d, a->loc, "%s's '%s' needs an input with %s, got rank %d", o->name, s->name,
+                    s->len == LEN_SPATIAL || s->len == LEN_PADS ? "spatial dimensions" : "dimensions", rank);
             if (a->n == 1 && want > 1) {
                 if (s->kind == A_INTS) {
                     int64_t *v = arena_alloc(&g->arena, sizeof *v * (size_t)want);
@@ -313,8 +343,8 @@ int attrs_normalize(Graph *g, Node *n, Diag *d) {
                 a->n = want;
             }
             if (a->n != want)
-                return diag_error(d, a->loc, "%s's '%s' needs %d values (%s), got %d", o->name,
-                                  s->name, want, len_words(s->len), a->n);
+                return diag_error(d, a->loc, "%s's '%s' needs %d values (%s), got %d", o->name, s->name, want,
+                                  len_words(s->len), a->n);
         }
         if (equals_default(s, a))
             a->set = false;

@@ -7,8 +7,7 @@
 
 #include "ir.h"
 
-#define OP(id, name, inputs, attrs, infer, eval)                                           \
-    int infer(Graph *g, Node *n, Diag *d);
+#define OP(id, name, inputs, attrs, infer, eval) int infer(Graph *g, Node *n, Diag *d);
 #include "ops.def"
 #undef OP
 /* The reference kernels (NULL in the table has no prototype to declare). */

@@ -15,8 +15,8 @@ static bool needs_quotes(const char *s) {
     if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
         return true;
     for (const char *p = s; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '_' || *p == '.'))
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '.'))
             return true;
     for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
         if (strcmp(s, keywords[i]) == 0)
@@ -80,7 +80,11 @@ static void print_init(const ParamInit *init, FILE *f) {
     case INIT_NONE: return;
     case INIT_ZEROS: fputs(" = zeros", f); return;
     case INIT_ONES: fputs(" = ones", f); return;
-    case INIT_FILL: fputs(" = fill(", f); print_double(init->a, f); fputc(')', f); return;
+    case INIT_FILL:
+        fputs(" = fill(", f);
+        print_double(init->a, f);
+        fputc(')', f);
+        return;
     case INIT_UNIFORM:
     case INIT_NORMAL:
         fputs(init->kind == INIT_UNIFORM ? " = uniform(" : " = normal(", f);

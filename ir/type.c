@@ -111,5 +111,9 @@ static void shortest(double v, int max_prec, bool as_float, char *buf, size_t n)
     }
 }
 
-void format_double(double v, char *buf, size_t n) { shortest(v, 17, false, buf, n); }
-void format_float(float v, char *buf, size_t n) { shortest(v, 9, true, buf, n); }
+void format_double(double v, char *buf, size_t n) {
+    shortest(v, 17, false, buf, n);
+}
+void format_float(float v, char *buf, size_t n) {
+    shortest(v, 9, true, buf, n);
+}

@@ -12,8 +12,8 @@
 static int fail(Diag *d, const Graph *g, int node, const char *rule) {
     const Node *n = g->nodes[node];
     const char *name = n->n_out > 0 && n->out[0] >= 0 ? g->values[n->out[0]].name : "?";
-    return diag_error(d, (Loc){0}, "verifier: node %d (%s defining '%s'): %s", node,
-                      op_table[n->op].name, name, rule);
+    return diag_error(d, (Loc){0}, "verifier: node %d (%s defining '%s'): %s", node, op_table[n->op].name,
+                      name, rule);
 }
 
 int verify_graph(Graph *g, Diag *d) {

@@ -22,12 +22,12 @@ extern const int pass_count;
 const Pass *pass_find(const char *name);
 
 typedef struct {
-    int level;               /* -O0, -O1, -O2 */
-    const char *only;        /* --passes=a,b,c: exactly these, in this order; NULL: by level */
-    const char **disabled;   /* --no-PASS */
+    int level;             /* -O0, -O1, -O2 */
+    const char *only;      /* --passes=a,b,c: exactly these, in this order; NULL: by level */
+    const char **disabled; /* --no-PASS */
     int n_disabled;
-    const char *dump_dir;    /* --dump-dir */
-    bool verify;             /* run the verifier after every pass */
+    const char *dump_dir; /* --dump-dir */
+    bool verify;          /* run the verifier after every pass */
 } PipelineOptions;
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */

@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
         }
     }
     if (bad)
-        fprintf(stderr, "%lld of %lld values differ; largest error %.3g\n", (long long)bad, (long long)n, worst);
+        fprintf(stderr, "%lld of %lld values differ; largest error %.3g\n", (long long)bad, (long long)n,
+                worst);
     tensor_free(got);
     tensor_free(want);
     return rc;

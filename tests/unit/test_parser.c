@@ -143,8 +143,14 @@ static void test_format_double(void **state) {
     struct {
         double v;
         const char *text;
-    } cases[] = {{1e-5, "1e-5"}, {0.1, "0.1"}, {2, "2"}, {-0.75, "-0.75"}, {1e20, "1e20"},
-                 {1.0 / 3, "0.3333333333333333"}, {-INFINITY, "-inf"}, {123456789, "123456789"}};
+    } cases[] = {{1e-5, "1e-5"},
+                 {0.1, "0.1"},
+                 {2, "2"},
+                 {-0.75, "-0.75"},
+                 {1e20, "1e20"},
+                 {1.0 / 3, "0.3333333333333333"},
+                 {-INFINITY, "-inf"},
+                 {123456789, "123456789"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         format_double(cases[i].v, buf, sizeof buf);
         assert_string_equal(buf, cases[i].text);
