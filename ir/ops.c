@@ -9,28 +9,19 @@
 #include <math.h>
 #include <string.h>
 
-/* clang-format off: the schema table reads best as written */
-#define INT(nm, d)                                                                                           \
-    { nm, A_INT, DEF_VALUE, d, NULL, NULL, LEN_ANY }
-#define INT_REQ(nm)                                                                                          \
-    { nm, A_INT, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY }
-#define FLOAT(nm, d)                                                                                         \
-    { nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY }
-#define BOOL(nm, d)                                                                                          \
-    { nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY }
-#define ENUM(nm, d, choices)                                                                                 \
-    { nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY }
-#define INTS(nm, fill, len)                                                                                  \
-    { nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len }
-#define INTS_REQ(nm, len)                                                                                    \
-    { nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len }
-#define INTS_OPT(nm, shown, len)                                                                             \
-    { nm, A_INTS, DEF_NONE, 0, shown, NULL, len }
-#define FLOATS_OPT(nm, shown, len)                                                                           \
-    { nm, A_FLOATS, DEF_NONE, 0, shown, NULL, len }
+/* The schema tables read best as written. */
+/* clang-format off */
+#define INT(nm, d) {nm, A_INT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
+#define INT_REQ(nm) {nm, A_INT, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY}
+#define FLOAT(nm, d) {nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
+#define BOOL(nm, d) {nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY}
+#define ENUM(nm, d, choices) {nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY}
+#define INTS(nm, fill, len) {nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len}
+#define INTS_REQ(nm, len) {nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len}
+#define INTS_OPT(nm, shown, len) {nm, A_INTS, DEF_NONE, 0, shown, NULL, len}
+#define FLOATS_OPT(nm, shown, len) {nm, A_FLOATS, DEF_NONE, 0, shown, NULL, len}
 #define LAYOUT ENUM("layout", "nchw", "nchw|nhwc")
-#define END                                                                                                  \
-    { NULL, 0, 0, 0, NULL, NULL, 0 }
+#define END {NULL, 0, 0, 0, NULL, NULL, 0}
 
 static const AttrSpec NO_ATTRS[] = {END};
 static const AttrSpec attrs_leaky_relu[] = {FLOAT("alpha", 0.01), END};
@@ -43,35 +34,22 @@ static const AttrSpec attrs_batch_norm[] = {FLOAT("epsilon", 1e-5), LAYOUT, END}
 static const AttrSpec attrs_layer_norm[] = {INT("axis", -1), FLOAT("epsilon", 1e-5), END};
 static const AttrSpec attrs_gemm[] = {FLOAT("alpha", 1), FLOAT("beta", 1), BOOL("trans_a", 0),
                                       BOOL("trans_b", 0), END};
-static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL),
-                                      INTS("pads", 0, LEN_PADS),
-                                      INTS("dilations", 1, LEN_SPATIAL),
-                                      INT("groups", 1),
-                                      LAYOUT,
+static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+                                      INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
                                       END};
-static const AttrSpec attrs_conv_transpose[] = {INTS("strides", 1, LEN_SPATIAL),
-                                                INTS("pads", 0, LEN_PADS),
-                                                INTS("output_padding", 0, LEN_SPATIAL),
-                                                INTS("dilations", 1, LEN_SPATIAL),
-                                                INT("groups", 1),
-                                                LAYOUT,
-                                                END};
-static const AttrSpec attrs_max_pool[] = {INTS_REQ("kernel", LEN_SPATIAL),
-                                          INTS("strides", 1, LEN_SPATIAL),
-                                          INTS("pads", 0, LEN_PADS),
-                                          INTS("dilations", 1, LEN_SPATIAL),
-                                          BOOL("ceil_mode", 0),
-                                          LAYOUT,
-                                          END};
-static const AttrSpec attrs_avg_pool[] = {INTS_REQ("kernel", LEN_SPATIAL),
-                                          INTS("strides", 1, LEN_SPATIAL),
-                                          INTS("pads", 0, LEN_PADS),
-                                          BOOL("ceil_mode", 0),
-                                          BOOL("count_include_pad", 0),
-                                          LAYOUT,
-                                          END};
+static const AttrSpec attrs_conv_transpose[] = {
+    INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+    INTS("output_padding", 0, LEN_SPATIAL), INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1),
+    LAYOUT, END};
+static const AttrSpec attrs_max_pool[] = {
+    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+    INTS("dilations", 1, LEN_SPATIAL), BOOL("ceil_mode", 0), LAYOUT, END};
+static const AttrSpec attrs_avg_pool[] = {
+    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+    BOOL("ceil_mode", 0), BOOL("count_include_pad", 0), LAYOUT, END};
 static const AttrSpec attrs_layout[] = {LAYOUT, END};
-static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ("output_size", LEN_SPATIAL), LAYOUT, END};
+static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ("output_size", LEN_SPATIAL), LAYOUT,
+                                                   END};
 static const AttrSpec attrs_resize[] = {
     INTS_OPT("sizes", "none", LEN_RANK),
     FLOATS_OPT("scales", "none", LEN_RANK),
@@ -97,9 +75,11 @@ static const AttrSpec attrs_flatten[] = {INT("axis", 1), END};
 static const AttrSpec attrs_transpose[] = {INTS_OPT("perm", "reversed", LEN_ANY), END};
 static const AttrSpec attrs_concat[] = {INT_REQ("axis"), END};
 static const AttrSpec attrs_slice[] = {INTS_REQ("starts", LEN_ANY), INTS_REQ("ends", LEN_ANY),
-                                       INTS_OPT("axes", "all", LEN_ANY), INTS("steps", 1, LEN_ANY), END};
-static const AttrSpec attrs_pad[] = {
-    INTS_REQ("pads", LEN_RANK2), ENUM("mode", "constant", "constant|reflect|edge"), FLOAT("value", 0), END};
+                                       INTS_OPT("axes", "all", LEN_ANY),
+                                       INTS("steps", 1, LEN_ANY), END};
+static const AttrSpec attrs_pad[] = {INTS_REQ("pads", LEN_RANK2),
+                                     ENUM("mode", "constant", "constant|reflect|edge"),
+                                     FLOAT("value", 0), END};
 static const AttrSpec attrs_squeeze[] = {INTS_OPT("axes", "size-1 dims", LEN_ANY), END};
 static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
 
