@@ -8,7 +8,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char usage[] =
     "usage: kiln run MODEL [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...\n"
@@ -49,17 +48,27 @@ static int read_inputs(const Graph *g, const Options *o, Tensor **in, Diag *d) {
     }
     for (int i = 0; i < n; i++) {
         const Value *v = &g->values[ids[i]];
+        char ty[160];
+        type_str(&v->type, ty, sizeof ty);
         int b = find_binding(o->inputs, o->n_inputs, v->name);
         if (b < 0)
             return diag_error(d, (Loc){0}, "input '%s' (%s) was not given; pass --input %s=FILE.npy", v->name,
-                              type_str(&v->type, (char[160]){0}, 160), v->name);
-        if (npy_read(o->inputs[b].file, &in[i], d))
+                              ty, v->name);
+        /* the input's name and type go into every message about its file */
+        char label[512];
+        snprintf(label, sizeof label, "input '%s' (%s) from %s", v->name, ty, o->inputs[b].file);
+        unsigned char *buf;
+        size_t len;
+        if (read_file_bytes(o->inputs[b].file, &buf, &len, d))
+            return -1;
+        int rc = npy_parse(buf, len, label, &in[i], d);
+        ir_free(buf);
+        if (rc)
             return -1;
         if (!type_equal(&in[i]->type, &v->type)) {
-            char want[160], got[160];
-            return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", v->name,
-                              type_str(&v->type, want, sizeof want), o->inputs[b].file,
-                              type_str(&in[i]->type, got, sizeof got));
+            char got[160];
+            return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", v->name, ty,
+                              o->inputs[b].file, type_str(&in[i]->type, got, sizeof got));
         }
     }
     return 0;
@@ -77,17 +86,23 @@ static void print_output(const char *name, const Tensor *t) {
 }
 
 static int write_outputs(const Graph *g, const Options *o, Tensor **out, Diag *d) {
-    for (int i = 0; i < o->n_outputs; i++) {
+    const char *paths[MAX_FILES];
+    const void *bufs[MAX_FILES] = {0};
+    size_t lens[MAX_FILES];
+    int rc = 0;
+    for (int i = 0; i < o->n_outputs && !rc; i++) {
         int k = 0;
         while (strcmp(g->values[g->outputs[k]].name, o->outputs[i].name) != 0)
             k++;
-        if (npy_write(o->outputs[i].file, out[k], d)) {
-            for (int j = 0; j < i; j++) /* all or nothing */
-                unlink(o->outputs[j].file);
-            return -1;
-        }
+        paths[i] = o->outputs[i].file;
+        if (npy_encode(out[k], (unsigned char **)&bufs[i], &lens[i]))
+            rc = diag_error(d, (Loc){0}, "out of memory writing '%s'", paths[i]);
     }
-    return 0;
+    if (!rc)
+        rc = write_files_atomic(o->n_outputs, paths, bufs, lens, d);
+    for (int i = 0; i < o->n_outputs; i++)
+        ir_free((void *)bufs[i]);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -97,7 +112,7 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     int rc = parse_options(
-        argc, argv, 2, "-o --weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
+        argc, argv, 2, "--weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
     if (rc)
         return rc;
     if (has_duplicate(o.inputs, o.n_inputs, "--input") || has_duplicate(o.outputs, o.n_outputs, "--output"))

@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "compile") || !strcmp(argv[1], "bench") || !strcmp(argv[1], "import") ||
         !strcmp(argv[1], "dot")) {
         fprintf(stderr, "kiln: error: 'kiln %s' is not available in this version of kiln\n", argv[1]);
-        return EXIT_USAGE;
+        return EXIT_USER;
     }
     fprintf(stderr, "kiln: error: unknown command '%s'\n%s", argv[1], usage_main);
     return EXIT_USAGE;

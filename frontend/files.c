@@ -103,17 +103,19 @@ static mode_t new_file_mode(void) {
     return 0666 & ~mask;
 }
 
-int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d) {
+/* Writes buf to a new temporary file beside path; its name in *tmp (freed by the caller). */
+static int write_temp(const char *path, const void *buf, size_t len, char **tmp, Diag *d) {
     size_t n = strlen(path);
-    char *tmp = ir_malloc(n + sizeof ".XXXXXX");
-    if (!tmp)
+    *tmp = ir_malloc(n + sizeof ".XXXXXX");
+    if (!*tmp)
         return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".XXXXXX", sizeof ".XXXXXX");
-    int fd = mkstemp(tmp);
+    memcpy(*tmp, path, n);
+    memcpy(*tmp + n, ".XXXXXX", sizeof ".XXXXXX");
+    int fd = mkstemp(*tmp);
     if (fd < 0) {
         int err = errno;
-        ir_free(tmp);
+        ir_free(*tmp);
+        *tmp = NULL;
         return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(err));
     }
     int err = 0;
@@ -121,10 +123,38 @@ int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d) {
         err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
-    if (!err && rename(tmp, path) != 0)
-        err = errno;
-    if (err)
-        unlink(tmp);
+    if (err) {
+        unlink(*tmp);
+        ir_free(*tmp);
+        *tmp = NULL;
+        return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(err));
+    }
+    return 0;
+}
+
+int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens, Diag *d) {
+    char **tmp = ir_calloc((size_t)n, sizeof *tmp);
+    if (!tmp)
+        return diag_error(d, (Loc){0}, "out of memory writing '%s'", paths[0]);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = write_temp(paths[i], bufs[i], lens[i], &tmp[i], d);
+    for (int i = 0; i < n && !rc; i++)
+        if (rename(tmp[i], paths[i]) != 0)
+            rc = diag_error(d, (Loc){0}, "cannot write '%s': %s", paths[i], strerror(errno));
+        else {
+            ir_free(tmp[i]);
+            tmp[i] = NULL;
+        }
+    for (int i = 0; i < n; i++)
+        if (tmp[i]) {
+            unlink(tmp[i]);
+            ir_free(tmp[i]);
+        }
     ir_free(tmp);
-    return err ? diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(err)) : 0;
+    return rc;
+}
+
+int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d) {
+    return write_files_atomic(1, &path, &buf, &len, d);
 }

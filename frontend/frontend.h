@@ -38,7 +38,8 @@ typedef struct {
     const char *p;
     int line;
     const char *line_start;
-    int depth; /* open ( and [: newlines inside them are spaces */
+    int depth;    /* open ( and [: newlines inside them are spaces */
+    Loc open_loc; /* the outermost bracket still open */
     Arena *arena;
     Diag *diag;
 } Lexer;
@@ -73,6 +74,8 @@ Graph *parse_model(const SrcFile *src, Diag *d);
 int npy_parse(const unsigned char *buf, size_t len, const char *name, Tensor **out, Diag *d);
 int npy_read(const char *path, Tensor **out, Diag *d);
 int npy_write(const char *path, const Tensor *t, Diag *d);
+/* The bytes of an .npy file holding t; -1 when out of memory. */
+int npy_encode(const Tensor *t, unsigned char **buf, size_t *len);
 
 /* safetensors: F32 tensors only (version 1 computes in f32). Appends to out;
  * a name already in out is an error ("duplicate weight"). */
@@ -84,5 +87,8 @@ int safetensors_write(const char *path, const TensorList *l, Diag *d);
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d);
 /* Writes via a temporary file renamed into place; -1 after a diagnostic. */
 int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d);
+/* Writes n files all or nothing: each goes to a temporary file beside it, and the
+ * temporaries are renamed into place only once all are written. */
+int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens, Diag *d);
 
 #endif

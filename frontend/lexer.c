@@ -14,7 +14,7 @@
 #include <string.h>
 
 void lex_init(Lexer *lx, const SrcFile *src, Arena *arena, Diag *d) {
-    *lx = (Lexer){src, src->text, 1, src->text, 0, arena, d};
+    *lx = (Lexer){.src = src, .p = src->text, .line = 1, .line_start = src->text, .arena = arena, .diag = d};
 }
 
 static Loc here(const Lexer *lx, const char *p) {
@@ -159,6 +159,11 @@ static Token lex_quoted(Lexer *lx, const char *s) {
     return t;
 }
 
+static void open_bracket(Lexer *lx, Loc loc) {
+    if (lx->depth++ == 0)
+        lx->open_loc = loc;
+}
+
 Token lex_next(Lexer *lx) {
     for (;;) {
         const char *p = lx->p;
@@ -191,7 +196,7 @@ Token lex_next(Lexer *lx) {
         case ':': t.kind = T_COLON; break;
         case '(':
             t.kind = T_LPAREN;
-            lx->depth++;
+            open_bracket(lx, t.loc);
             break;
         case ')':
             t.kind = T_RPAREN;
@@ -200,7 +205,7 @@ Token lex_next(Lexer *lx) {
             break;
         case '[':
             t.kind = T_LBRACK;
-            lx->depth++;
+            open_bracket(lx, t.loc);
             break;
         case ']':
             t.kind = T_RBRACK;

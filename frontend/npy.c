@@ -288,16 +288,25 @@ static size_t format_header(const Type *t, char *buf, size_t cap) {
     return MAGIC_LEN + 4 + len;
 }
 
-int npy_write(const char *path, const Tensor *t, Diag *d) {
+int npy_encode(const Tensor *t, unsigned char **buf, size_t *len) {
     char header[1024];
     size_t hlen = format_header(&t->type, header, sizeof header);
     size_t bytes = (size_t)type_numel(&t->type) * sizeof(float);
-    unsigned char *buf = ir_malloc(hlen + bytes);
-    if (!buf)
+    *buf = ir_malloc(hlen + bytes);
+    if (!*buf)
+        return -1;
+    memcpy(*buf, header, hlen);
+    memcpy(*buf + hlen, t->data, bytes);
+    *len = hlen + bytes;
+    return 0;
+}
+
+int npy_write(const char *path, const Tensor *t, Diag *d) {
+    unsigned char *buf;
+    size_t len;
+    if (npy_encode(t, &buf, &len))
         return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
-    memcpy(buf, header, hlen);
-    memcpy(buf + hlen, t->data, bytes);
-    int rc = write_file_atomic(path, buf, hlen + bytes, d);
+    int rc = write_file_atomic(path, buf, len, d);
     ir_free(buf);
     return rc;
 }

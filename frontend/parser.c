@@ -30,6 +30,8 @@ static int advance(Parser *p) {
 static int error_at_tok(Parser *p, const char *what) {
     if (p->tok.kind == T_ERROR)
         return -1; /* the lexer has reported it */
+    if (p->tok.kind == T_EOF && p->lx.depth > 0)
+        return diag_error(p->d, p->lx.open_loc, "this bracket is not closed before the end of the file");
     if (p->tok.kind == T_IDENT || p->tok.kind == T_INT || p->tok.kind == T_FLOAT)
         return diag_error(p->d, p->tok.loc, "expected %s, got '%.*s'", what, p->tok.len, p->tok.start);
     return diag_error(p->d, p->tok.loc, "expected %s, got %s", what, tok_kind_name(p->tok.kind));
@@ -645,6 +647,12 @@ static int parse_output(Parser *p) {
 /* stmt := 'model' name | decl | output | name {',' name} '=' call */
 static int parse_statement(Parser *p) {
     Token t = p->tok;
+    if (t.kind == T_IDENT && is_keyword(t.start, (size_t)t.len)) {
+        Lexer ahead = p->lx;
+        Token next = lex_next(&ahead);
+        if (next.kind == T_EQ || next.kind == T_COMMA)
+            return diag_error(p->d, t.loc, "'%.*s' is a keyword; quote it to use it as a name", t.len, t.start);
+    }
     if (tok_is(&t, "model")) {
         Loc loc;
         const char *name;
@@ -720,10 +728,6 @@ Graph *parse_model(const SrcFile *src, Diag *d) {
             error_at_tok(&p, "the end of the statement");
             goto fail;
         }
-    }
-    if (p.lx.depth > 0) {
-        diag_error(d, p.tok.loc, "unexpected end of file inside brackets");
-        goto fail;
     }
     if (!p.g->n_outputs) {
         diag_error(d, p.tok.loc, "the model has no 'output' statement");
