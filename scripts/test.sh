@@ -1,27 +1,54 @@
 #!/bin/sh
 # Sets up, builds and runs every test: the suite with warnings as errors, the same
 # suite again under AddressSanitizer and UndefinedBehaviorSanitizer, and a short run
-# of each fuzz target. Build trees: build/ and build-asan/, build-fuzz/.
+# of each fuzz target. Build trees: build/, build-asan/ and build-fuzz/. Ends with
+# one line "tests: N passed, N failed" over all of it.
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 jobs=$(nproc)
+passed=0
+failed=0
+
+# Runs CTest in build tree $1 (extra environment before it), adding to the tally.
+run_suite() {
+  dir=$1
+  shift
+  status=0
+  env "$@" ctest --test-dir "$dir" -j "$jobs" --output-on-failure > "$dir/ctest.log" 2>&1 || status=$?
+  grep -E "^[0-9]+% tests passed" "$dir/ctest.log" || true
+  [ "$status" -eq 0 ] || sed -n '/The following tests FAILED/,$p;/Output from these tests/q' "$dir/ctest.log" | head -40
+  [ "$status" -eq 0 ] || grep -B2 -A30 "\*\*\*Failed\|\*\*\*Exception\|\*\*\*Timeout" "$dir/ctest.log" | head -200
+  total=$(sed -nE 's/.*tests failed out of ([0-9]+).*/\1/p' "$dir/ctest.log")
+  bad=$(sed -nE 's/.* ([0-9]+) tests failed out of.*/\1/p' "$dir/ctest.log")
+  [ -n "$total" ] || { total=1; bad=1; }
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+}
 
 cmake -S . -B build -DKILN_WERROR=ON >/dev/null
-cmake --build build -j "$jobs"
-ctest --test-dir build -j "$jobs" --output-on-failure
+cmake --build build -j "$jobs" >/dev/null
+run_suite build
 
 cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=ON \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-cmake --build build-asan -j "$jobs"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan -j "$jobs" --output-on-failure
+cmake --build build-asan -j "$jobs" >/dev/null
+run_suite build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 
 cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors
+cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors >/dev/null
 for f in parser npy safetensors; do
   mkdir -p build-fuzz/corpus-$f
-  build-fuzz/tests/fuzz_$f -max_total_time=20 -max_len=4096 build-fuzz/corpus-$f tests/fuzz/corpus/$f
+  if build-fuzz/tests/fuzz_$f -max_total_time=20 -max_len=4096 build-fuzz/corpus-$f tests/fuzz/corpus/$f \
+       > build-fuzz/fuzz_$f.log 2>&1; then
+    echo "fuzz_$f: $(grep -Eo 'Done [0-9]+ runs' build-fuzz/fuzz_$f.log), no crash"
+    passed=$((passed + 1))
+  else
+    tail -40 build-fuzz/fuzz_$f.log
+    failed=$((failed + 1))
+  fi
 done
-echo "fuzzing: no crash found"
+
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
