@@ -14,9 +14,10 @@ static const char usage[] =
     "                      [--weights FILE.safetensors]... [--target interp|c|cuda]\n"
     "                      [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
     "\n"
-    "Runs MODEL once. Without --output, prints each output's name, type and first values.\n"
-    "The reference interpreter (--target interp) is the only target in this version and\n"
-    "the default.\n";
+    "Runs MODEL (a .kiln file, or a .so made by kiln compile) once. Without --output,\n"
+    "prints each output's name, type and first values. --target c (the default) compiles\n"
+    "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
+    "interp runs the reference interpreter.\n";
 
 static int find_binding(const Binding *b, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -34,29 +35,74 @@ static bool has_duplicate(const Binding *b, int n, const char *what) {
     return false;
 }
 
-/* Reads every declared input from its --input file, in declaration order. */
-static int read_inputs(const Graph *g, const Options *o, Tensor **in, Diag *d) {
+/* A model's inputs or outputs: names and types, from a graph or a compiled model. */
+typedef struct {
+    const char *name;
+    Type type;
+} Port;
+
+typedef struct {
+    Port in[MAX_FILES], out[MAX_FILES];
+    int n_in, n_out;
+} Signature;
+
+static int graph_signature(const Graph *g, Signature *s, Diag *d) {
     int ids[MAX_FILES];
-    int n = graph_inputs(g, ids, MAX_FILES);
-    if (n > MAX_FILES)
-        return diag_error(d, (Loc){0}, "the model has more than %d inputs", MAX_FILES);
+    s->n_in = graph_inputs(g, ids, MAX_FILES);
+    if (s->n_in > MAX_FILES || g->n_outputs > MAX_FILES)
+        return diag_error(d, (Loc){0}, "the model has more than %d inputs or outputs", MAX_FILES);
+    for (int i = 0; i < s->n_in; i++)
+        s->in[i] = (Port){g->values[ids[i]].name, g->values[ids[i]].type};
+    s->n_out = g->n_outputs;
+    for (int k = 0; k < g->n_outputs; k++)
+        s->out[k] = (Port){g->values[g->outputs[k]].name, g->values[g->outputs[k]].type};
+    return 0;
+}
+
+static int port_of(const char *model, const kiln_tensor_info *t, Port *p, Diag *d) {
+    if (t->dtype != KILN_F32 || t->rank < 0 || t->rank > KILN_MAX_RANK)
+        return diag_error(d, (Loc){0}, "%s: tensor '%s' has a dtype or rank this kiln does not handle", model,
+                          t->name);
+    p->name = t->name;
+    p->type = type_make(t->rank, t->shape);
+    return 0;
+}
+
+static int compiled_signature(const char *model, const kiln_model_def *def, Signature *s, Diag *d) {
+    if (def->n_inputs > MAX_FILES || def->n_outputs > MAX_FILES || def->n_inputs < 0 || def->n_outputs < 0)
+        return diag_error(d, (Loc){0}, "%s: too many inputs or outputs", model);
+    s->n_in = def->n_inputs;
+    s->n_out = def->n_outputs;
+    for (int i = 0; i < s->n_in; i++)
+        if (port_of(model, &def->inputs[i], &s->in[i], d))
+            return -1;
+    for (int k = 0; k < s->n_out; k++)
+        if (port_of(model, &def->outputs[k], &s->out[k], d))
+            return -1;
+    return 0;
+}
+
+/* Reads every input from its --input file, in declaration order. */
+static int read_inputs(const Signature *s, const Options *o, Tensor **in, Diag *d) {
     for (int i = 0; i < o->n_inputs; i++) {
-        int v = graph_find(g, o->inputs[i].name);
-        if (v < 0 || g->values[v].node < 0 || g->nodes[g->values[v].node]->op != OP_INPUT)
+        bool found = false;
+        for (int k = 0; k < s->n_in; k++)
+            found |= strcmp(s->in[k].name, o->inputs[i].name) == 0;
+        if (!found)
             return diag_error(d, (Loc){0}, "--input %s: the model has no input named '%s'", o->inputs[i].file,
                               o->inputs[i].name);
     }
-    for (int i = 0; i < n; i++) {
-        const Value *v = &g->values[ids[i]];
+    for (int i = 0; i < s->n_in; i++) {
+        const Port *p = &s->in[i];
         char ty[160];
-        type_str(&v->type, ty, sizeof ty);
-        int b = find_binding(o->inputs, o->n_inputs, v->name);
+        type_str(&p->type, ty, sizeof ty);
+        int b = find_binding(o->inputs, o->n_inputs, p->name);
         if (b < 0)
-            return diag_error(d, (Loc){0}, "input '%s' (%s) was not given; pass --input %s=FILE.npy", v->name,
-                              ty, v->name);
+            return diag_error(d, (Loc){0}, "input '%s' (%s) was not given; pass --input %s=FILE.npy", p->name,
+                              ty, p->name);
         /* the input's name and type go into every message about its file */
         char label[512];
-        snprintf(label, sizeof label, "input '%s' (%s) from %s", v->name, ty, o->inputs[b].file);
+        snprintf(label, sizeof label, "input '%s' (%s) from %s", p->name, ty, o->inputs[b].file);
         unsigned char *buf;
         size_t len;
         if (read_file_bytes(o->inputs[b].file, &buf, &len, d))
@@ -65,9 +111,9 @@ static int read_inputs(const Graph *g, const Options *o, Tensor **in, Diag *d) {
         ir_free(buf);
         if (rc)
             return -1;
-        if (!type_equal(&in[i]->type, &v->type)) {
+        if (!type_equal(&in[i]->type, &p->type)) {
             char got[160];
-            return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", v->name, ty,
+            return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", p->name, ty,
                               o->inputs[b].file, type_str(&in[i]->type, got, sizeof got));
         }
     }
@@ -85,14 +131,14 @@ static void print_output(const char *name, const Tensor *t) {
     printf("\n");
 }
 
-static int write_outputs(const Graph *g, const Options *o, Tensor **out, Diag *d) {
+static int write_outputs(const Signature *s, const Options *o, Tensor **out, Diag *d) {
     const char *paths[MAX_FILES];
     const void *bufs[MAX_FILES] = {0};
     size_t lens[MAX_FILES];
     int rc = 0;
     for (int i = 0; i < o->n_outputs && !rc; i++) {
         int k = 0;
-        while (strcmp(g->values[g->outputs[k]].name, o->outputs[i].name) != 0)
+        while (strcmp(s->out[k].name, o->outputs[i].name) != 0)
             k++;
         paths[i] = o->outputs[i].file;
         if (npy_encode(out[k], (unsigned char **)&bufs[i], &lens[i]))
@@ -105,60 +151,86 @@ static int write_outputs(const Graph *g, const Options *o, Tensor **out, Diag *d
     return rc;
 }
 
+/* Runs the model once: in the interpreter, or compiled (JIT or a .so). */
+static int run_model(const Options *o, Diag *d) {
+    SrcFile *src = NULL;
+    Graph *g = NULL;
+    TensorList weights = {0};
+    kiln_module *m = NULL;
+    kiln_error err = {""};
+    Signature sig;
+    Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
+    bool interp = o->target && strcmp(o->target, "interp") == 0;
+    int rc = 0;
+    if (o->target && strcmp(o->target, "cuda") == 0)
+        rc = diag_error(d, (Loc){0}, "target 'cuda' is not available in this version of kiln");
+    else if (is_shared_object(o->model)) {
+        if (interp)
+            rc = diag_error(d, (Loc){0}, "'%s' is compiled; the interpreter runs .kiln models", o->model);
+        else if (!(m = kiln_load(o->model, &err)))
+            rc = diag_error(d, (Loc){0}, "%s", err.message);
+        else
+            rc = compiled_signature(o->model, kiln_def(m), &sig, d);
+    } else {
+        rc = load_model(o, true, d, &src, &g, &weights) || pipeline_run(g, &o->pipeline, d) ||
+             graph_signature(g, &sig, d);
+        if (!rc && !interp && !(m = jit_graph(g, &weights, NULL, d, &err)))
+            rc = -1;
+    }
+    for (int i = 0; !rc && i < o->n_outputs; i++) {
+        bool found = false;
+        for (int k = 0; k < sig.n_out; k++)
+            found |= strcmp(sig.out[k].name, o->outputs[i].name) == 0;
+        if (!found)
+            rc = diag_error(d, (Loc){0}, "--output %s: the model has no output named '%s'",
+                            o->outputs[i].file, o->outputs[i].name);
+    }
+    if (!rc)
+        rc = read_inputs(&sig, o, in, d);
+    if (!rc && interp)
+        rc = interp_run(g, &weights, (const Tensor *const *)in, out, d);
+    if (!rc && !interp) {
+        const void *inputs[MAX_FILES];
+        void *outputs[MAX_FILES];
+        for (int i = 0; i < sig.n_in; i++)
+            inputs[i] = in[i]->data;
+        for (int k = 0; !rc && k < sig.n_out; k++)
+            if (!(out[k] = tensor_new(&sig.out[k].type)))
+                rc = diag_error(d, (Loc){0}, "out of memory");
+            else
+                outputs[k] = out[k]->data;
+        if (!rc && kiln_run(m, inputs, outputs, &err))
+            rc = diag_error(d, (Loc){0}, "%s", err.message);
+    }
+    if (!rc && o->n_outputs > 0)
+        rc = write_outputs(&sig, o, out, d);
+    if (!rc && o->n_outputs == 0)
+        for (int k = 0; k < sig.n_out; k++)
+            print_output(sig.out[k].name, out[k]);
+    for (int i = 0; i < MAX_FILES; i++) {
+        tensor_free(in[i]);
+        tensor_free(out[i]);
+    }
+    kiln_free(m);
+    tensors_free(&weights);
+    graph_free(g);
+    srcfile_free(src);
+    return rc ? EXIT_USER : 0;
+}
+
 int cmd_run(int argc, char **argv) {
     Options o;
     if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
         fputs(usage, stdout);
         return 0;
     }
-    int rc = parse_options(
-        argc, argv, 2, "--weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
+    int rc = parse_options(argc, argv, 2,
+                           "--weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
     if (rc)
         return rc;
     if (has_duplicate(o.inputs, o.n_inputs, "--input") || has_duplicate(o.outputs, o.n_outputs, "--output"))
         return EXIT_USAGE;
     Diag d;
     diag_init(&d, stderr);
-    if (o.target && strcmp(o.target, "interp") != 0) {
-        diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln; use --target interp",
-                   o.target);
-        return EXIT_USER;
-    }
-    SrcFile *src;
-    Graph *g;
-    TensorList weights = {0};
-    Tensor *in[MAX_FILES] = {0}, **out = NULL;
-    rc = load_model(&o, true, &d, &src, &g, &weights);
-    if (!rc && pipeline_run(g, &o.pipeline, &d))
-        rc = EXIT_USER;
-    for (int i = 0; !rc && i < o.n_outputs; i++) {
-        bool found = false;
-        for (int k = 0; k < g->n_outputs; k++)
-            found |= strcmp(g->values[g->outputs[k]].name, o.outputs[i].name) == 0;
-        if (!found) {
-            diag_error(&d, (Loc){0}, "--output %s: the model has no output named '%s'", o.outputs[i].file,
-                       o.outputs[i].name);
-            rc = EXIT_USER;
-        }
-    }
-    if (!rc && read_inputs(g, &o, in, &d))
-        rc = EXIT_USER;
-    if (!rc && !(out = ir_calloc((size_t)g->n_outputs, sizeof *out)))
-        rc = EXIT_USER;
-    if (!rc && interp_run(g, &weights, (const Tensor *const *)in, out, &d))
-        rc = EXIT_USER;
-    if (!rc && o.n_outputs > 0 && write_outputs(g, &o, out, &d))
-        rc = EXIT_USER;
-    if (!rc && o.n_outputs == 0)
-        for (int k = 0; k < g->n_outputs; k++)
-            print_output(g->values[g->outputs[k]].name, out[k]);
-    for (int i = 0; i < MAX_FILES; i++)
-        tensor_free(in[i]);
-    for (int k = 0; out && k < g->n_outputs; k++)
-        tensor_free(out[k]);
-    ir_free(out);
-    tensors_free(&weights);
-    graph_free(g);
-    srcfile_free(src);
-    return rc;
+    return run_model(&o, &d);
 }

@@ -5,6 +5,7 @@
 #ifndef KILN_DRIVER_H
 #define KILN_DRIVER_H
 
+#include "../codegen/jit.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
 
@@ -27,6 +28,8 @@ typedef struct {
     PipelineOptions pipeline;
     const char *disabled[MAX_FILES];
     bool list_passes;
+    const char *emit_source; /* --emit-source */
+    const char *header;      /* --header */
 } Options;
 
 /* Parses argv[first..argc) into o; what a command accepts is in `allowed`, a string of
@@ -38,7 +41,12 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
 int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
                TensorList *weights);
 
+/* Whether a model path names a compiled model rather than a model file. */
+bool is_shared_object(const char *path);
+
 int cmd_run(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_opt(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
  *
  *   kiln run MODEL ...    run a model (the reference interpreter for now)
  *   kiln opt MODEL ...    parse, verify, optimize and print a model
+ *   kiln bench MODEL ...  time a compiled model's runs, per kernel with --profile
  *
  * This file dispatches to the commands and holds what they share: option parsing
  * and loading a model with its weights. */
@@ -15,6 +16,8 @@ static const char usage_main[] =
     "\n"
     "commands:\n"
     "  run      run a model on inputs given as .npy files\n"
+    "  compile  compile a model into a shared object\n"
+    "  bench    time a model's runs, and with --profile each kernel's share\n"
     "  opt      parse, verify and optimize a model, and print it\n"
     "\n"
     "`kiln COMMAND --help` describes a command's options.\n"
@@ -72,7 +75,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
         bool takes_value = strcmp(key, "-o") == 0 || strcmp(key, "--weights") == 0 ||
                            strcmp(key, "--input") == 0 || strcmp(key, "--output") == 0 ||
                            strcmp(key, "--target") == 0 || strcmp(key, "--passes") == 0 ||
-                           strcmp(key, "--dump-dir") == 0;
+                           strcmp(key, "--dump-dir") == 0 || strcmp(key, "--emit-source") == 0 ||
+                           strcmp(key, "--header") == 0;
         bool is_no_pass = strncmp(key, "--no-", 5) == 0 && key[5];
         if (!allowed_option(allowed, is_no_pass ? "--no-PASS" : key))
             return usage_error(usage, "unknown option '%s'", arg);
@@ -104,6 +108,10 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             o->pipeline.only = value;
         else if (strcmp(key, "--dump-dir") == 0)
             o->pipeline.dump_dir = value;
+        else if (strcmp(key, "--emit-source") == 0)
+            o->emit_source = value;
+        else if (strcmp(key, "--header") == 0)
+            o->header = value;
         else if (strcmp(key, "--list-passes") == 0)
             o->list_passes = true;
         else if (is_no_pass)
@@ -121,6 +129,10 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+bool is_shared_object(const char *path) {
+    return ends_with(path, ".so");
 }
 
 /* Mis-shaped weights are errors, and so are missing ones when the model is to run;
@@ -148,8 +160,8 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
     *src = NULL;
     *g = NULL;
     if (ends_with(o->model, ".onnx") || ends_with(o->model, ".so")) {
-        diag_error(d, (Loc){0}, "'%s': kiln reads .kiln models; %s files are not supported yet", o->model,
-                   ends_with(o->model, ".so") ? "compiled .so" : "ONNX");
+        diag_error(d, (Loc){0}, "'%s': this command reads .kiln models%s", o->model,
+                   ends_with(o->model, ".onnx") ? " (ONNX import is not available in this version)" : "");
         return EXIT_USER;
     }
     *src = srcfile_read(o->model, d);
@@ -170,8 +182,11 @@ int main(int argc, char **argv) {
         return cmd_run(argc, argv);
     if (strcmp(argv[1], "opt") == 0)
         return cmd_opt(argc, argv);
-    if (!strcmp(argv[1], "compile") || !strcmp(argv[1], "bench") || !strcmp(argv[1], "import") ||
-        !strcmp(argv[1], "dot")) {
+    if (strcmp(argv[1], "compile") == 0)
+        return cmd_compile(argc, argv);
+    if (strcmp(argv[1], "bench") == 0)
+        return cmd_bench(argc, argv);
+    if (!strcmp(argv[1], "import") || !strcmp(argv[1], "dot")) {
         fprintf(stderr, "kiln: error: 'kiln %s' is not available in this version of kiln\n", argv[1]);
         return EXIT_USER;
     }

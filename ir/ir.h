@@ -160,7 +160,7 @@ typedef struct {
 /* ---- The op table (ir/ops.def) ---- */
 
 typedef enum {
-#define OP(id, name, inputs, attrs, infer, eval) OP_##id,
+#define OP(id, name, inputs, attrs, infer, eval, lower) OP_##id,
 #include "ops.def"
 #undef OP
     OP_COUNT

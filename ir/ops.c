@@ -88,7 +88,7 @@ static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
 #define N_ATTRS(a) ((int)(sizeof(a) / sizeof(a[0])) - 1)
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(id, nm, inputs, attrs, infer, eval) [OP_##id] = {nm, inputs, attrs, N_ATTRS(attrs), infer, eval},
+#define OP(id, nm, inputs, attrs, infer, eval, lower) [OP_##id] = {nm, inputs, attrs, N_ATTRS(attrs), infer, eval},
 #include "ops.def"
 #undef OP
 };

@@ -1,4 +1,4 @@
-/* Internal to ir/: the shape inference functions and reference kernels the op table
+/* For ir/ and codegen/: the shape inference functions and reference kernels the op table
  * names, and the small helpers they share. Each op family keeps its inference and
  * its kernel side by side in one file (op_elementwise.c, op_conv.c, ...), so an op's
  * whole meaning is read in one place. */
@@ -7,7 +7,7 @@
 
 #include "ir.h"
 
-#define OP(id, name, inputs, attrs, infer, eval) int infer(Graph *g, Node *n, Diag *d);
+#define OP(id, name, inputs, attrs, infer, eval, lower) int infer(Graph *g, Node *n, Diag *d);
 #include "ops.def"
 #undef OP
 /* The reference kernels (NULL in the table has no prototype to declare). */

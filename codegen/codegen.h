@@ -1,0 +1,159 @@
+/* Code generation: a verified graph lowered to kernels, and the kernels emitted as
+ * source for a target language.
+ *
+ * Lowering decides everything once, for every language: which kernels there are,
+ * what each computes, where every value lives, and the index arithmetic. A kernel
+ * is either
+ *   - a LOOP: `count` independent iterations, the body computing iteration `i`
+ *     (one output element, or one row for reductions); C runs the iterations on the
+ *     runtime's thread pool, CUDA would give each one a thread; or
+ *   - a CALL: a body run once, in order (a BLAS call such as cblas_sgemm).
+ * Bodies are C-like statements that read and write values through the names
+ * `value_name(g, id)` gives; they use only what C and CUDA share (int64_t, float,
+ * double, the <math.h> names). What differs between languages, how a kernel is
+ * declared and how it finds its iteration, is the `Lang` description.
+ *
+ * Memory: inputs and outputs are the caller's buffers; params and consts live in
+ * one weights blob; every other value has its own offset in one workspace that the
+ * instance allocates once (a simple plan: no reuse yet). */
+#ifndef KILN_CODEGEN_H
+#define KILN_CODEGEN_H
+
+#include "../ir/ops_impl.h"
+
+/* ---- A growing string ---- */
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+    bool oom; /* an append failed; the text is incomplete */
+} Str;
+
+void str_printf(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void str_free(Str *s);
+
+/* ---- Where values live ---- */
+
+typedef enum {
+    BUF_INPUT,  /* the caller's i-th input */
+    BUF_OUTPUT, /* the caller's i-th output */
+    BUF_WEIGHT, /* byte offset into the weights blob */
+    BUF_WORK,   /* byte offset into the workspace */
+    BUF_NONE,   /* not materialized (dead value) */
+} BufKind;
+
+typedef struct {
+    BufKind kind;
+    int64_t offset; /* byte offset (weights, workspace) or index (inputs, outputs) */
+} Buffer;
+
+/* ---- Kernels ---- */
+
+typedef enum { K_LOOP, K_CALL } KernelKind;
+
+typedef struct {
+    KernelKind kind;
+    char *name;            /* a C identifier, unique in the program */
+    char *comment;         /* the ops it computes, e.g. "conv layer1.0.conv1 (im2col)" */
+    int64_t count;         /* K_LOOP: iterations */
+    int64_t grain;         /* K_LOOP: fewest iterations worth giving a thread */
+    int *reads, n_reads;   /* value ids the body reads */
+    int *writes, n_writes; /* value ids it writes; -1 - k: the caller's k-th output, as `outK` */
+    int64_t scratch_bytes; /* workspace the kernel needs for itself (im2col), at scratch */
+    int64_t scratch;       /* its byte offset in the workspace */
+    int64_t flops;         /* FLOPs per run where lowering counts them (GEMMs), else 0 */
+    Str body;
+} Kernel;
+
+typedef struct {
+    Graph *g;
+    Buffer *buf; /* per value id */
+    int64_t workspace_bytes;
+    unsigned char *weights; /* the blob: params and consts, 64-byte aligned each */
+    int64_t weights_bytes;
+    Kernel *kernels;
+    int n_kernels, cap_kernels;
+    int *inputs, n_inputs; /* value ids in declaration order */
+    bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
+} Program;
+
+/* Lowers a verified graph (no grad, resize or interpolate left) with its weights.
+ * NULL after a diagnostic (an op with no lowering, a missing weight). */
+Program *program_lower(Graph *g, const TensorList *weights, Diag *d);
+void program_free(Program *p);
+
+/* ---- What op lowerings use ---- */
+
+/* A new kernel of op node n, named after its first result; its body is empty. */
+Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what);
+void kernel_reads(Kernel *k, int value);
+void kernel_writes(Kernel *k, int value);
+/* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`). */
+const char *value_name(const Program *p, int id);
+/* Emits `int64_t PREFIX0 = ..., PREFIXk ...;`: the multi-index of flat index `flat`
+ * in a tensor of type t. */
+void emit_unravel(Str *s, const char *flat, const Type *t, const char *prefix);
+/* The flat offset expression, in tensor `from` broadcast to `to`, of the element
+ * whose multi-index in `to` is PREFIX0.. (constant strides, broadcast dims
+ * dropped), into buf. */
+void broadcast_offset(const Type *from, const Type *to, const char *prefix, char *buf, size_t n);
+/* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
+void float_literal(double v, char *buf, size_t n);
+
+typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
+
+/* The lowerings the op table names, one family per file (lower_*.c). */
+int lower_unary(Program *p, const Node *n, Diag *d);
+int lower_binary(Program *p, const Node *n, Diag *d);
+int lower_copy(Program *p, const Node *n, Diag *d);
+int lower_reduce(Program *p, const Node *n, Diag *d);
+int lower_softmax(Program *p, const Node *n, Diag *d);
+int lower_batch_norm(Program *p, const Node *n, Diag *d);
+int lower_layer_norm(Program *p, const Node *n, Diag *d);
+int lower_matmul(Program *p, const Node *n, Diag *d);
+int lower_gemm(Program *p, const Node *n, Diag *d);
+int lower_linear(Program *p, const Node *n, Diag *d);
+int lower_conv(Program *p, const Node *n, Diag *d);
+int lower_conv_transpose(Program *p, const Node *n, Diag *d);
+int lower_pool(Program *p, const Node *n, Diag *d);
+int lower_global_avg_pool(Program *p, const Node *n, Diag *d);
+int lower_adaptive_avg_pool(Program *p, const Node *n, Diag *d);
+int lower_transpose(Program *p, const Node *n, Diag *d);
+int lower_concat(Program *p, const Node *n, Diag *d);
+int lower_slice(Program *p, const Node *n, Diag *d);
+int lower_pad(Program *p, const Node *n, Diag *d);
+
+/* ---- Emission ---- */
+
+/* What differs between the languages kernels are written in. */
+typedef struct {
+    const char *name;        /* "c" */
+    const char *kernel_decl; /* before a kernel's name: "static void" */
+    const char *params;      /* after it: "(const KilnArgs *args, int64_t begin, int64_t end)" */
+    const char *args;        /* how the body reaches the arguments: "args->" */
+    const char *loop_open;   /* around a LOOP kernel's body, iteration `i` */
+    const char *loop_close;
+} Lang;
+
+extern const Lang lang_c;
+
+/* The whole translation unit of a compiled model: the public header, the runtime,
+ * the kernels, the run function and the `kiln_model` definition. With p->profile
+ * the run function also sums each kernel's wall time, and the model exports
+ *   int kiln_profile(double **seconds, const char *const **names,
+ *                    const char *const **comments, const int64_t **flops);
+ * returning the number of kernels and, through its arguments, the per-kernel
+ * arrays: seconds summed over every run so far (writable, to reset them), the
+ * kernels' names and comments, and their FLOPs per run (0 where not counted). */
+int emit_c_model(const Program *p, Str *out, Diag *d);
+
+/* ---- Compilers ---- */
+
+/* The flags kiln gives the C compiler, also part of the compile cache's key. */
+extern const char *const cc_flags[7];
+/* Compiles generated C and its weights blob into a shared object at out_path
+ * with the system C compiler; nothing is left behind on failure. */
+int cc_compile_so(const Str *src, const unsigned char *weights, int64_t weights_bytes, const char *out_path,
+                  Diag *d);
+
+#endif

@@ -1,0 +1,244 @@
+/* The C emitter: a lowered Program as one self-contained translation unit.
+ *
+ * In order: the public header kiln/model.h and the runtime (runtime/model_rt.c),
+ * pasted so the shared object needs no kiln library; the BLAS prototypes; the
+ * weights, linked in as binary data with an `.incbin` of the blob file (or, for an
+ * in-process JIT, an external symbol the host defines); one function per kernel,
+ * commented with the ops it computes; the run function calling the kernels in order;
+ * and the `kiln_model` definition. Kernel bodies come from lowering unchanged: the
+ * language description (`Lang`) says only how a kernel is declared and looped.
+ * A profiling build (Program.profile, for `kiln bench --profile`) differs only in
+ * the run function, which reads a monotonic clock after every kernel and adds the
+ * difference to that kernel's slot, and in the exported `kiln_profile` that hands
+ * out the slots with the kernels' names, comments and FLOPs. */
+#include "codegen.h"
+
+#include <string.h>
+
+extern const char kiln_model_h_text[];
+extern const char kiln_runtime_text[];
+
+const Lang lang_c = {
+    .name = "c",
+    /* noinline: kernels inlined into graph_run only cost compile time (10-15% of Clang's) */
+    .kernel_decl = "static __attribute__((noinline)) void",
+    .params = "(const KilnArgs *args, int64_t begin, int64_t end)",
+    .args = "args->",
+    .loop_open = "for (int64_t i = begin; i < end; i++) {",
+    .loop_close = "}",
+};
+
+/* The expression for a value's buffer, as a float pointer. */
+static void buffer_expr(const Program *p, const Lang *l, int v, char *buf, size_t n) {
+    Buffer b = p->buf[v];
+    switch (b.kind) {
+    case BUF_INPUT: snprintf(buf, n, "%sin[%lld]", l->args, (long long)b.offset); break;
+    case BUF_OUTPUT: snprintf(buf, n, "%sout[%lld]", l->args, (long long)b.offset); break;
+    case BUF_WEIGHT: snprintf(buf, n, "%swt + %lld", l->args, (long long)(b.offset / 4)); break;
+    case BUF_WORK: snprintf(buf, n, "%sws + %lld", l->args, (long long)(b.offset / 4)); break;
+    case BUF_NONE: KILN_ASSERT(!"a kernel uses a value with no buffer");
+    }
+}
+
+static bool seen_before(const int *ids, int n, int v) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == v)
+            return true;
+    return false;
+}
+
+/* Copies text line by line, each indented by `indent` spaces. */
+static void indent_lines(Str *out, const char *text, int indent) {
+    for (const char *p = text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        int len = nl ? (int)(nl - p) : (int)strlen(p);
+        if (len > 0)
+            str_printf(out, "%*s%.*s\n", indent, "", len, p);
+        else
+            str_printf(out, "\n");
+        p = nl ? nl + 1 : NULL;
+    }
+}
+
+static void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
+    char expr[128];
+    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, l->kernel_decl, k->name, l->params);
+    for (int r = 0; r < k->n_reads; r++)
+        if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r])) {
+            buffer_expr(p, l, k->reads[r], expr, sizeof expr);
+            str_printf(out, "    const float *restrict %s = %s;\n", value_name(p, k->reads[r]), expr);
+        }
+    for (int w = 0; w < k->n_writes; w++) {
+        int v = k->writes[w];
+        if (v < 0)
+            str_printf(out, "    float *restrict out%d = %sout[%d];\n", -1 - v, l->args, -1 - v);
+        else {
+            buffer_expr(p, l, v, expr, sizeof expr);
+            str_printf(out, "    float *restrict %s = %s;\n", value_name(p, v), expr);
+        }
+    }
+    if (k->scratch_bytes)
+        str_printf(out, "    float *restrict scratch = %sws + %lld;\n", l->args, (long long)(k->scratch / 4));
+    if (k->kind == K_LOOP) {
+        str_printf(out, "    %s\n", l->loop_open);
+        indent_lines(out, k->body.s, 8);
+        str_printf(out, "    %s\n", l->loop_close);
+    } else {
+        str_printf(out, "    (void)begin, (void)end;\n");
+        indent_lines(out, k->body.s, 4);
+    }
+    str_printf(out, "}\n\n");
+}
+
+/* s as the contents of a C string literal. */
+static void c_string(Str *out, const char *s) {
+    for (; *s; s++)
+        str_printf(out,
+                   *s == '"' || *s == '\\' ? "\\%c"
+                   : (*s < 32 || *s > 126) ? "\\%03o"
+                                           : "%c",
+                   (unsigned char)*s);
+}
+
+static void emit_infos(const Program *p, Str *out, const char *what, const int *ids, int n) {
+    for (int i = 0; i < n; i++) {
+        const Type *t = &p->g->values[ids[i]].type;
+        str_printf(out, "static const int64_t %s%d_shape[] = {", what, i);
+        for (int k = 0; k < t->rank; k++)
+            str_printf(out, "%s%lld", k ? ", " : "", (long long)t->dims[k]);
+        str_printf(out, "%s};\n", t->rank ? "" : "0");
+    }
+    str_printf(out, "static const kiln_tensor_info model_%s[] = {\n", what);
+    for (int i = 0; i < n; i++) {
+        str_printf(out, "    {\"");
+        c_string(out, p->g->values[ids[i]].name);
+        str_printf(out, "\", KILN_F32, %d, %s%d_shape},\n", p->g->values[ids[i]].type.rank, what, i);
+    }
+    if (n == 0)
+        str_printf(out, "    {0}\n");
+    str_printf(out, "};\n");
+}
+
+/* The per-kernel tables and the clock of a profiling build (sized at least 1, as C
+ * has no empty arrays), and kiln_profile, exported for kiln bench. */
+static void emit_profile_tables(const Program *p, Str *out) {
+    int n = p->n_kernels ? p->n_kernels : 1;
+    str_printf(out,
+               "/* Profiling: seconds per kernel, summed over runs, and what each kernel is. */\n"
+               "#include <time.h>\n\n"
+               "static double kiln_prof_seconds[%d];\n",
+               n);
+    const char *what[2] = {"names", "comments"};
+    for (int t = 0; t < 2; t++) {
+        str_printf(out, "static const char *const kiln_prof_%s[%d] = {\n", what[t], n);
+        for (int k = 0; k < p->n_kernels; k++) {
+            str_printf(out, "    \"");
+            c_string(out, t == 0 ? p->kernels[k].name : p->kernels[k].comment);
+            str_printf(out, "\",\n");
+        }
+        str_printf(out, "%s};\n", p->n_kernels ? "" : "    0\n");
+    }
+    str_printf(out, "static const int64_t kiln_prof_flops[%d] = {", n);
+    for (int k = 0; k < p->n_kernels; k++)
+        str_printf(out, "%s%lld", k ? ", " : "", (long long)p->kernels[k].flops);
+    str_printf(out, "%s};\n\n", p->n_kernels ? "" : "0");
+    str_printf(out,
+               "static double kiln_prof_now(void) {\n"
+               "    struct timespec t;\n"
+               "    clock_gettime(CLOCK_MONOTONIC, &t);\n"
+               "    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;\n"
+               "}\n\n"
+               "__attribute__((visibility(\"default\")))\n"
+               "int kiln_profile(double **seconds, const char *const **names, const char *const **comments,\n"
+               "                 const int64_t **flops) {\n"
+               "    *seconds = kiln_prof_seconds;\n"
+               "    *names = kiln_prof_names;\n"
+               "    *comments = kiln_prof_comments;\n"
+               "    *flops = kiln_prof_flops;\n"
+               "    return %d;\n"
+               "}\n\n",
+               p->n_kernels);
+}
+
+static bool uses_blas(const Program *p) {
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k].body.s && strstr(p->kernels[k].body.s, "cblas_"))
+            return true;
+    return false;
+}
+
+int emit_c_model(const Program *p, Str *out, Diag *d) {
+    const Lang *l = &lang_c;
+    const char *rt = kiln_runtime_text, *include = "#include \"kiln/model.h\"\n";
+    const char *skip = strstr(rt, include);
+    str_printf(out, "/* Generated by kiln from model '%s'. */\n\n", p->g->name);
+    str_printf(out, "%s\n", kiln_model_h_text);
+    if (skip)
+        str_printf(out, "%.*s%s\n", (int)(skip - rt), rt, skip + strlen(include));
+    else
+        str_printf(out, "%s\n", rt);
+    str_printf(out,
+               "#include <math.h>\n\n"
+               "/* OpenBLAS, declared here so that no BLAS header is needed. */\n"
+               "enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };\n"
+               "void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,\n"
+               "                 const float *a, int lda, const float *b, int ldb, float beta, float *c,\n"
+               "                 int ldc);\n"
+               "void openblas_set_num_threads(int n);\n\n");
+    str_printf(out, "/* The weights: %lld bytes of params and consts. */\n", (long long)p->weights_bytes);
+    str_printf(
+        out,
+        "#ifdef KILN_WEIGHTS_EXTERN\n"
+        "extern const unsigned char kiln_weights_blob[];\n"
+        "#else\n"
+        "__asm__(\".section .rodata\\n.balign 64\\n.hidden kiln_weights_blob\\n\"\n"
+        "        \"kiln_weights_blob:\\n.incbin \\\"\" KILN_WEIGHTS_FILE \"\\\"\\n.byte 0\\n.previous\");\n"
+        "extern const unsigned char kiln_weights_blob[] __attribute__((visibility(\"hidden\")));\n"
+        "#endif\n\n");
+    for (int k = 0; k < p->n_kernels; k++)
+        emit_kernel(p, l, &p->kernels[k], out);
+    if (p->profile)
+        emit_profile_tables(p, out);
+    str_printf(out, "static void graph_run(KilnInstance *inst, const KilnArgs *args) {\n");
+    if (p->profile && p->n_kernels)
+        str_printf(out, "    double kiln_prof_then = kiln_prof_now(), kiln_prof_at;\n");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const Kernel *kn = &p->kernels[k];
+        if (kn->kind == K_LOOP)
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
+                       (long long)kn->count, (long long)kn->grain);
+        else
+            str_printf(out, "    %s(args, 0, 1);\n", kn->name);
+        if (p->profile)
+            str_printf(out,
+                       "    kiln_prof_at = kiln_prof_now();\n"
+                       "    kiln_prof_seconds[%d] += kiln_prof_at - kiln_prof_then;\n"
+                       "    kiln_prof_then = kiln_prof_at;\n",
+                       k);
+    }
+    if (p->n_kernels == 0)
+        str_printf(out, "    (void)inst, (void)args;\n");
+    str_printf(out, "}\n\n");
+    emit_infos(p, out, "inputs", p->inputs, p->n_inputs);
+    emit_infos(p, out, "outputs", p->g->outputs, p->g->n_outputs);
+    str_printf(out,
+               "\nstatic const KilnProgram program = {%lld, kiln_weights_blob, graph_run, %s};\n\n"
+               "static int model_create(void **instance, char *err, size_t errlen) {\n"
+               "    return kiln_rt_create(&program, instance, err, errlen);\n"
+               "}\n\n"
+               "static const kiln_model_def model_def = {\n"
+               "    KILN_ABI_VERSION, \"",
+               (long long)p->workspace_bytes, uses_blas(p) ? "openblas_set_num_threads" : "NULL");
+    c_string(out, p->g->name);
+    str_printf(out,
+               "\", %d, %d, model_inputs, model_outputs,\n"
+               "    model_create, kiln_rt_run, kiln_rt_destroy,\n"
+               "};\n\n"
+               "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
+               "    return &model_def;\n"
+               "}\n",
+               p->n_inputs, p->g->n_outputs);
+    if (out->oom)
+        return diag_error(d, (Loc){0}, "out of memory generating C");
+    return 0;
+}

@@ -1,0 +1,218 @@
+/* kiln_jit: compiling a model in process and loading it, with a compile cache.
+ *
+ * The model is parsed, optimized and lowered, and the C is generated. Where kiln was
+ * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and $KILN_JIT is not `cc`, the C
+ * is compiled and linked in memory (jit_clang.cpp), its object file cached as
+ * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
+ * it is dlopened. KEY is a hash of the generated source, the weights and the
+ * compiler flags; only a miss compiles. The cache directory is $KILN_CACHE_DIR, else
+ * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; when it cannot be used, the clang JIT
+ * caches nothing and the shared object is built in a temporary file removed once
+ * loaded. */
+#include "codegen.h"
+#include "jit.h"
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "../runtime/module.h"
+#ifdef KILN_HAVE_CLANG_JIT
+#include "jit_clang.h"
+#endif
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int codegen_c(Graph *g, const TensorList *weights, Str *src, Diag *d) {
+    Program *p = program_lower(g, weights, d);
+    if (!p)
+        return -1;
+    int rc = emit_c_model(p, src, d);
+    program_free(p);
+    return rc;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Two independent 64-bit hashes of everything that determines the shared object. */
+static void cache_key(const Str *src, const Program *p, char *key, size_t n) {
+    uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    for (int k = 0; k < 2; k++) {
+        h[k] = fnv1a(h[k], src->s, src->len);
+        h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
+        for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
+            h[k] = fnv1a(h[k], cc_flags[f], strlen(cc_flags[f]) + 1);
+        const char *cc = getenv("KILN_CC");
+        if (cc)
+            h[k] = fnv1a(h[k], cc, strlen(cc));
+    }
+    snprintf(key, n, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
+}
+
+/* mkdir -p */
+static bool make_dirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return false;
+            *p = '/';
+        }
+    return mkdir(buf, 0777) == 0 || errno == EEXIST;
+}
+
+static bool cache_dir(const char *given, char *dir, size_t n) {
+    const char *env = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (given && *given)
+        snprintf(dir, n, "%s", given);
+    else if (env && *env)
+        snprintf(dir, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(dir, n, "%s/kiln", xdg);
+    else if (home && *home)
+        snprintf(dir, n, "%s/.cache/kiln", home);
+    else
+        return false;
+    return make_dirs(dir) && access(dir, W_OK) == 0;
+}
+
+/* The in-process JIT, unless it is not built or $KILN_JIT=cc asks for the system compiler. */
+static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const char *dir,
+                                   const char *key, Diag *d, kiln_error *err, bool *used) {
+#ifdef KILN_HAVE_CLANG_JIT
+    const char *how = getenv("KILN_JIT");
+    *used = !how || strcmp(how, "cc") != 0;
+    if (!*used)
+        return NULL;
+    const kiln_model_def *def = NULL;
+    char msg[2048];
+    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, dir, key, &def, msg,
+                                sizeof msg);
+    if (h)
+        return kiln_module_new(h, clang_jit_free, def, g->name, err);
+    diag_error(d, (Loc){0}, "%s", msg);
+    kiln_set_error(err, "cannot compile the model");
+    return NULL;
+#else
+    (void)g, (void)p, (void)src, (void)dir, (void)key, (void)d, (void)err;
+    *used = false;
+    return NULL;
+#endif
+}
+
+/* The profiling build is different source, so it has its own cache entry; it is
+ * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
+static kiln_module *jit(Graph *g, const TensorList *weights, const char *cache, bool profile, Diag *d,
+                        kiln_error *err) {
+    Program *p = program_lower(g, weights, d);
+    Str src = {0};
+    if (p)
+        p->profile = profile;
+    if (!p || emit_c_model(p, &src, d)) {
+        program_free(p);
+        str_free(&src);
+        kiln_set_error(err, "cannot compile the model");
+        return NULL;
+    }
+    char dir[4096], key[40], path[4200];
+    cache_key(&src, p, key, sizeof key);
+    bool cached = cache_dir(cache, dir, sizeof dir), in_process = false;
+    kiln_module *m =
+        profile ? NULL : jit_in_process(g, p, &src, cached ? dir : NULL, key, d, err, &in_process);
+    if (in_process) {
+        program_free(p);
+        str_free(&src);
+        return m;
+    }
+    if (cached)
+        snprintf(path, sizeof path, "%s/%s.so", dir, key);
+    else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld.so", tmp && *tmp ? tmp : "/tmp", key, (long)getpid());
+    }
+    if ((cached && access(path, R_OK) == 0) ||
+        cc_compile_so(&src, p->weights, p->weights_bytes, path, d) == 0)
+        m = kiln_module_open(path, g->name, err);
+    else
+        kiln_set_error(err, "cannot compile the model");
+    if (!cached)
+        unlink(path);
+    program_free(p);
+    str_free(&src);
+    return m;
+}
+
+kiln_module *jit_graph(Graph *g, const TensorList *weights, const char *cache, Diag *d, kiln_error *err) {
+    return jit(g, weights, cache, false, d, err);
+}
+
+kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const char *cache, Diag *d,
+                                kiln_error *err) {
+    return jit(g, weights, cache, true, d, err);
+}
+
+/* The diagnostics of a library call go into err: the first line of them. */
+static kiln_module *jit_source(const char *name, const char *text, const kiln_options *opts,
+                               kiln_error *err) {
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&msg, &len);
+    Diag d;
+    diag_init(&d, f ? f : stderr);
+    kiln_module *m = NULL;
+    SrcFile *src = srcfile_from_string(name, text);
+    Graph *g = src ? parse_model(src, &d) : NULL;
+    TensorList weights = {0};
+    int ok = g && verify_graph(g, &d) == 0;
+    for (int i = 0; ok && opts && i < opts->n_weights; i++)
+        ok = safetensors_read(opts->weights[i], &weights, &d) == 0;
+    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true};
+    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0) {
+        diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
+        ok = 0;
+    }
+    if (ok && pipeline_run(g, &po, &d) == 0)
+        m = jit_graph(g, &weights, opts ? opts->cache_dir : NULL, &d, err);
+    if (f)
+        fclose(f);
+    if (!m && msg && *msg)
+        kiln_set_error(err, "%s", msg);
+    else if (!m && !src)
+        kiln_set_error(err, "out of memory");
+    free(msg);
+    tensors_free(&weights);
+    graph_free(g);
+    srcfile_free(src);
+    return m;
+}
+
+kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err) {
+    return jit_source("<model>", model_text, opts, err);
+}
+
+kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err) {
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&msg, &len);
+    Diag d;
+    diag_init(&d, f ? f : stderr);
+    SrcFile *src = srcfile_read(path, &d);
+    if (f)
+        fclose(f);
+    kiln_module *m = NULL;
+    if (src)
+        m = jit_source(path, src->text, opts, err);
+    else
+        kiln_set_error(err, "%s", msg && *msg ? msg : "cannot read the model");
+    free(msg);
+    srcfile_free(src);
+    return m;
+}

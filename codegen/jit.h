@@ -1,0 +1,20 @@
+/* Internal to libkiln and the driver: generating C for a graph, and compiling and
+ * loading a graph through the compile cache. */
+#ifndef KILN_JIT_H
+#define KILN_JIT_H
+
+#include "../runtime/kiln/kiln.h"
+#include "codegen.h"
+
+/* The whole C translation unit for g (weights are part of the Program, not the text). */
+int codegen_c(Graph *g, const TensorList *weights, Str *src, Diag *d);
+/* Compiles g (already optimized) through the cache and loads it; NULL with
+ * diagnostics in d and a summary in err. cache: NULL for the default directory. */
+kiln_module *jit_graph(Graph *g, const TensorList *weights, const char *cache, Diag *d, kiln_error *err);
+/* The same with a clock around every kernel, compiled by the system compiler into a
+ * shared object: the module's handle is dlopen's, and dlsym finds kiln_profile in it
+ * (emit_c_model describes it); for kiln bench --profile. */
+kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const char *cache, Diag *d,
+                                kiln_error *err);
+
+#endif

@@ -1,0 +1,31 @@
+/* The in-process JIT: generated C compiled by the Clang and LLVM libraries and linked
+ * into the running process with ORC, no compiler process and no temporary file.
+ * Built only when CMake finds Clang and LLVM 14 (KILN_CLANG_JIT, which defines
+ * KILN_HAVE_CLANG_JIT); codegen/jit.c falls back to the system compiler otherwise. */
+#ifndef KILN_JIT_CLANG_H
+#define KILN_JIT_CLANG_H
+
+#include "../runtime/kiln/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Compiles source[0..len) (C made by emit_c_model, built with KILN_WEIGHTS_EXTERN so
+ * that it refers to an external `kiln_weights_blob`), links it into the process with
+ * that symbol bound to a copy of weights[0..weights_bytes), and sets *def to what its
+ * kiln_model() returns. When cache_dir is not NULL, the object file is taken from, or
+ * else stored atomically in, cache_dir/key.o, so a second JIT of the same source
+ * skips Clang and LLVM's code generation. Returns the handle that owns the code and
+ * the weights, or NULL with a message in err[0..errlen). */
+void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
+                        const char *cache_dir, const char *key, const kiln_model_def **def, char *err,
+                        size_t errlen);
+/* Frees the code of a handle from clang_jit_compile; NULL is ignored. */
+void clang_jit_free(void *handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

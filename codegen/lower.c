@@ -1,0 +1,291 @@
+/* Lowering: a verified graph becomes a Program of kernels with a memory plan.
+ *
+ * Values are placed first: inputs in the caller's input buffers, the values named by
+ * `output` in the caller's output buffers (a value output twice, or an output that
+ * is an input or a weight, gets a copy kernel), params and consts in the weights
+ * blob (their data taken from the weights or the initializers now, at compile
+ * time), and everything else at its own 64-byte-aligned offset in the workspace.
+ * Then each op node's lowering, found through the op table, appends its kernels. */
+#include "codegen.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+static const LowerFn lowerings[OP_COUNT] = {
+#define OP(id, name, inputs, attrs, infer, eval, lower) [OP_##id] = lower,
+#include "../ir/ops.def"
+#undef OP
+};
+
+void str_printf(Str *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || s->oom)
+        return;
+    if (s->len + (size_t)n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 256;
+        while (cap < s->len + (size_t)n + 1)
+            cap *= 2;
+        char *p = ir_realloc(s->s, cap);
+        if (!p) {
+            s->oom = true;
+            return;
+        }
+        s->s = p;
+        s->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(s->s + s->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)n;
+}
+
+void str_free(Str *s) {
+    ir_free(s->s);
+    *s = (Str){0};
+}
+
+/* ---- Names and index arithmetic ---- */
+
+const char *value_name(const Program *p, int id) {
+    static char bufs[8][80];
+    static int next;
+    char *b = bufs[next++ % 8];
+    int n = snprintf(b, sizeof bufs[0], "v%d_", id);
+    for (const char *s = p->g->values[id].name; *s && n < (int)sizeof bufs[0] - 1; s++, n++)
+        b[n] = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ? *s : '_';
+    b[n] = 0;
+    return b;
+}
+
+void emit_unravel(Str *s, const char *flat, const Type *t, const char *prefix) {
+    int64_t stride = 1;
+    for (int k = t->rank - 1; k >= 0; k--) {
+        if (k == 0 && stride == 1)
+            str_printf(s, "int64_t %s0 = %s;\n", prefix, flat);
+        else if (k == 0)
+            str_printf(s, "int64_t %s0 = %s / %lld;\n", prefix, flat, (long long)stride);
+        else if (stride == 1)
+            str_printf(s, "int64_t %s%d = %s %% %lld;\n", prefix, k, flat, (long long)t->dims[k]);
+        else
+            str_printf(s, "int64_t %s%d = %s / %lld %% %lld;\n", prefix, k, flat, (long long)stride,
+                       (long long)t->dims[k]);
+        stride *= t->dims[k];
+    }
+}
+
+void broadcast_offset(const Type *from, const Type *to, const char *prefix, char *buf, size_t n) {
+    int64_t st[KILN_MAX_RANK];
+    broadcast_strides(from, to, st);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < to->rank && len < n; k++)
+        if (st[k] != 0)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s%d * %lld", len ? " + " : "", prefix, k,
+                                    (long long)st[k]);
+    if (len == 0)
+        snprintf(buf, n, "0");
+}
+
+void float_literal(double v, char *buf, size_t n) {
+    if (isnan(v))
+        snprintf(buf, n, "(0.0f / 0.0f)");
+    else if (isinf(v))
+        snprintf(buf, n, v < 0 ? "(-1.0f / 0.0f)" : "(1.0f / 0.0f)");
+    else {
+        char t[40];
+        snprintf(t, sizeof t, "%.9g", (double)(float)v);
+        snprintf(buf, n, "%s%sf", t, strpbrk(t, ".e") ? "" : ".0"); /* `1f` is no C literal */
+    }
+}
+
+/* ---- Kernels ---- */
+
+Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what) {
+    if (p->n_kernels == p->cap_kernels) {
+        int cap = p->cap_kernels ? 2 * p->cap_kernels : 64;
+        Kernel *k = ir_realloc(p->kernels, sizeof *k * (size_t)cap);
+        if (!k)
+            return NULL;
+        p->kernels = k;
+        p->cap_kernels = cap;
+    }
+    Kernel *k = &p->kernels[p->n_kernels];
+    *k = (Kernel){.kind = kind, .grain = 1};
+    const char *opname = op_table[n->op].name;
+    Str name = {0}, comment = {0};
+    str_printf(&name, "k%d_%s%s%s", p->n_kernels, opname, what ? "_" : "", what ? what : "");
+    str_printf(&comment, "%s %s%s%s%s", opname, p->g->values[n->out[0]].name, what ? " (" : "",
+               what ? what : "", what ? ")" : "");
+    k->reads = ir_calloc((size_t)n->n_in + 1, sizeof(int));
+    k->writes = ir_calloc((size_t)n->n_out + 1, sizeof(int));
+    if (name.oom || comment.oom || !k->reads || !k->writes) {
+        str_free(&name), str_free(&comment), ir_free(k->reads), ir_free(k->writes);
+        return NULL;
+    }
+    k->name = name.s;
+    k->comment = comment.s;
+    p->n_kernels++;
+    return k;
+}
+
+void kernel_reads(Kernel *k, int value) {
+    k->reads[k->n_reads++] = value;
+}
+void kernel_writes(Kernel *k, int value) {
+    k->writes[k->n_writes++] = value;
+}
+
+/* ---- The memory plan ---- */
+
+static int64_t align64(int64_t x) {
+    return (x + 63) & ~(int64_t)63;
+}
+
+static int64_t value_bytes(const Program *p, int v) {
+    return type_numel(&p->g->values[v].type) * (int64_t)sizeof(float);
+}
+
+/* Params and consts into the blob, in node order. */
+static int place_weights(Program *p, const TensorList *weights, Diag *d) {
+    Graph *g = p->g;
+    int64_t size = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_PARAM || n->op == OP_CONST) {
+            p->buf[n->out[0]] = (Buffer){BUF_WEIGHT, size};
+            size = align64(size + value_bytes(p, n->out[0]));
+        }
+    }
+    p->weights_bytes = size;
+    p->weights = ir_calloc((size_t)size + 1, 1);
+    if (!p->weights)
+        return diag_error(d, (Loc){0}, "out of memory for %lld bytes of weights", (long long)size);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        Tensor *t = NULL;
+        if (n->op == OP_CONST)
+            t = tensor_clone(n->data);
+        else if (n->op == OP_PARAM && param_value(g, n, weights, &t, d))
+            return -1;
+        if (n->op != OP_PARAM && n->op != OP_CONST)
+            continue;
+        if (!t)
+            return diag_error(d, n->loc, "out of memory");
+        memcpy(p->weights + p->buf[n->out[0]].offset, t->data, (size_t)value_bytes(p, n->out[0]));
+        tensor_free(t);
+    }
+    return 0;
+}
+
+/* A value output a second time, or output while it is an input or a weight, is
+ * copied into its output buffer by a kernel of its own. */
+static int copy_to_output(Program *p, int v, int slot, Diag *d) {
+    const Node *def = p->g->nodes[p->g->values[v].node];
+    Kernel *k = kernel_new(p, def, K_LOOP, "copy_to_output");
+    if (!k)
+        return diag_error(d, (Loc){0}, "out of memory");
+    k->count = type_numel(&p->g->values[v].type);
+    k->grain = 16384;
+    kernel_writes(k, -1 - slot);
+    kernel_reads(k, v);
+    str_printf(&k->body, "out%d[i] = %s[i];\n", slot, value_name(p, v));
+    return 0;
+}
+
+static bool output_slot_taken(const Program *p, int v) {
+    return p->buf[v].kind != BUF_NONE;
+}
+
+Program *program_lower(Graph *g, const TensorList *weights, Diag *d) {
+    Program *p = ir_calloc(1, sizeof *p);
+    if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
+        !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
+        program_free(p);
+        diag_error(d, (Loc){0}, "out of memory");
+        return NULL;
+    }
+    p->g = g;
+    for (int v = 0; v < g->n_values; v++)
+        p->buf[v].kind = BUF_NONE;
+    p->n_inputs = graph_inputs(g, p->inputs, g->n_values);
+    for (int i = 0; i < p->n_inputs; i++)
+        p->buf[p->inputs[i]] = (Buffer){BUF_INPUT, i};
+    if (place_weights(p, weights, d))
+        goto fail;
+    int copies[4096], n_copies = 0;
+    for (int k = 0; k < g->n_outputs; k++) {
+        int v = g->outputs[k];
+        if (output_slot_taken(p, v)) {
+            if (n_copies == (int)(sizeof copies / sizeof *copies)) {
+                diag_error(d, (Loc){0}, "too many outputs that need a copy");
+                goto fail;
+            }
+            copies[n_copies++] = k;
+        } else {
+            p->buf[v] = (Buffer){BUF_OUTPUT, k};
+        }
+    }
+    int64_t ws = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        for (int k = 0; k < n->n_out; k++)
+            if (p->buf[n->out[k]].kind == BUF_NONE) {
+                p->buf[n->out[k]] = (Buffer){BUF_WORK, ws};
+                ws = align64(ws + value_bytes(p, n->out[k]));
+            }
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        if (op_is_decl(n->op))
+            continue;
+        LowerFn lower = lowerings[n->op];
+        if (!lower) {
+            diag_error(d, n->loc, "%s cannot be compiled yet; use --target interp", op_table[n->op].name);
+            goto fail;
+        }
+        int first = p->n_kernels;
+        if (lower(p, n, d))
+            goto fail;
+        for (int k = first; k < p->n_kernels; k++)
+            if (p->kernels[k].body.oom) {
+                diag_error(d, n->loc, "out of memory");
+                goto fail;
+            }
+    }
+    for (int c = 0; c < n_copies; c++)
+        if (copy_to_output(p, g->outputs[copies[c]], copies[c], d))
+            goto fail;
+    /* kernel scratch (im2col) goes after the values; kernels run one at a time */
+    int64_t scratch = 0;
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k].scratch_bytes > scratch)
+            scratch = p->kernels[k].scratch_bytes;
+    for (int k = 0; k < p->n_kernels; k++)
+        p->kernels[k].scratch = ws;
+    p->workspace_bytes = align64(ws + scratch);
+    return p;
+fail:
+    program_free(p);
+    return NULL;
+}
+
+void program_free(Program *p) {
+    if (!p)
+        return;
+    for (int k = 0; k < p->n_kernels; k++) {
+        ir_free(p->kernels[k].name);
+        ir_free(p->kernels[k].comment);
+        ir_free(p->kernels[k].reads);
+        ir_free(p->kernels[k].writes);
+        str_free(&p->kernels[k].body);
+    }
+    ir_free(p->kernels);
+    ir_free(p->buf);
+    ir_free(p->inputs);
+    ir_free(p->weights);
+    ir_free(p);
+}

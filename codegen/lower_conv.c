@@ -1,0 +1,500 @@
+/* Lowering of conv and conv_transpose, in either layout, with 1 to 3 spatial dims.
+ *
+ * A conv is a GEMM over a column matrix ("im2col"). A LOOP kernel gathers, into the
+ * kernel scratch, every input element each output position sees (zeros for padding,
+ * dilations in the index arithmetic); a CALL kernel then runs cblas_sgemm per batch
+ * item and group, and adds the bias to each output tile right after its GEMM.
+ *   - nchw: per batch item, cols is [C * taps, positions], each group's rows
+ *     (c, k...) in the weight's order [O, C/g, k...]; y[b][g] = w[g] x cols[b][g].
+ *   - nhwc: cols is [N * positions, groups, taps, C/g], each group's columns in the
+ *     weight's order [O, k..., C/g]; y[:, g] = cols[:, g] x w[g]^T, already nhwc.
+ * A 1x1 conv with stride 1 and no pads needs no column matrix: the input is one.
+ * A depthwise conv (one input channel per group) would be thousands of tiny GEMMs,
+ * so it is a direct LOOP, one iteration per row of outputs along the last spatial
+ * dim, adding each tap's weight times the input over the part of the row whose
+ * input lies inside x (im2col fills its rows with the same bounds, so neither tests
+ * padding per element). conv_transpose is a direct LOOP over the output elements,
+ * written as a gather: output position p meets, through tap k, the input position
+ * (p + pad - k * dilation) / stride when that divides exactly.
+ * The GEMM and depthwise kernels count their FLOPs (2 per multiply-add) for kiln
+ * bench. */
+#include "codegen.h"
+#include "../ir/ops_impl.h"
+
+#include <limits.h>
+#include <string.h>
+
+enum { MAX_SPATIAL = 3, WORK_PER_THREAD = 16384 };
+
+/* A conv node's views and attributes. */
+typedef struct {
+    bool nhwc;
+    int ns;
+    View x, w, y;
+    int64_t strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dilations[MAX_SPATIAL], groups;
+    int64_t taps;                        /* kernel elements per channel */
+    int64_t positions;                   /* output elements per channel and batch item */
+    char xn[80], wn[80], bn[80], yn[80]; /* value names; bn empty without bias */
+} Conv;
+
+static Conv conv_of(const Program *p, const Node *n) {
+    const Graph *g = p->g;
+    Conv c = {.nhwc = layout_is_nhwc(n)};
+    c.x = view_of(&g->values[n->in[0]].type, c.nhwc);
+    c.w = view_of(&g->values[n->in[1]].type, c.nhwc);
+    c.y = view_of(&g->values[n->out[0]].type, c.nhwc);
+    c.ns = c.x.ns;
+    node_ints(n, "strides", c.strides, MAX_SPATIAL, c.ns);
+    node_ints(n, "pads", c.pads, 2 * MAX_SPATIAL, 2 * c.ns);
+    node_ints(n, "dilations", c.dilations, MAX_SPATIAL, c.ns);
+    c.groups = node_int(n, "groups");
+    c.taps = c.positions = 1;
+    for (int s = 0; s < c.ns; s++) {
+        c.taps *= c.w.sp[s];
+        c.positions *= c.y.sp[s];
+    }
+    snprintf(c.xn, sizeof c.xn, "%s", value_name(p, n->in[0]));
+    snprintf(c.wn, sizeof c.wn, "%s", value_name(p, n->in[1]));
+    snprintf(c.yn, sizeof c.yn, "%s", value_name(p, n->out[0]));
+    if (n->n_in > 2 && n->in[2] >= 0)
+        snprintf(c.bn, sizeof c.bn, "%s", value_name(p, n->in[2]));
+    return c;
+}
+
+static int64_t grain_for(int64_t work) {
+    return work >= WORK_PER_THREAD ? 1 : WORK_PER_THREAD / work;
+}
+
+/* ---- Index arithmetic ---- */
+
+typedef struct {
+    char name[8];
+    int64_t size;
+} Dim;
+
+/* Emits `int64_t NAME = i / stride % size;` for each dim, outermost first, of a
+ * row-major index space; a dim of size 1 is 0 (callers leave out those they never
+ * name). */
+static void emit_dims(Str *s, const Dim *dims, int n) {
+    int64_t stride = 1, strides[2 * KILN_MAX_RANK];
+    for (int k = n - 1; k >= 0; k--) {
+        strides[k] = stride;
+        stride *= dims[k].size;
+    }
+    for (int k = 0; k < n; k++) {
+        if (dims[k].size == 1)
+            str_printf(s, "int64_t %s = 0;\n", dims[k].name);
+        else if (k == 0 && strides[k] == 1)
+            str_printf(s, "int64_t %s = i;\n", dims[k].name);
+        else if (k == 0)
+            str_printf(s, "int64_t %s = i / %lld;\n", dims[k].name, (long long)strides[k]);
+        else if (strides[k] == 1)
+            str_printf(s, "int64_t %s = i %% %lld;\n", dims[k].name, (long long)dims[k].size);
+        else
+            str_printf(s, "int64_t %s = i / %lld %% %lld;\n", dims[k].name, (long long)strides[k],
+                       (long long)dims[k].size);
+    }
+}
+
+static Dim dim(const char *prefix, int index, int64_t size) {
+    Dim d = {.size = size};
+    snprintf(d.name, sizeof d.name, index < 0 ? "%s" : "%s%d", prefix, index);
+    return d;
+}
+
+/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
+static void term(char *e, size_t cap, const char *var, int64_t stride) {
+    size_t len = strlen(e);
+    const char *plus = len ? " + " : "";
+    if (stride == 1)
+        snprintf(e + len, cap - len, "%s%s", plus, var);
+    else
+        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
+}
+
+/* Into e: the input position along spatial dim s of output position p{s} and tap
+ * k{s}: p * stride - pad + k * dilation. */
+static void input_pos(const Conv *c, int s, char *e, size_t cap) {
+    char p[16], k[16];
+    snprintf(p, sizeof p, "p%d", s);
+    snprintf(k, sizeof k, "k%d", s);
+    e[0] = 0;
+    term(e, cap, p, c->strides[s]);
+    size_t len = strlen(e);
+    if (c->pads[s])
+        snprintf(e + len, cap - len, " - %lld", (long long)c->pads[s]);
+    if (c->w.sp[s] > 1)
+        term(e, cap, k, c->dilations[s]);
+}
+
+/* The offset expression of x[b, channel * scale, in0...] into e; no channel term
+ * for a NULL channel; `last`, when not NULL, names the last spatial position. */
+static void x_offset(const Conv *c, const char *channel, int64_t scale, const char *last, char *e,
+                     size_t cap) {
+    e[0] = 0;
+    if (c->x.n > 1)
+        term(e, cap, "b", c->x.sn);
+    if (channel)
+        term(e, cap, channel, c->x.sc * scale);
+    for (int s = 0; s < c->ns; s++) {
+        char v[16];
+        snprintf(v, sizeof v, "in%d", s);
+        term(e, cap, last && s == c->ns - 1 ? last : v, c->x.ss[s]);
+    }
+}
+
+/* Emits, for the last spatial dim (the one a row of outputs runs along), `off`: the
+ * input position that output position 0 meets through tap k{last}; and [lo, hi):
+ * the output positions p whose input position off + p * stride lies inside x, hi
+ * clipped to the row (lo may pass hi). */
+static void emit_row_range(Str *s, const Conv *c, int ind) {
+    int l = c->ns - 1;
+    long long st = c->strides[l], w = c->x.sp[l], pad = c->pads[l];
+    char off[64] = "";
+    if (c->w.sp[l] > 1) {
+        char k[16];
+        snprintf(k, sizeof k, "k%d", l);
+        term(off, sizeof off, k, c->dilations[l]);
+    }
+    if (!off[0])
+        snprintf(off, sizeof off, "%lld", -pad);
+    else if (pad)
+        snprintf(off + strlen(off), sizeof off - strlen(off), " - %lld", pad);
+    str_printf(s, "%*sint64_t off = %s;\n", ind, "", off);
+    if (st == 1)
+        str_printf(s, "%*sint64_t lo = off < 0 ? -off : 0, hi = off < %lld ? %lld - off : 0;\n", ind, "", w,
+                   w);
+    else
+        str_printf(s,
+                   "%*sint64_t lo = off < 0 ? (%lld - off) / %lld : 0, hi = off < %lld ? (%lld - off) / %lld "
+                   "+ 1 : 0;\n",
+                   ind, "", st - 1, st, w, w - 1, st);
+    str_printf(s, "%*sif (hi > %lld)\n%*s    hi = %lld;\n", ind, "", (long long)c->y.sp[l], ind, "",
+               (long long)c->y.sp[l]);
+}
+
+/* The output's dims as the LOOP over its elements sees them. */
+static int output_dims(const Conv *c, Dim *dims) {
+    int n = 0;
+    if (c->y.n > 1)
+        dims[n++] = dim("b", -1, c->y.n);
+    if (!c->nhwc)
+        dims[n++] = dim("o", -1, c->y.c);
+    for (int s = 0; s < c->ns; s++)
+        dims[n++] = dim("p", s, c->y.sp[s]);
+    if (c->nhwc)
+        dims[n++] = dim("o", -1, c->y.c);
+    return n;
+}
+
+static Kernel *new_kernel(Program *p, const Node *n, KernelKind kind, const char *what, Diag *d) {
+    Kernel *k = kernel_new(p, n, kind, what);
+    if (!k)
+        diag_error(d, n->loc, "out of memory");
+    return k;
+}
+
+/* ---- conv as im2col and GEMM ---- */
+
+/* The LOOP filling the column matrix; nchw: one iteration per row of it (a run along
+ * the last spatial dim); nhwc: one per (position, group, tap), copying C/g channels. */
+static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag *d) {
+    Kernel *k = new_kernel(p, n, K_LOOP, "im2col", d);
+    if (!k)
+        return -1;
+    kernel_reads(k, n->in[0]);
+    k->scratch_bytes = bytes;
+    Dim dims[2 * KILN_MAX_RANK];
+    int nd = 0, last = c->ns - 1;
+    int64_t cg = c->x.c / c->groups, run = c->nhwc ? cg : c->y.sp[last];
+    if (c->x.n > 1)
+        dims[nd++] = dim("b", -1, c->x.n);
+    if (c->nhwc) {
+        for (int s = 0; s < c->ns; s++)
+            dims[nd++] = dim("p", s, c->y.sp[s]);
+        if (c->groups > 1)
+            dims[nd++] = dim("g", -1, c->groups);
+    } else {
+        dims[nd++] = dim("c", -1, c->x.c);
+    }
+    for (int s = 0; s < c->ns; s++)
+        if (c->w.sp[s] > 1)
+            dims[nd++] = dim("k", s, c->w.sp[s]);
+    for (int s = 0; !c->nhwc && s < last; s++)
+        dims[nd++] = dim("p", s, c->y.sp[s]);
+    k->count = 1;
+    for (int i = 0; i < nd; i++)
+        k->count *= dims[i].size;
+    k->grain = grain_for(run);
+    Str *s = &k->body;
+    emit_dims(s, dims, nd);
+    /* the dims the iteration fixes: nhwc all, nchw all but the last */
+    int fixed = c->nhwc ? c->ns : last;
+    char e[256], inside[512] = "", stride_suffix[32] = "";
+    if (c->strides[last] > 1)
+        snprintf(stride_suffix, sizeof stride_suffix, " * %lld", (long long)c->strides[last]);
+    for (int i = 0; i < fixed; i++) {
+        input_pos(c, i, e, sizeof e);
+        str_printf(s, "int64_t in%d = %s;\n", i, e);
+        size_t len = strlen(inside);
+        snprintf(inside + len, sizeof inside - len, "%sin%d >= 0 && in%d < %lld", len ? " && " : "", i, i,
+                 (long long)c->x.sp[i]);
+    }
+    if (fixed)
+        str_printf(s, "int inside = %s;\n", inside);
+    if (c->nhwc) {
+        /* the channels of group g at input position in0...: contiguous */
+        x_offset(c, c->groups > 1 ? "g" : NULL, cg, NULL, e, sizeof e);
+        str_printf(s, "int64_t base = %s;\n", e);
+        str_printf(s, "for (int64_t c = 0; c < %lld; c++)\n", (long long)cg);
+        str_printf(s, "    scratch[i * %lld + c] = inside ? %s[base + c] : 0.0f;\n", (long long)cg, c->xn);
+        return 0;
+    }
+    /* a row of cols: zeros, the input positions inside x, zeros */
+    emit_row_range(s, c, 0);
+    if (fixed)
+        str_printf(s, "if (!inside)\n    hi = 0;\n");
+    str_printf(s, "if (lo > hi)\n    lo = hi;\n");
+    x_offset(c, "c", 1, "off", e, sizeof e);
+    str_printf(s, "float *row = scratch + i * %lld;\nint64_t base = %s;\n", (long long)run, e);
+    str_printf(s,
+               "for (int64_t p%d = 0; p%d < lo; p%d++)\n"
+               "    row[p%d] = 0.0f;\n"
+               "for (int64_t p%d = lo; p%d < hi; p%d++)\n"
+               "    row[p%d] = %s[base + p%d%s];\n"
+               "for (int64_t p%d = hi; p%d < %lld; p%d++)\n"
+               "    row[p%d] = 0.0f;\n",
+               last, last, last, last, last, last, last, last, c->xn, last, stride_suffix, last, last,
+               (long long)run, last, last);
+    return 0;
+}
+
+static bool fits_int(int64_t v) {
+    return v <= INT_MAX;
+}
+
+/* The CALL: one cblas_sgemm per batch item (nchw) and group, each followed by the
+ * bias over its output tile. `src` is the column matrix: the scratch, or x itself. */
+static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t scratch_bytes, Diag *d) {
+    int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
+    int64_t rows = c->nhwc ? c->y.n * c->positions : og, cols = c->nhwc ? og : c->positions;
+    if (!fits_int(rows) || !fits_int(cols) || !fits_int(depth * c->groups) || !fits_int(c->y.c))
+        return diag_error(d, n->loc, "conv: a GEMM of %lld x %lld x %lld is too large for BLAS",
+                          (long long)rows, (long long)cols, (long long)depth);
+    Kernel *k = new_kernel(p, n, K_CALL, "gemm", d);
+    if (!k)
+        return -1;
+    kernel_reads(k, n->in[0]);
+    kernel_reads(k, n->in[1]);
+    if (c->bn[0])
+        kernel_reads(k, n->in[2]);
+    kernel_writes(k, n->out[0]);
+    k->scratch_bytes = scratch_bytes;
+    k->flops = 2 * rows * cols * depth * c->groups * (c->nhwc ? 1 : c->y.n);
+    const char *src = pointwise ? c->xn : "scratch";
+    Str *s = &k->body;
+    char src_off[256] = "", w_off[256] = "", y_off[256] = "";
+    const char *ind = "";
+    if (!c->nhwc && c->y.n > 1) {
+        str_printf(s, "for (int64_t b = 0; b < %lld; b++) {\n", (long long)c->y.n);
+        term(src_off, sizeof src_off, "b", c->groups * depth * c->positions);
+        term(y_off, sizeof y_off, "b", c->y.c * c->positions);
+        ind = "    ";
+    }
+    if (c->groups > 1) {
+        str_printf(s, "%sfor (int64_t g = 0; g < %lld; g++) {\n", ind, (long long)c->groups);
+        term(src_off, sizeof src_off, "g", c->nhwc ? depth : depth * c->positions);
+        term(w_off, sizeof w_off, "g", og * depth);
+        term(y_off, sizeof y_off, "g", c->nhwc ? og : og * c->positions);
+        ind = c->nhwc || c->y.n == 1 ? "    " : "        ";
+    }
+    str_printf(s, "%sfloat *tile = %s%s%s;\n", ind, c->yn, y_off[0] ? " + " : "", y_off);
+    if (c->nhwc)
+        /* y[rows, og] = cols[rows, depth] x w[og, depth]^T, rows of y og apart */
+        str_printf(
+            s,
+            "%scblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s%s%s, %lld,\n"
+            "%s            %s%s%s, %lld, 0.0f, tile, %lld);\n",
+            ind, (long long)rows, (long long)cols, (long long)depth, src, src_off[0] ? " + " : "", src_off,
+            (long long)(c->groups * depth), ind, c->wn, w_off[0] ? " + " : "", w_off, (long long)depth,
+            (long long)c->y.c);
+    else
+        /* y[og, positions] = w[og, depth] x cols[depth, positions] */
+        str_printf(
+            s,
+            "%scblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s%s, %lld,\n"
+            "%s            %s%s%s, %lld, 0.0f, tile, %lld);\n",
+            ind, (long long)rows, (long long)cols, (long long)depth, c->wn, w_off[0] ? " + " : "", w_off,
+            (long long)depth, ind, src, src_off[0] ? " + " : "", src_off, (long long)cols, (long long)cols);
+    if (c->bn[0]) {
+        char bias[128];
+        snprintf(bias, sizeof bias, c->groups > 1 ? "%s[g * %lld + o]" : "%s[o]", c->bn, (long long)og);
+        if (c->nhwc)
+            str_printf(s,
+                       "%sfor (int64_t r = 0; r < %lld; r++)\n"
+                       "%s    for (int64_t o = 0; o < %lld; o++)\n"
+                       "%s        tile[r * %lld + o] += %s;\n",
+                       ind, (long long)rows, ind, (long long)og, ind, (long long)c->y.c, bias);
+        else
+            str_printf(s,
+                       "%sfor (int64_t o = 0; o < %lld; o++)\n"
+                       "%s    for (int64_t q = 0; q < %lld; q++)\n"
+                       "%s        tile[o * %lld + q] += %s;\n",
+                       ind, (long long)og, ind, (long long)cols, ind, (long long)cols, bias);
+    }
+    if (c->groups > 1)
+        str_printf(s, "%s}\n", !c->nhwc && c->y.n > 1 ? "    " : "");
+    if (!c->nhwc && c->y.n > 1)
+        str_printf(s, "}\n");
+    return 0;
+}
+
+/* ---- Direct loops: depthwise conv and conv_transpose ---- */
+
+/* One iteration per row of outputs along the last spatial dim, input channel o / m:
+ * the row starts at the bias, and each tap adds its weight times the input row
+ * over the outputs whose input lies inside x. */
+static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
+    Kernel *k = new_kernel(p, n, K_LOOP, "depthwise", d);
+    if (!k)
+        return -1;
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] >= 0)
+            kernel_reads(k, n->in[i]);
+    kernel_writes(k, n->out[0]);
+    int last = c->ns - 1;
+    long long run = c->y.sp[last], ys = c->y.ss[last];
+    k->count = c->y.n * c->y.c * c->positions / run;
+    k->grain = grain_for(c->taps * run);
+    k->flops = 2 * c->y.n * c->y.c * c->positions * c->taps;
+    Dim dims[KILN_MAX_RANK];
+    int nd = output_dims(c, dims);
+    /* the iteration leaves out the last spatial dim: the row */
+    if (c->nhwc)
+        dims[nd - 2] = dims[nd - 1];
+    nd--;
+    Str *s = &k->body;
+    emit_dims(s, dims, nd);
+    int64_t m = c->y.c / c->groups;
+    if (m > 1)
+        str_printf(s, "int64_t c = o / %lld;\n", (long long)m);
+    char e[256] = "", wi[256] = "", ps[32] = "", xs[32] = "";
+    if (c->y.n > 1)
+        term(e, sizeof e, "b", c->y.sn);
+    term(e, sizeof e, "o", c->y.sc);
+    for (int i = 0; i < last; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "p%d", i);
+        term(e, sizeof e, v, c->y.ss[i]);
+    }
+    if (ys > 1)
+        snprintf(ps, sizeof ps, " * %lld", ys);
+    if (c->strides[last] * c->x.ss[last] > 1)
+        snprintf(xs, sizeof xs, " * %lld", (long long)(c->strides[last] * c->x.ss[last]));
+    str_printf(s, "float *row = %s + %s;\n", c->yn, e);
+    str_printf(s, "for (int64_t p%d = 0; p%d < %lld; p%d++)\n    row[p%d%s] = %s%s;\n", last, last, run, last,
+               last, ps, c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+    term(wi, sizeof wi, "o", c->w.sn);
+    for (int i = 0; i < c->ns; i++) {
+        char kv[16];
+        int ind = 4 * i;
+        snprintf(kv, sizeof kv, "k%d", i);
+        term(wi, sizeof wi, kv, c->w.ss[i]);
+        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
+                   i);
+        if (i == last)
+            break;
+        input_pos(c, i, e, sizeof e);
+        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
+        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
+                   (long long)c->x.sp[i], ind, "");
+    }
+    int ind = 4 * c->ns;
+    emit_row_range(s, c, ind);
+    x_offset(c, m > 1 ? "c" : "o", 1, "off", e, sizeof e);
+    str_printf(s, "%*sfloat wk = %s[%s];\n%*sint64_t base = %s;\n", ind, "", c->wn, wi, ind, "", e);
+    str_printf(s, "%*sfor (int64_t p%d = lo; p%d < hi; p%d++)\n%*s    row[p%d%s] += %s[base + p%d%s] * wk;\n",
+               ind, "", last, last, last, ind, "", last, ps, c->xn, last, xs);
+    for (int i = c->ns - 1; i >= 0; i--)
+        str_printf(s, "%*s}\n", 4 * i, "");
+    return 0;
+}
+
+int lower_conv(Program *p, const Node *n, Diag *d) {
+    Conv c = conv_of(p, n);
+    int64_t cg = c.x.c / c.groups;
+    if (cg == 1 && c.groups > 1)
+        return depthwise(p, n, &c, d);
+    bool pointwise = c.taps == 1;
+    for (int s = 0; s < c.ns; s++)
+        pointwise = pointwise && c.strides[s] == 1 && c.pads[s] == 0 && c.pads[c.ns + s] == 0;
+    int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
+    if (!pointwise && im2col(p, n, &c, bytes, d))
+        return -1;
+    return gemm(p, n, &c, pointwise, bytes, d);
+}
+
+/* One iteration per output element, gathering over the input channels of its group
+ * and the kernel taps. */
+int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
+    Conv c = conv_of(p, n);
+    Kernel *k = new_kernel(p, n, K_LOOP, NULL, d);
+    if (!k)
+        return -1;
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] >= 0)
+            kernel_reads(k, n->in[i]);
+    kernel_writes(k, n->out[0]);
+    int64_t cg = c.x.c / c.groups, og = c.w.c;
+    k->count = c.y.n * c.y.c * c.positions;
+    k->grain = grain_for(cg * c.taps);
+    Dim dims[KILN_MAX_RANK];
+    int nd = output_dims(&c, dims);
+    Str *s = &k->body;
+    emit_dims(s, dims, nd);
+    if (c.groups > 1)
+        str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n", (long long)og, (long long)og);
+    str_printf(s, "float acc = %s%s;\n", c.bn[0] ? c.bn : "0.0f", c.bn[0] ? "[o]" : "");
+    if (c.groups > 1) {
+        str_printf(s, "for (int64_t ci = 0; ci < %lld; ci++) {\n", (long long)cg);
+        str_printf(s, "    int64_t c = g * %lld + ci;\n", (long long)cg);
+    } else {
+        str_printf(s, "for (int64_t c = 0; c < %lld; c++) {\n", (long long)cg);
+    }
+    char wi[256] = "";
+    term(wi, sizeof wi, "c", c.w.sn);
+    term(wi, sizeof wi, c.groups > 1 ? "oc" : "o", c.w.sc);
+    for (int i = 0; i < c.ns; i++) {
+        int ind = 4 * (i + 1);
+        char kv[16], t[128];
+        snprintf(kv, sizeof kv, "k%d", i);
+        term(wi, sizeof wi, kv, c.w.ss[i]);
+        /* the input position in with in * stride - pad + k * dilation == p */
+        snprintf(t, sizeof t, "p%d", i);
+        if (c.pads[i])
+            snprintf(t + strlen(t), sizeof t - strlen(t), " + %lld", (long long)c.pads[i]);
+        if (c.dilations[i] == 1)
+            snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d", i);
+        else
+            snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d * %lld", i, (long long)c.dilations[i]);
+        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c.w.sp[i],
+                   i);
+        if (c.strides[i] == 1) {
+            str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, t);
+            str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n", ind, "", i, i, (long long)c.x.sp[i]);
+        } else {
+            str_printf(s, "%*s    int64_t t%d = %s, in%d = t%d / %lld;\n", ind, "", i, t, i, i,
+                       (long long)c.strides[i]);
+            str_printf(s, "%*s    if (t%d < 0 || t%d %% %lld != 0 || in%d >= %lld)\n", ind, "", i, i,
+                       (long long)c.strides[i], i, (long long)c.x.sp[i]);
+        }
+        str_printf(s, "%*s        continue;\n", ind, "");
+    }
+    char xi[256];
+    x_offset(&c, "c", 1, NULL, xi, sizeof xi);
+    str_printf(s, "%*sacc += %s[%s] * %s[%s];\n", 4 * (c.ns + 1), "", c.xn, xi, c.wn, wi);
+    for (int i = c.ns; i >= 0; i--)
+        str_printf(s, "%*s}\n", 4 * i, "");
+    str_printf(s, "%s[i] = acc;\n", c.yn);
+    return 0;
+}

@@ -1,0 +1,243 @@
+/* Lowering of the pools: max_pool, avg_pool, global_avg_pool and adaptive_avg_pool,
+ * in either layout.
+ *
+ * Each is one LOOP kernel. max_pool, avg_pool and adaptive_avg_pool take one
+ * iteration per output element: the body unravels it into (b, c, p...), and loops
+ * over its window with the kernel sizes, strides, dilations and pads baked in as
+ * constants, skipping the positions outside the input. Windows start at
+ * p * stride - pad_begin; max keeps the last NaN it meets (as the interpreter does)
+ * and -inf for a window of padding only; avg divides by the real elements, or with
+ * count_include_pad by the window clipped to the padded input. Adaptive windows
+ * are torch's [floor(p * in / out), ceil((p + 1) * in / out)), computed in the body.
+ * global_avg_pool takes one iteration per (b, c) and sums its spatial extent in
+ * double. */
+#include "codegen.h"
+#include "../ir/ops_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { MAX_SPATIAL = 3, WORK_PER_THREAD = 16384 };
+
+static int64_t grain_for(int64_t work) {
+    return work >= WORK_PER_THREAD ? 1 : WORK_PER_THREAD / work;
+}
+
+/* Emits `int64_t b = i / ..., c = ..., p0 = ...;`: the output element i as (b, c, p...)
+ * of the view y, in the layout's order; a dim of size 1 is 0, and b is left out then. */
+static void emit_output_index(Str *s, const View *y, bool nhwc) {
+    char names[KILN_MAX_RANK][8];
+    int64_t sizes[KILN_MAX_RANK], stride = 1;
+    int n = 0;
+    if (y->n > 1) {
+        snprintf(names[n], sizeof names[n], "b");
+        sizes[n++] = y->n;
+    }
+    if (!nhwc) {
+        snprintf(names[n], sizeof names[n], "c");
+        sizes[n++] = y->c;
+    }
+    for (int k = 0; k < y->ns; k++) {
+        snprintf(names[n], sizeof names[n], "p%d", k);
+        sizes[n++] = y->sp[k];
+    }
+    if (nhwc) {
+        snprintf(names[n], sizeof names[n], "c");
+        sizes[n++] = y->c;
+    }
+    int64_t strides[KILN_MAX_RANK];
+    for (int k = n - 1; k >= 0; k--) {
+        strides[k] = stride;
+        stride *= sizes[k];
+    }
+    for (int k = 0; k < n; k++) {
+        if (sizes[k] == 1)
+            str_printf(s, "int64_t %s = 0;\n", names[k]);
+        else if (k == 0 && strides[k] == 1)
+            str_printf(s, "int64_t %s = i;\n", names[k]);
+        else if (k == 0)
+            str_printf(s, "int64_t %s = i / %lld;\n", names[k], (long long)strides[k]);
+        else if (strides[k] == 1)
+            str_printf(s, "int64_t %s = i %% %lld;\n", names[k], (long long)sizes[k]);
+        else
+            str_printf(s, "int64_t %s = i / %lld %% %lld;\n", names[k], (long long)strides[k],
+                       (long long)sizes[k]);
+    }
+}
+
+/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
+static void term(char *e, size_t cap, const char *var, int64_t stride) {
+    size_t len = strlen(e);
+    const char *plus = len ? " + " : "";
+    if (stride == 1)
+        snprintf(e + len, cap - len, "%s%s", plus, var);
+    else
+        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
+}
+
+/* The offset expression of x[b, c, in0...] into e. */
+static void x_offset(const View *x, char *e, size_t cap) {
+    e[0] = 0;
+    if (x->n > 1)
+        term(e, cap, "b", x->sn);
+    term(e, cap, "c", x->sc);
+    for (int s = 0; s < x->ns; s++) {
+        char v[16];
+        snprintf(v, sizeof v, "in%d", s);
+        term(e, cap, v, x->ss[s]);
+    }
+}
+
+static Kernel *loop_over_output(Program *p, const Node *n, int64_t work, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
+    if (!k) {
+        diag_error(d, n->loc, "out of memory");
+        return NULL;
+    }
+    k->count = type_numel(&p->g->values[n->out[0]].type);
+    k->grain = grain_for(work);
+    kernel_reads(k, n->in[0]);
+    kernel_writes(k, n->out[0]);
+    return k;
+}
+
+/* ---- max_pool and avg_pool ---- */
+
+int lower_pool(Program *p, const Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL;
+    View x = view_of(&p->g->values[n->in[0]].type, nhwc), y = view_of(&p->g->values[n->out[0]].type, nhwc);
+    int ns = x.ns;
+    int64_t kernel[MAX_SPATIAL], strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dil[MAX_SPATIAL] = {1, 1, 1};
+    node_ints(n, "kernel", kernel, MAX_SPATIAL, ns);
+    node_ints(n, "strides", strides, MAX_SPATIAL, ns);
+    node_ints(n, "pads", pads, 2 * MAX_SPATIAL, 2 * ns);
+    if (is_max)
+        node_ints(n, "dilations", dil, MAX_SPATIAL, ns);
+    bool count_pad = !is_max && node_bool(n, "count_include_pad");
+    int64_t window = 1;
+    for (int s = 0; s < ns; s++)
+        window *= kernel[s];
+    Kernel *k = loop_over_output(p, n, window, d);
+    if (!k)
+        return -1;
+    char xn[80], yn[80], e[256];
+    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
+    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
+    Str *b = &k->body;
+    emit_output_index(b, &y, nhwc);
+    for (int s = 0; s < ns; s++) {
+        char pos[16];
+        snprintf(pos, sizeof pos, "p%d", s);
+        e[0] = 0;
+        term(e, sizeof e, pos, strides[s]);
+        if (pads[s])
+            snprintf(e + strlen(e), sizeof e - strlen(e), " - %lld", (long long)pads[s]);
+        str_printf(b, "int64_t start%d = %s;\n", s, e);
+    }
+    if (is_max) {
+        float_literal(-INFINITY, e, sizeof e);
+        str_printf(b, "float acc = %s;\n", e);
+    } else {
+        /* the divisor: the window clipped to the input, or to the padded input */
+        str_printf(b, "float acc = 0.0f;\nint64_t count = 1;\n");
+        for (int s = 0; s < ns; s++) {
+            long long end = count_pad ? x.sp[s] + pads[ns + s] : x.sp[s], kn = kernel[s];
+            if (count_pad)
+                str_printf(b, "count *= (start%d + %lld < %lld ? start%d + %lld : %lld) - start%d;\n", s, kn,
+                           end, s, kn, end, s);
+            else
+                str_printf(b,
+                           "count *= (start%d + %lld < %lld ? start%d + %lld : %lld) - (start%d > 0 ? "
+                           "start%d : 0);\n",
+                           s, kn, end, s, kn, end, s, s);
+        }
+    }
+    for (int s = 0; s < ns; s++) {
+        int ind = 4 * s;
+        str_printf(b, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", s, s, (long long)kernel[s],
+                   s);
+        if (dil[s] == 1)
+            str_printf(b, "%*s    int64_t in%d = start%d + k%d;\n", ind, "", s, s, s);
+        else
+            str_printf(b, "%*s    int64_t in%d = start%d + k%d * %lld;\n", ind, "", s, s, s,
+                       (long long)dil[s]);
+        str_printf(b, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", s, s,
+                   (long long)x.sp[s], ind, "");
+    }
+    x_offset(&x, e, sizeof e);
+    int ind = 4 * ns;
+    if (is_max)
+        str_printf(b,
+                   "%*sfloat v = %s[%s];\n"
+                   "%*sif (v != v || v > acc)\n"
+                   "%*s    acc = v;\n",
+                   ind, "", xn, e, ind, "", ind, "");
+    else
+        str_printf(b, "%*sacc += %s[%s];\n", ind, "", xn, e);
+    for (int s = ns - 1; s >= 0; s--)
+        str_printf(b, "%*s}\n", 4 * s, "");
+    str_printf(b, "%s[i] = %s;\n", yn, is_max ? "acc" : "acc / (float)count");
+    return 0;
+}
+
+/* ---- global_avg_pool ---- */
+
+int lower_global_avg_pool(Program *p, const Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n);
+    View x = view_of(&p->g->values[n->in[0]].type, nhwc);
+    int64_t count = 1;
+    for (int s = 0; s < x.ns; s++)
+        count *= x.sp[s];
+    Kernel *k = loop_over_output(p, n, count, d);
+    if (!k)
+        return -1;
+    char xn[80], yn[80];
+    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
+    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
+    /* y is [N, C] in both layouts: iteration i is (b, c) = (i / C, i % C) */
+    char at[128];
+    if (nhwc)
+        snprintf(at, sizeof at, "i / %lld * %lld + i %% %lld + q * %lld", (long long)x.c, (long long)x.sn,
+                 (long long)x.c, (long long)x.c);
+    else
+        snprintf(at, sizeof at, "i * %lld + q", (long long)count);
+    str_printf(&k->body,
+               "double sum = 0.0;\n"
+               "for (int64_t q = 0; q < %lld; q++)\n"
+               "    sum += %s[%s];\n"
+               "%s[i] = (float)(sum / %lld.0);\n",
+               (long long)count, xn, at, yn, (long long)count);
+    return 0;
+}
+
+/* ---- adaptive_avg_pool ---- */
+
+int lower_adaptive_avg_pool(Program *p, const Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n);
+    View x = view_of(&p->g->values[n->in[0]].type, nhwc), y = view_of(&p->g->values[n->out[0]].type, nhwc);
+    int ns = x.ns;
+    int64_t window = 1;
+    for (int s = 0; s < ns; s++)
+        window *= (x.sp[s] + y.sp[s] - 1) / y.sp[s] + 1;
+    Kernel *k = loop_over_output(p, n, window, d);
+    if (!k)
+        return -1;
+    char xn[80], yn[80], e[256];
+    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
+    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
+    Str *b = &k->body;
+    emit_output_index(b, &y, nhwc);
+    str_printf(b, "float acc = 0.0f;\nint64_t count = 1;\n");
+    for (int s = 0; s < ns; s++) {
+        long long in = x.sp[s], out = y.sp[s];
+        str_printf(b, "int64_t start%d = p%d * %lld / %lld, end%d = ((p%d + 1) * %lld + %lld) / %lld;\n", s,
+                   s, in, out, s, s, in, out - 1, out);
+        str_printf(b, "count *= end%d - start%d;\n", s, s);
+    }
+    for (int s = 0; s < ns; s++)
+        str_printf(b, "%*sfor (int64_t in%d = start%d; in%d < end%d; in%d++)\n", 4 * s, "", s, s, s, s, s);
+    x_offset(&x, e, sizeof e);
+    str_printf(b, "%*sacc += %s[%s];\n", 4 * ns, "", xn, e);
+    str_printf(b, "%s[i] = acc / (float)count;\n", yn);
+    return 0;
+}

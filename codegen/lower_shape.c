@@ -1,0 +1,239 @@
+/* Lowering of the data-movement ops: transpose, concat, slice and pad.
+ *
+ * Each is one LOOP kernel over the result's elements that maps element i back to
+ * the input element it copies, as the reference kernels in ir/op_shape.c do, with
+ * every start, stride and bound a constant of the text. transpose and slice unravel
+ * i and sum its coordinates times constant strides (a slice's start folded into one
+ * base offset, its step into the strides); concat splits i into the positions
+ * before, along and after the axis and picks its input with a chain of `if`s on the
+ * axis position; pad maps each padded coordinate into the (cropped) input through
+ * the mode's rule, and constant padding tests the coordinates' bounds. Dims of size
+ * 1 in the result contribute nothing and are left out of the sums. */
+#include "codegen.h"
+#include "../ir/ops_impl.h"
+
+#include <string.h>
+
+enum { COPY_GRAIN = 16384 };
+
+static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
+    if (!k) {
+        diag_error(d, n->loc, "out of memory");
+        return NULL;
+    }
+    k->count = type_numel(&p->g->values[n->out[0]].type);
+    k->grain = COPY_GRAIN;
+    for (int i = 0; i < n->n_in; i++)
+        kernel_reads(k, n->in[i]);
+    kernel_writes(k, n->out[0]);
+    return k;
+}
+
+/* Appends ` + VAR * COEF` (` - VAR * -COEF` when negative) to an index expression
+ * of len characters in buf, or `VAR * COEF` when it is empty. */
+static size_t add_term(char *buf, size_t len, size_t cap, const char *var, int k, int64_t coef) {
+    if (len >= cap)
+        return len;
+    const char *sign = coef < 0 ? (len ? " - " : "-") : len ? " + " : "";
+    unsigned long long mag = coef < 0 ? 0ull - (unsigned long long)coef : (unsigned long long)coef;
+    return len + (size_t)snprintf(buf + len, cap - len, "%s%s%d * %llu", sign, var, k, mag);
+}
+
+/* BASE + TERMS as an index into out, either part left out when it adds nothing. */
+static void with_base(char *out, size_t cap, int64_t base, const char *terms) {
+    if (!*terms)
+        snprintf(out, cap, "%lld", (long long)base);
+    else if (base == 0)
+        snprintf(out, cap, "%s", terms);
+    else
+        snprintf(out, cap, "%lld + %s", (long long)base, terms);
+}
+
+/* ---- transpose ---- */
+
+int lower_transpose(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
+    const Attr *a = node_attr(n, "perm");
+    int64_t xs[KILN_MAX_RANK];
+    type_strides(x, xs);
+    Kernel *k = loop_over_output(p, n, d);
+    if (!k)
+        return -1;
+    emit_unravel(&k->body, "i", y, "o");
+    char terms[512] = "", at[600];
+    size_t len = 0;
+    for (int j = 0; j < y->rank; j++) /* result dim j is x's dim perm[j]; no perm reverses them */
+        if (y->dims[j] != 1)
+            len = add_term(terms, len, sizeof terms, "o", j, xs[a->set ? a->ints[j] : y->rank - 1 - j]);
+    with_base(at, sizeof at, 0, terms);
+    str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
+    return 0;
+}
+
+/* ---- concat ---- */
+
+int lower_concat(Program *p, const Node *n, Diag *d) {
+    const Type *y = &p->g->values[n->out[0]].type;
+    int axis = norm_axis(node_int(n, "axis"), y->rank);
+    long long outer = 1, along = y->dims[axis], inner = 1;
+    for (int j = 0; j < y->rank; j++)
+        if (j < axis)
+            outer *= y->dims[j];
+        else if (j > axis)
+            inner *= y->dims[j];
+    Kernel *k = loop_over_output(p, n, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    /* i is (o, a, r): before the axis, along it, after it */
+    if (outer > 1)
+        str_printf(s, "int64_t o = i / %lld;\n", along * inner);
+    str_printf(s, "int64_t a = i");
+    if (inner > 1)
+        str_printf(s, " / %lld", inner);
+    if (outer > 1)
+        str_printf(s, " %% %lld", along);
+    str_printf(s, ";\n");
+    if (inner > 1)
+        str_printf(s, "int64_t r = i %% %lld;\n", inner);
+    char yname[80];
+    snprintf(yname, sizeof yname, "%s", value_name(p, n->out[0]));
+    long long first = 0; /* the axis position where input `in` starts */
+    for (int in = 0; in < n->n_in; in++) {
+        long long extent = p->g->values[n->in[in]].type.dims[axis];
+        bool last = in == n->n_in - 1;
+        if (n->n_in > 1)
+            str_printf(s, "%s", in == 0 ? "if" : last ? "else" : "else if");
+        if (!last)
+            str_printf(s, " (a < %lld)", first + extent);
+        str_printf(s, "%s%s[i] = %s[", n->n_in > 1 ? "\n    " : "", yname, value_name(p, n->in[in]));
+        if (outer > 1)
+            str_printf(s, "o * %lld + ", extent * inner);
+        if (first > 0 && inner > 1)
+            str_printf(s, "(a - %lld) * %lld + r];\n", first, inner);
+        else if (inner > 1)
+            str_printf(s, "a * %lld + r];\n", inner);
+        else if (first > 0)
+            str_printf(s, "a - %lld];\n", first);
+        else
+            str_printf(s, "a];\n");
+        first += extent;
+    }
+    return 0;
+}
+
+/* ---- slice ---- */
+
+/* The first index and the step along every dim of x, as ir/op_shape.c's
+ * slice_ranges finds them (the verifier checked the attributes): a negative start
+ * counts from the end, then a forward slice clamps it to [0, dim] and a backward
+ * one to [0, dim - 1]. */
+static void slice_starts(const Node *n, const Type *x, int64_t *start, int64_t *step) {
+    const Attr *starts = node_attr(n, "starts"), *axes = node_attr(n, "axes"), *steps = node_attr(n, "steps");
+    for (int k = 0; k < x->rank; k++)
+        start[k] = 0, step[k] = 1;
+    for (int i = 0; i < starts->n; i++) {
+        int axis = norm_axis(axes->set ? axes->ints[i] : i, x->rank);
+        int64_t dim = x->dims[axis], s = starts->ints[i], st = steps->set ? steps->ints[i] : 1;
+        s = s < 0 ? s + dim : s;
+        int64_t hi = st > 0 ? dim : dim - 1;
+        start[axis] = s < 0 ? 0 : s > hi ? hi : s;
+        step[axis] = st;
+    }
+}
+
+int lower_slice(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
+    int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], xs[KILN_MAX_RANK], base = 0;
+    slice_starts(n, x, start, step);
+    type_strides(x, xs);
+    for (int j = 0; j < x->rank; j++)
+        base += start[j] * xs[j];
+    Kernel *k = loop_over_output(p, n, d);
+    if (!k)
+        return -1;
+    emit_unravel(&k->body, "i", y, "o");
+    char terms[512] = "", at[600];
+    size_t len = 0;
+    /* a step past the dim leaves one element, so a size-1 dim's step never multiplies */
+    for (int j = 0; j < y->rank; j++)
+        if (y->dims[j] != 1)
+            len = add_term(terms, len, sizeof terms, "o", j, step[j] * xs[j]);
+    with_base(at, sizeof at, base, terms);
+    str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
+    return 0;
+}
+
+/* ---- pad ---- */
+
+/* Result coordinate oK becomes position jK of the cropped input: the kept part of
+ * x, crop = max(-begin, 0) elements in. Outside [0, kept), constant padding reads
+ * the value, edge the nearest end and reflect the mirror image (the ends not
+ * repeated), as ir/op_shape.c's pad_source does. */
+int lower_pad(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
+    const Attr *pads = node_attr(n, "pads");
+    const char *mode = node_enum(n, "mode");
+    bool constant = strcmp(mode, "reflect") != 0 && strcmp(mode, "edge") != 0;
+    int64_t xs[KILN_MAX_RANK], base = 0;
+    type_strides(x, xs);
+    Kernel *k = loop_over_output(p, n, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    emit_unravel(s, "i", y, "o");
+    char terms[512] = "", inside[512] = "";
+    size_t len = 0, in_len = 0;
+    for (int j = 0; j < x->rank; j++) {
+        long long b = pads->ints[j], e = pads->ints[j + x->rank];
+        long long crop = b < 0 ? -b : 0, kept = x->dims[j] - crop - (e < 0 ? -e : 0);
+        base += crop * xs[j];
+        if (b <= 0 && e <= 0) { /* only cropped: o is already the position */
+            if (y->dims[j] != 1)
+                len = add_term(terms, len, sizeof terms, "o", j, xs[j]);
+            continue;
+        }
+        if (b > 0)
+            str_printf(s, "int64_t j%d = o%d - %lld;\n", j, j, b);
+        else
+            str_printf(s, "int64_t j%d = o%d;\n", j, j);
+        /* below 0 only with a begin pad, at kept or above only with an end pad */
+        if (constant) {
+            if (b > 0)
+                in_len += (size_t)snprintf(inside + in_len, sizeof inside - in_len, "%sj%d >= 0",
+                                           in_len ? " && " : "", j);
+            if (e > 0 && in_len < sizeof inside)
+                in_len += (size_t)snprintf(inside + in_len, sizeof inside - in_len, "%sj%d < %lld",
+                                           in_len ? " && " : "", j, kept);
+            len = add_term(terms, len, sizeof terms, "j", j, xs[j]);
+            continue;
+        }
+        char below[64] = "", above[80] = "";
+        if (strcmp(mode, "edge") == 0) {
+            if (b > 0)
+                snprintf(below, sizeof below, "j%d < 0 ? 0 : ", j);
+            if (e > 0)
+                snprintf(above, sizeof above, "j%d > %lld ? %lld : ", j, kept - 1, kept - 1);
+        } else {
+            if (b > 0)
+                snprintf(below, sizeof below, "j%d < 0 ? -j%d : ", j, j);
+            if (e > 0)
+                snprintf(above, sizeof above, "j%d > %lld ? %lld - j%d : ", j, kept - 1, 2 * (kept - 1), j);
+        }
+        str_printf(s, "j%d = %s%sj%d;\n", j, below, above, j);
+        len = add_term(terms, len, sizeof terms, "j", j, xs[j]);
+    }
+    char index[600];
+    with_base(index, sizeof index, base, terms);
+    char yname[80];
+    snprintf(yname, sizeof yname, "%s", value_name(p, n->out[0]));
+    if (constant && in_len > 0) {
+        char value[32];
+        float_literal(node_float(n, "value"), value, sizeof value);
+        str_printf(s, "%s[i] = %s ? %s[%s] : %s;\n", yname, inside, value_name(p, n->in[0]), index, value);
+    } else {
+        str_printf(s, "%s[i] = %s[%s];\n", yname, value_name(p, n->in[0]), index);
+    }
+    return 0;
+}

@@ -1,0 +1,310 @@
+/* kiln bench: how long one run of a compiled model takes, and where the time goes.
+ *
+ * The model is JIT-compiled from a .kiln file (through the compile cache) or loaded
+ * from a .so made by kiln compile. Inputs come from --input files or, for those not
+ * given, from a fixed pseudo-random sequence, so every run of the command times the
+ * same work. The model runs --warmup times untimed, then --iters times, each run
+ * timed alone with a monotonic clock; the command prints the median, minimum and
+ * maximum and the thread count the model was created with (KILN_NUM_THREADS, else
+ * the number of cores, as the runtime reads it).
+ *
+ * --profile times a build of the model with a clock read after every kernel call
+ * (emit_c_model's profiling build, found through its exported kiln_profile): the
+ * per-kernel sums, reset after the warm-up, give each kernel's time per run, its
+ * share of the total and, where lowering counted the kernel's FLOPs (GEMMs), its
+ * GFLOP/s. A compiled .so carries no clocks, so --profile needs a .kiln model. */
+#include "driver.h"
+#include "../runtime/module.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: kiln bench MODEL [--iters N] [--warmup N] [--profile] [--input NAME=FILE.npy]...\n"
+    "                        [--weights FILE.safetensors]... [--target c] [-O0|-O1|-O2]\n"
+    "                        [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
+    "\n"
+    "Times MODEL (a .kiln file, compiled through the cache, or a .so made by kiln compile):\n"
+    "--warmup runs (default 5) untimed, then --iters runs (default 50), and prints\n"
+    "  MODEL: median X ms, min Y ms, max Z ms over N runs (T threads)\n"
+    "Inputs not given with --input are filled with fixed pseudo-random values in [-1, 1).\n"
+    "The model uses KILN_NUM_THREADS threads (default: the number of cores).\n"
+    "--profile times a build with a clock around every kernel (a .kiln model only) and\n"
+    "prints, per kernel, its mean time per run, its share and, where lowering counted\n"
+    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s.\n";
+
+typedef int (*ProfileFn)(double **seconds, const char *const **names, const char *const **comments,
+                         const int64_t **flops);
+
+typedef struct {
+    long iters, warmup;
+    bool profile;
+} BenchOptions;
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The thread count the runtime's instance uses (runtime/model_rt.c, kiln_rt_threads). */
+static int model_threads(void) {
+    const char *s = getenv("KILN_NUM_THREADS");
+    long n = s && *s ? strtol(s, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+}
+
+/* A count option's value: an integer >= min. */
+static int parse_count(const char *opt, const char *value, long min, long *out) {
+    char *end;
+    long v = value ? strtol(value, &end, 10) : 0;
+    if (!value || !*value || *end || v < min || v > 100000000) {
+        fprintf(stderr, "kiln: error: %s needs an integer of at least %ld, got '%s'\n%s", opt, min,
+                value ? value : "", usage);
+        return EXIT_USAGE;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Takes bench's own options (--iters, --warmup, --profile) out of argv; the rest, in
+ * order, goes to rest for parse_options. */
+static int split_options(int argc, char **argv, BenchOptions *b, char **rest, int *n_rest) {
+    *b = (BenchOptions){.iters = 50, .warmup = 5};
+    *n_rest = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i], *names[2] = {"--iters", "--warmup"};
+        long *slots[2] = {&b->iters, &b->warmup};
+        bool mine = false;
+        for (int k = 0; k < 2 && !mine; k++) {
+            size_t len = strlen(names[k]);
+            if (strncmp(arg, names[k], len) != 0 || (arg[len] != 0 && arg[len] != '='))
+                continue;
+            mine = true;
+            const char *value = arg[len] == '=' ? arg + len + 1 : i + 1 < argc ? argv[++i] : NULL;
+            if (parse_count(names[k], value, k == 0 ? 1 : 0, slots[k]))
+                return EXIT_USAGE;
+        }
+        if (strcmp(arg, "--profile") == 0)
+            b->profile = mine = true;
+        if (!mine)
+            rest[(*n_rest)++] = argv[i];
+    }
+    return 0;
+}
+
+/* Fills n floats with a fixed sequence in [-1, 1) (a 64-bit LCG), different per input. */
+static void fill_input(float *x, int64_t n, int input) {
+    uint64_t state = 0x9E3779B97F4A7C15ull * (uint64_t)(input + 1);
+    for (int64_t i = 0; i < n; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(state >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+    }
+}
+
+/* The model's input and output buffers: inputs from their --input files or filled,
+ * outputs zeroed. The tensors are owned by in[] and out[]. */
+static int make_buffers(const char *model, const kiln_model_def *def, const Options *o, Tensor **in,
+                        Tensor **out, Diag *d) {
+    if (def->n_inputs > MAX_FILES || def->n_outputs > MAX_FILES)
+        return diag_error(d, (Loc){0}, "%s: more than %d inputs or outputs", model, MAX_FILES);
+    for (int b = 0; b < o->n_inputs; b++) {
+        int found = -1;
+        for (int i = 0; i < def->n_inputs; i++)
+            if (strcmp(def->inputs[i].name, o->inputs[b].name) == 0)
+                found = i;
+        if (found < 0)
+            return diag_error(d, (Loc){0}, "--input %s: the model has no input named '%s'", o->inputs[b].file,
+                              o->inputs[b].name);
+        for (int a = 0; a < b; a++)
+            if (strcmp(o->inputs[a].name, o->inputs[b].name) == 0)
+                return diag_error(d, (Loc){0}, "--input '%s' is given twice", o->inputs[b].name);
+    }
+    for (int k = 0; k < def->n_inputs + def->n_outputs; k++) {
+        bool is_in = k < def->n_inputs;
+        const kiln_tensor_info *info = is_in ? &def->inputs[k] : &def->outputs[k - def->n_inputs];
+        if (info->dtype != KILN_F32 || info->rank < 0 || info->rank > KILN_MAX_RANK)
+            return diag_error(d, (Loc){0}, "%s: tensor '%s' has a dtype or rank this kiln does not handle",
+                              model, info->name);
+        Type t = type_make(info->rank, info->shape);
+        Tensor **slot = is_in ? &in[k] : &out[k - def->n_inputs];
+        const char *file = NULL;
+        for (int b = 0; is_in && b < o->n_inputs; b++)
+            if (strcmp(o->inputs[b].name, info->name) == 0)
+                file = o->inputs[b].file;
+        if (file) {
+            char want[160], got[160];
+            if (npy_read(file, slot, d))
+                return -1;
+            if (!type_equal(&(*slot)->type, &t))
+                return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", info->name,
+                                  type_str(&t, want, sizeof want), file,
+                                  type_str(&(*slot)->type, got, sizeof got));
+            continue;
+        }
+        if (!(*slot = tensor_new(&t)))
+            return diag_error(d, (Loc){0}, "out of memory for tensor '%s'", info->name);
+        if (is_in)
+            fill_input((*slot)->data, type_numel(&t), k);
+    }
+    return 0;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Kernel indices by time, longest first, for the profile table. */
+static const double *sort_seconds;
+static int compare_kernels(const void *a, const void *b) {
+    double x = sort_seconds[*(const int *)a], y = sort_seconds[*(const int *)b];
+    return (x < y) - (x > y);
+}
+
+static int print_profile(ProfileFn profile, long iters, Diag *d) {
+    double *seconds;
+    const char *const *names, *const *comments;
+    const int64_t *flops;
+    int n = profile(&seconds, &names, &comments, &flops);
+    int *order = ir_calloc((size_t)n + 1, sizeof *order);
+    if (!order)
+        return diag_error(d, (Loc){0}, "out of memory");
+    double total = 0, total_flops = 0;
+    int width = 6;
+    for (int k = 0; k < n; k++) {
+        order[k] = k;
+        total += seconds[k];
+        total_flops += (double)flops[k];
+        if ((int)strlen(names[k]) > width)
+            width = (int)strlen(names[k]);
+    }
+    sort_seconds = seconds;
+    qsort(order, (size_t)n, sizeof *order, compare_kernels);
+    printf("\n%-*s %10s %7s %8s  %s\n", width, "kernel", "mean ms", "share", "GFLOP/s", "computes");
+    for (int r = 0; r < n; r++) {
+        int k = order[r];
+        double per_run = seconds[k] / (double)iters;
+        char rate[32] = "";
+        if (flops[k] > 0 && per_run > 0)
+            snprintf(rate, sizeof rate, "%.1f", (double)flops[k] / per_run * 1e-9);
+        printf("%-*s %10.4f %6.1f%% %8s  %s\n", width, names[k], per_run * 1e3,
+               total > 0 ? 100 * seconds[k] / total : 0.0, rate, comments[k]);
+    }
+    char rate[32] = "";
+    if (total_flops > 0 && total > 0)
+        snprintf(rate, sizeof rate, "%.1f", total_flops / (total / (double)iters) * 1e-9);
+    printf("%-*s %10.4f %6.1f%% %8s  %.4g GFLOP counted per run\n", width, "total",
+           total / (double)iters * 1e3, 100.0, rate, total_flops * 1e-9);
+    ir_free(order);
+    return 0;
+}
+
+/* Warm-up, timed runs, the summary line, and with --profile the table. */
+static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, Diag *d) {
+    const kiln_model_def *def = kiln_def(m);
+    ProfileFn profile = NULL;
+    if (b->profile) {
+        void *sym = dlsym(m->handle, "kiln_profile");
+        memcpy(&profile, &sym, sizeof profile); /* POSIX: dlsym's pointer may hold a function */
+        if (!profile)
+            return diag_error(d, (Loc){0}, "'%s' has no profiling clocks; --profile needs a .kiln model",
+                              o->model);
+    }
+    Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
+    double *times = ir_calloc((size_t)b->iters, sizeof *times);
+    int rc = times ? make_buffers(o->model, def, o, in, out, d) : diag_error(d, (Loc){0}, "out of memory");
+    const void *inputs[MAX_FILES];
+    void *outputs[MAX_FILES];
+    for (int i = 0; !rc && i < def->n_inputs; i++)
+        inputs[i] = in[i]->data;
+    for (int k = 0; !rc && k < def->n_outputs; k++)
+        outputs[k] = out[k]->data;
+    kiln_error err = {""};
+    for (long r = 0; !rc && r < b->warmup; r++)
+        if (kiln_run(m, inputs, outputs, &err))
+            rc = diag_error(d, (Loc){0}, "%s", err.message);
+    if (!rc && profile) {
+        double *seconds;
+        const char *const *names, *const *comments;
+        const int64_t *flops;
+        int n = profile(&seconds, &names, &comments, &flops);
+        memset(seconds, 0, sizeof *seconds * (size_t)n);
+    }
+    for (long r = 0; !rc && r < b->iters; r++) {
+        double start = now_seconds();
+        if (kiln_run(m, inputs, outputs, &err))
+            rc = diag_error(d, (Loc){0}, "%s", err.message);
+        times[r] = (now_seconds() - start) * 1e3;
+    }
+    if (!rc) {
+        qsort(times, (size_t)b->iters, sizeof *times, compare_doubles);
+        double median =
+            b->iters % 2 ? times[b->iters / 2] : (times[b->iters / 2 - 1] + times[b->iters / 2]) / 2;
+        printf("%s: median %.4g ms, min %.4g ms, max %.4g ms over %ld runs (%d threads)\n", o->model, median,
+               times[0], times[b->iters - 1], b->iters, model_threads());
+    }
+    if (!rc && profile)
+        rc = print_profile(profile, b->iters, d);
+    for (int i = 0; i < MAX_FILES; i++) {
+        tensor_free(in[i]);
+        tensor_free(out[i]);
+    }
+    ir_free(times);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    BenchOptions b;
+    char **rest = ir_calloc((size_t)argc + 1, sizeof *rest);
+    int n_rest;
+    if (!rest) {
+        fprintf(stderr, "kiln: error: out of memory\n");
+        return EXIT_BUG;
+    }
+    Options o;
+    int rc = split_options(argc, argv, &b, rest, &n_rest);
+    if (!rc)
+        rc = parse_options(n_rest, rest, 0, "--weights --input --target -O --passes --no-PASS --dump-dir",
+                           usage, &o);
+    ir_free(rest);
+    if (rc)
+        return rc;
+    Diag d;
+    diag_init(&d, stderr);
+    if (o.target && strcmp(o.target, "c") != 0) {
+        diag_error(&d, (Loc){0}, "kiln bench times the C target; target '%s' cannot be benchmarked",
+                   o.target);
+        return EXIT_USER;
+    }
+    SrcFile *src = NULL;
+    Graph *g = NULL;
+    TensorList weights = {0};
+    kiln_module *m = NULL;
+    kiln_error err = {""};
+    if (is_shared_object(o.model)) {
+        if (!(m = kiln_load(o.model, &err)))
+            rc = diag_error(&d, (Loc){0}, "%s", err.message);
+    } else {
+        rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &o.pipeline, &d);
+        if (!rc)
+            m = b.profile ? jit_graph_profiled(g, &weights, NULL, &d, &err)
+                          : jit_graph(g, &weights, NULL, &d, &err);
+        if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
+            rc = d.errors ? -1 : diag_error(&d, (Loc){0}, "%s", err.message);
+    }
+    if (!rc)
+        rc = time_model(&o, &b, m, &d);
+    kiln_free(m);
+    tensors_free(&weights);
+    graph_free(g);
+    srcfile_free(src);
+    return rc ? EXIT_USER : 0;
+}

@@ -1,0 +1,90 @@
+/* kiln compile: a model compiled ahead of time into a shared object.
+ *
+ * The model is parsed, optimized and lowered, the C generated, and the system C
+ * compiler makes the .so, with the weights linked in as binary data. --emit-source
+ * writes the generated C and --header the ABI header with the model's inputs and
+ * outputs; every file is written through a temporary file, so a failure leaves
+ * none of them behind. */
+#include "driver.h"
+
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln compile MODEL -o OUT.so [--weights FILE.safetensors]... [--target c]\n"
+    "                          [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
+    "                          [--emit-source FILE.c] [--header FILE.h]\n"
+    "\n"
+    "Compiles MODEL into a shared object exporting kiln_model() (kiln/model.h). The C\n"
+    "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n";
+
+extern const char kiln_model_h_text[];
+
+/* kiln/model.h, preceded by the model's own inputs and outputs. */
+static void header_text(const Graph *g, Str *out) {
+    str_printf(out, "/* Model '%s', compiled by kiln.\n *\n", g->name);
+    int ids[MAX_FILES];
+    int n = graph_inputs(g, ids, MAX_FILES);
+    char ty[160];
+    for (int i = 0; i < n && i < MAX_FILES; i++)
+        str_printf(out, " * inputs[%d]:  %s %s\n", i, g->values[ids[i]].name,
+                   type_str(&g->values[ids[i]].type, ty, sizeof ty));
+    for (int k = 0; k < g->n_outputs; k++)
+        str_printf(out, " * outputs[%d]: %s %s\n", k, g->values[g->outputs[k]].name,
+                   type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
+    str_printf(out, " */\n%s", kiln_model_h_text);
+}
+
+int cmd_compile(int argc, char **argv) {
+    Options o;
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    int rc = parse_options(argc, argv, 2,
+                           "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header",
+                           usage, &o);
+    if (rc)
+        return rc;
+    if (!o.out) {
+        fprintf(stderr, "kiln: error: kiln compile needs -o OUT.so\n%s", usage);
+        return EXIT_USAGE;
+    }
+    Diag d;
+    diag_init(&d, stderr);
+    if (o.target && strcmp(o.target, "c") != 0) {
+        diag_error(&d, (Loc){0}, "target '%s' cannot be compiled in this version of kiln", o.target);
+        return EXIT_USER;
+    }
+    SrcFile *src;
+    Graph *g;
+    TensorList weights = {0};
+    Program *p = NULL;
+    Str c = {0}, h = {0};
+    rc = load_model(&o, true, &d, &src, &g, &weights);
+    if (!rc && pipeline_run(g, &o.pipeline, &d))
+        rc = EXIT_USER;
+    if (!rc && (!(p = program_lower(g, &weights, &d)) || emit_c_model(p, &c, &d)))
+        rc = EXIT_USER;
+    if (!rc && o.header)
+        header_text(g, &h);
+    /* all the files or none: the source and header are written first and removed
+       again if the compiler fails */
+    bool wrote_source = false, wrote_header = false;
+    if (!rc && o.emit_source && !(wrote_source = write_file_atomic(o.emit_source, c.s, c.len, &d) == 0))
+        rc = EXIT_USER;
+    if (!rc && o.header && !(wrote_header = !h.oom && write_file_atomic(o.header, h.s, h.len, &d) == 0))
+        rc = EXIT_USER;
+    if (!rc && cc_compile_so(&c, p->weights, p->weights_bytes, o.out, &d))
+        rc = EXIT_USER;
+    if (rc && wrote_source)
+        remove(o.emit_source);
+    if (rc && wrote_header)
+        remove(o.header);
+    str_free(&c);
+    str_free(&h);
+    program_free(p);
+    tensors_free(&weights);
+    graph_free(g);
+    srcfile_free(src);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/* kiln/model.h: the compiled-model ABI, version 1.
+ *
+ * A model compiled by `kiln compile` is a shared object exporting one symbol,
+ * `kiln_model`, which returns the description below. A program needs nothing else
+ * of kiln to load and run it: dlopen the .so, call kiln_model(), check
+ * abi_version, then create, run (as often as wanted) and destroy an instance. */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { KILN_ABI_VERSION = 1 };
+enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4 };
+
+typedef struct {
+    const char *name;
+    int32_t dtype; /* enum kiln_dtype */
+    int32_t rank;
+    const int64_t *shape; /* rank entries */
+} kiln_tensor_info;
+
+typedef struct kiln_model_def {
+    uint32_t abi_version;        /* KILN_ABI_VERSION */
+    const char *name;            /* the model's name */
+    int32_t n_inputs, n_outputs; /* inputs in declaration order, outputs in `output` order */
+    const kiln_tensor_info *inputs, *outputs;
+    /* Makes a ready-to-run instance: weights in place, scratch memory reserved.
+       Returns 0, or nonzero with a message in err[0..errlen). */
+    int (*create)(void **instance, char *err, size_t errlen);
+    /* Runs the graph once. inputs[i] and outputs[i] point at dense, C-order buffers of
+       the sizes in inputs/outputs (host memory, also for the CUDA target). Reentrant
+       across instances; one instance runs one call at a time. */
+    int (*run)(void *instance, const void *const *inputs, void *const *outputs);
+    void (*destroy)(void *instance);
+} kiln_model_def;
+
+/* The one symbol a compiled model exports. */
+const kiln_model_def *kiln_model(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

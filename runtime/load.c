@@ -1,0 +1,99 @@
+/* Loading a compiled model: dlopen, the one symbol, the ABI check, an instance.
+ *
+ * kiln_load needs only this file; kiln_jit (codegen/jit.c) compiles a model and
+ * loads the result through the same kiln_module, dlopened or, for the in-process
+ * JIT, made by kiln_module_new with the JIT's own unload. */
+#include "kiln/kiln.h"
+#include "module.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kiln_set_error(kiln_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void unload_so(void *handle) {
+    dlclose(handle);
+}
+
+kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error *err) {
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        kiln_set_error(err, "cannot load '%s': %s", shown_as, dlerror());
+        return NULL;
+    }
+    const kiln_model_def *(*entry)(void);
+    void *sym = dlsym(handle, "kiln_model");
+    memcpy(&entry, &sym, sizeof entry); /* POSIX: a data pointer from dlsym may hold a function */
+    return kiln_module_new(handle, unload_so, entry ? entry() : NULL, shown_as, err);
+}
+
+kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const kiln_model_def *def,
+                             const char *shown_as, kiln_error *err) {
+    if (!def) {
+        kiln_set_error(err, "'%s' is not a kiln model (it has no kiln_model symbol)", shown_as);
+        unload(handle);
+        return NULL;
+    }
+    if (def->abi_version != KILN_ABI_VERSION) {
+        kiln_set_error(err, "'%s' is a kiln model of ABI version %u; this kiln reads version %d", shown_as,
+                       def->abi_version, KILN_ABI_VERSION);
+        unload(handle);
+        return NULL;
+    }
+    kiln_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        kiln_set_error(err, "out of memory");
+        unload(handle);
+        return NULL;
+    }
+    m->handle = handle;
+    m->unload = unload;
+    m->def = def;
+    char msg[512] = "";
+    if (def->create(&m->instance, msg, sizeof msg) != 0) {
+        kiln_set_error(err, "cannot create an instance of '%s': %s", shown_as, msg);
+        unload(handle);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+kiln_module *kiln_load(const char *path, kiln_error *err) {
+    /* dlopen searches the library path for a bare name; a file path is meant here */
+    char buf[4096];
+    if (!strchr(path, '/') && snprintf(buf, sizeof buf, "./%s", path) < (int)sizeof buf)
+        return kiln_module_open(buf, path, err);
+    return kiln_module_open(path, path, err);
+}
+
+int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err) {
+    if (!m)
+        return kiln_set_error(err, "kiln_run: no module");
+    if (m->def->run(m->instance, inputs, outputs) != 0)
+        return kiln_set_error(err, "the model '%s' failed to run", m->def->name);
+    return 0;
+}
+
+const kiln_model_def *kiln_def(const kiln_module *m) {
+    return m ? m->def : NULL;
+}
+
+void kiln_free(kiln_module *m) {
+    if (!m)
+        return;
+    m->def->destroy(m->instance);
+    m->unload(m->handle);
+    free(m);
+}

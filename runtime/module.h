@@ -1,0 +1,23 @@
+/* Internal to libkiln: what a kiln_module holds, shared by loading and the JIT. */
+#ifndef KILN_MODULE_H
+#define KILN_MODULE_H
+
+#include "kiln/kiln.h"
+
+struct kiln_module {
+    void *handle;                 /* from dlopen, or the in-process JIT's */
+    void (*unload)(void *handle); /* frees handle: dlclose, or clang_jit_free */
+    const kiln_model_def *def;
+    void *instance;
+};
+
+/* Sets err->message; returns -1. */
+int kiln_set_error(kiln_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* dlopen path (shown in messages as shown_as), check the ABI, create an instance. */
+kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error *err);
+/* The module of code already loaded: checks def's ABI and creates an instance. The
+ * module owns handle, and unload frees it, also when this fails. */
+kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const kiln_model_def *def,
+                             const char *shown_as, kiln_error *err);
+
+#endif

@@ -1,0 +1,239 @@
+/* The in-process Clang JIT (codegen/jit_clang.cpp) against the interpreter, and its
+ * object cache. Built only when KILN_CLANG_JIT is on.
+ *
+ * Each model is parsed, run in the reference interpreter, optimized, and compiled
+ * in process by jit_graph into a fresh cache directory; its outputs must match the
+ * interpreter's within |a-b| <= 1e-4 + 1e-4*|b|. The models: an elementwise graph
+ * given as text, and examples/small_cnn.kiln (convolutions through cblas_sgemm,
+ * which the JIT binds to the OpenBLAS kiln links). The cache test compiles
+ * small_cnn twice: the first JIT must leave exactly one KEY.o in the directory, and
+ * the second must load it, leaving it untouched (same mtime to the nanosecond,
+ * nothing else written). KILN_JIT=cc must take the system compiler instead (a
+ * KEY.so appears), and C that does not compile must come back as an error naming
+ * Clang's complaint, with nothing cached. */
+/* cmocka needs these first, in this order */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include "codegen/jit.h"
+#include "codegen/jit_clang.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char ELEMENTWISE[] = "model elementwise\n"
+                                  "input a : f32[4, 8]\n"
+                                  "input b : f32[8]\n"
+                                  "s = add(a, b) : f32[4, 8]\n"
+                                  "t = tanh(s) : f32[4, 8]\n"
+                                  "e = exp(t) : f32[4, 8]\n"
+                                  "y = mul(e, a) : f32[4, 8]\n"
+                                  "output y\n";
+
+static bool close_enough(float got, float want) {
+    if (isnan(want) || isnan(got))
+        return isnan(want) && isnan(got);
+    return fabs((double)got - want) <= 1e-4 + 1e-4 * fabs((double)want);
+}
+
+/* A fresh cache directory under $TMPDIR, into buf. */
+static void make_cache_dir(char *buf, size_t n) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, n, "%s/kiln-test-clang-jit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    assert_non_null(mkdtemp(buf));
+}
+
+/* Removes the directory and the files in it. */
+static void remove_cache_dir(const char *dir) {
+    DIR *dp = opendir(dir);
+    char path[4200];
+    for (struct dirent *e; dp && (e = readdir(dp));)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (dp)
+        closedir(dp);
+    rmdir(dir);
+}
+
+/* The one file in dir, which must end in suffix, into path; fails otherwise. */
+static void only_file(const char *dir, const char *suffix, char *path, size_t n) {
+    DIR *dp = opendir(dir);
+    assert_non_null(dp);
+    int count = 0;
+    for (struct dirent *e; (e = readdir(dp));)
+        if (e->d_name[0] != '.') {
+            count++;
+            size_t len = strlen(e->d_name), slen = strlen(suffix);
+            if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
+                fail_msg("unexpected file '%s' in the cache %s", e->d_name, dir);
+            snprintf(path, n, "%s/%s", dir, e->d_name);
+        }
+    closedir(dp);
+    if (count != 1)
+        fail_msg("%d files in the cache %s, expected one *%s", count, dir, suffix);
+}
+
+/* Parses text, runs it in the interpreter on inputs[0..n_inputs), JITs it with the cache in dir,
+ * runs that and compares; returns the number of mismatches, or -1 when something
+ * did not run (after printing why). */
+static long jit_and_compare(const char *name, const char *text, Tensor *const *inputs, int n_inputs,
+                            const char *dir) {
+    Diag d;
+    diag_init(&d, stdout);
+    TensorList weights = {0};
+    Tensor *ref = NULL, *got = NULL;
+    kiln_module *m = NULL;
+    kiln_error err = {""};
+    long bad = -1;
+    SrcFile *src = srcfile_from_string(name, text);
+    Graph *g = src ? parse_model(src, &d) : NULL;
+    PipelineOptions po = {.level = 2, .verify = true};
+    if (g && g->n_outputs == 1 && verify_graph(g, &d) == 0 &&
+        interp_run(g, &weights, (const Tensor *const *)inputs, &ref, &d) == 0 &&
+        pipeline_run(g, &po, &d) == 0) {
+        m = jit_graph(g, &weights, dir, &d, &err);
+        if (!m)
+            printf("%s: jit_graph: %s\n", name, err.message);
+        got = tensor_new(&ref->type);
+    }
+    const void *in[4] = {0};
+    for (int i = 0; i < n_inputs && i < 4; i++)
+        in[i] = inputs[i]->data;
+    void *out[1] = {got ? got->data : NULL};
+    if (m && got && kiln_run(m, in, out, &err) != 0)
+        printf("%s: kiln_run: %s\n", name, err.message);
+    else if (m && got) {
+        bad = 0;
+        for (int64_t i = 0; i < type_numel(&ref->type); i++)
+            if (!close_enough(got->data[i], ref->data[i]) && bad++ < 5)
+                printf("%s: [%lld]: JIT %.9g, interpreter %.9g\n", name, (long long)i, (double)got->data[i],
+                       (double)ref->data[i]);
+    }
+    kiln_free(m);
+    tensor_free(got);
+    tensor_free(ref);
+    if (g)
+        graph_free(g);
+    srcfile_free(src);
+    fflush(stdout);
+    return bad;
+}
+
+/* The elementwise model's inputs: a[4, 8] and b[8], fixed values in [-1, 1]. */
+static void elementwise_inputs(Tensor **in) {
+    Type ta = {.dtype = DT_F32, .rank = 2, .dims = {4, 8}}, tb = {.dtype = DT_F32, .rank = 1, .dims = {8}};
+    in[0] = tensor_new(&ta);
+    in[1] = tensor_new(&tb);
+    assert_true(in[0] && in[1]);
+    for (int i = 0; i < 32; i++)
+        in[0]->data[i] = (float)((i * 7) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < 8; i++)
+        in[1]->data[i] = (float)((i * 5) % 9) / 4.0f - 1.0f;
+}
+
+static void test_elementwise(void **state) {
+    (void)state;
+    char dir[4096];
+    Tensor *in[2];
+    make_cache_dir(dir, sizeof dir);
+    elementwise_inputs(in);
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    char obj[4200];
+    only_file(dir, ".o", obj, sizeof obj);
+    tensor_free(in[0]);
+    tensor_free(in[1]);
+    remove_cache_dir(dir);
+    assert_int_equal(bad, 0);
+}
+
+static void test_small_cnn_and_cache(void **state) {
+    (void)state;
+    Diag d;
+    diag_init(&d, stdout);
+    SrcFile *src = srcfile_read(KILN_SOURCE_DIR "/examples/small_cnn.kiln", &d);
+    Tensor *x = NULL;
+    assert_non_null(src);
+    assert_int_equal(npy_read(KILN_SOURCE_DIR "/examples/small_cnn_input.npy", &x, &d), 0);
+
+    char dir[4096], obj[4200], again[4200];
+    make_cache_dir(dir, sizeof dir);
+    long bad = jit_and_compare("small_cnn", src->text, &x, 1, dir);
+    only_file(dir, ".o", obj, sizeof obj);
+    struct stat first, second;
+    assert_int_equal(stat(obj, &first), 0);
+
+    long bad_again = jit_and_compare("small_cnn", src->text, &x, 1, dir);
+    only_file(dir, ".o", again, sizeof again);
+    assert_int_equal(stat(again, &second), 0);
+    tensor_free(x);
+    srcfile_free(src);
+    remove_cache_dir(dir);
+
+    assert_int_equal(bad, 0);
+    assert_int_equal(bad_again, 0);
+    assert_string_equal(obj, again);
+    /* the cached object was read, not written again */
+    assert_int_equal(first.st_ino, second.st_ino);
+    assert_int_equal(first.st_size, second.st_size);
+    assert_int_equal(first.st_mtim.tv_sec, second.st_mtim.tv_sec);
+    assert_int_equal(first.st_mtim.tv_nsec, second.st_mtim.tv_nsec);
+}
+
+static void test_cc_fallback(void **state) {
+    (void)state;
+    char dir[4096], so[4200];
+    Tensor *in[2];
+    make_cache_dir(dir, sizeof dir);
+    elementwise_inputs(in);
+    setenv("KILN_JIT", "cc", 1);
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    unsetenv("KILN_JIT");
+    only_file(dir, ".so", so, sizeof so);
+    tensor_free(in[0]);
+    tensor_free(in[1]);
+    remove_cache_dir(dir);
+    assert_int_equal(bad, 0);
+}
+
+static void test_compile_error(void **state) {
+    (void)state;
+    static const char bad_c[] = "int f(void) { return undeclared_name; }\n";
+    static const unsigned char weights[4] = {0};
+    char dir[4096], err[1024] = "";
+    const kiln_model_def *def = (const kiln_model_def *)weights;
+    make_cache_dir(dir, sizeof dir);
+    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, dir, "bad", &def, err,
+                                sizeof err);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bad.o", dir);
+    bool cached = access(path, F_OK) == 0;
+    remove_cache_dir(dir);
+    assert_null(h);
+    assert_null(def);
+    assert_non_null(strstr(err, "undeclared_name"));
+    assert_false(cached);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_small_cnn_and_cache),
+        cmocka_unit_test(test_cc_fallback),
+        cmocka_unit_test(test_compile_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,184 @@
+/* libkiln's public interface (kiln/kiln.h): JIT, loading, running, and its errors.
+ *
+ *   - kiln_jit on the language spec's autograd example (without the grad line):
+ *     with x all ones, loss = 40.
+ *   - kiln_jit_file on examples/small_cnn.kiln and kiln_load of the .so that
+ *     `kiln compile` makes of the same file give the same outputs, bit for bit.
+ *   - Errors come back as NULL and a clear message, never a crash: model text that
+ *     does not parse (the message gives the position), a shared object that is not
+ *     a kiln model, one whose kiln_model reports ABI version 2, a missing file.
+ *
+ * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
+ * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so, with the kiln
+ * command (to compile the small CNN) and the two shared objects that CMake builds
+ * from tests/abi/not_a_model.c and tests/abi/wrong_abi.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "frontend/frontend.h"
+#include "kiln/kiln.h"
+
+#ifndef KILN_SOURCE_DIR
+#define KILN_SOURCE_DIR "."
+#endif
+
+static const char *kiln_command, *not_a_model_so, *wrong_abi_so;
+
+/* The spec's example, its grad line left out. */
+static const char autograd_text[] = "model autograd_example\n"
+                                    "input  x  : f32[2, 2]\n"
+                                    "param  w1 : f32[] = fill(2.0)\n"
+                                    "param  w2 : f32[] = fill(3.0)\n"
+                                    "param  w3 : f32[] = fill(4.0)\n"
+                                    "l1 = mul(x, w1)\n"
+                                    "l2 = add(l1, w2)\n"
+                                    "l3 = mul(l1, w3)\n"
+                                    "l4 = mul(l2, l3)\n"
+                                    "loss = mean(l4)\n"
+                                    "output loss\n";
+
+static void test_jit_autograd(void **state) {
+    (void)state;
+    kiln_error err = {""};
+    kiln_module *m = kiln_jit(autograd_text, NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit: %s", err.message);
+    const kiln_model_def *def = kiln_def(m);
+    assert_int_equal(def->n_inputs, 1);
+    assert_int_equal(def->n_outputs, 1);
+    assert_string_equal(def->inputs[0].name, "x");
+    assert_string_equal(def->outputs[0].name, "loss");
+    assert_int_equal(def->outputs[0].rank, 0);
+    float x[4] = {1, 1, 1, 1}, loss = 0;
+    const void *inputs[] = {x};
+    void *outputs[] = {&loss};
+    int rc = kiln_run(m, inputs, outputs, &err);
+    kiln_free(m);
+    if (rc)
+        fail_msg("kiln_run: %s", err.message);
+    assert_float_equal(loss, 40.0f, 1e-4);
+}
+
+static int64_t numel(const kiln_tensor_info *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+/* Runs m once on in; a new buffer of output 0, or NULL. */
+static float *run_once(kiln_module *m, const Tensor *in) {
+    float *out = calloc((size_t)numel(&kiln_def(m)->outputs[0]) + 1, sizeof *out);
+    const void *inputs[] = {in->data};
+    void *outputs[] = {out};
+    kiln_error err = {""};
+    if (out && kiln_run(m, inputs, outputs, &err) != 0) {
+        printf("kiln_run: %s\n", err.message);
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static void test_jit_matches_load(void **state) {
+    (void)state;
+    char dir[] = "/tmp/test_libkiln-XXXXXX", so[64], cmd[8192];
+    assert_non_null(mkdtemp(dir));
+    snprintf(so, sizeof so, "%s/small_cnn.so", dir);
+    snprintf(cmd, sizeof cmd, "'%s' compile '%s/examples/small_cnn.kiln' -o '%s'", kiln_command,
+             KILN_SOURCE_DIR, so);
+    int status = system(cmd);
+    kiln_error err = {""};
+    kiln_module *loaded = status == 0 ? kiln_load(so, &err) : NULL;
+    unlink(so);
+    rmdir(dir);
+    if (status != 0)
+        fail_msg("'%s' failed (status %d)", cmd, status);
+    if (!loaded)
+        fail_msg("kiln_load: %s", err.message);
+    kiln_module *jitted = kiln_jit_file(KILN_SOURCE_DIR "/examples/small_cnn.kiln", NULL, &err);
+    if (!jitted) {
+        kiln_free(loaded);
+        fail_msg("kiln_jit_file: %s", err.message);
+    }
+    Diag d;
+    diag_init(&d, stdout);
+    Tensor *in = NULL;
+    float *a = NULL, *b = NULL;
+    const kiln_model_def *ld = kiln_def(loaded), *jd = kiln_def(jitted);
+    int64_t n = numel(&ld->outputs[0]);
+    bool same_sig = ld->n_inputs == 1 && jd->n_inputs == 1 && ld->n_outputs == 1 && jd->n_outputs == 1 &&
+                    n == 10 && numel(&jd->outputs[0]) == n;
+    if (same_sig && npy_read(KILN_SOURCE_DIR "/examples/small_cnn_input.npy", &in, &d) == 0) {
+        a = run_once(jitted, in);
+        b = run_once(loaded, in);
+    }
+    bool same = a && b && memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    tensor_free(in);
+    free(a);
+    free(b);
+    kiln_free(jitted);
+    kiln_free(loaded);
+    assert_true(same_sig);
+    assert_true(same);
+}
+
+static void test_jit_bad_text(void **state) {
+    (void)state;
+    kiln_error err = {""};
+    kiln_module *m = kiln_jit("input x : f32[2]\ny = relu(x, x)\noutput y\n", NULL, &err);
+    assert_null(m);
+    printf("message: %s\n", err.message);
+    assert_non_null(strstr(err.message, ":2:5: error: relu takes 1 input, got 2"));
+}
+
+/* kiln_load refuses path with a message containing `want`. */
+static void expect_load_error(const char *path, const char *want) {
+    kiln_error err = {""};
+    kiln_module *m = kiln_load(path, &err);
+    printf("message: %s\n", err.message);
+    kiln_free(m);
+    assert_null(m);
+    assert_non_null(strstr(err.message, path));
+    assert_non_null(strstr(err.message, want));
+}
+
+static void test_load_not_a_model(void **state) {
+    (void)state;
+    expect_load_error(not_a_model_so, "is not a kiln model");
+}
+
+static void test_load_wrong_abi(void **state) {
+    (void)state;
+    expect_load_error(wrong_abi_so, "ABI version 2");
+}
+
+static void test_load_missing(void **state) {
+    (void)state;
+    expect_load_error("/nonexistent/model.so", "No such file");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so\n");
+        return 1;
+    }
+    kiln_command = argv[1];
+    not_a_model_so = argv[2];
+    wrong_abi_so = argv[3];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jit_autograd),   cmocka_unit_test(test_jit_matches_load),
+        cmocka_unit_test(test_jit_bad_text),   cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_load_wrong_abi), cmocka_unit_test(test_load_missing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
