@@ -19,7 +19,7 @@
 extern char **environ;
 
 const char *const cc_flags[] = {
-    "-O2", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno", "-std=gnu11"};
+    "-O3", "-march=native", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno", "-std=gnu11"};
 
 enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64 };
 

@@ -273,15 +273,20 @@ static bool fits_int(int64_t v) {
     return v <= INT_MAX;
 }
 
-/* The CALL: one cblas_sgemm per batch item (nchw) and group, each followed by the
- * bias over its output tile. `src` is the column matrix: the scratch, or x itself. */
+/* Tiles of the output the pool runs in parallel, each one single-threaded cblas_sgemm:
+ * along the columns when there are many, else along the rows. */
+enum { TILE_COLS = 256, TILE_ROWS = 64 };
+
+/* The GEMM as a LOOP over (batch item (nchw), group, row tile, column tile): each
+ * iteration runs cblas_sgemm on its tile and adds the bias while the tile is in
+ * cache. `src` is the column matrix: the scratch, or x itself. */
 static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t scratch_bytes, Diag *d) {
     int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
     int64_t rows = c->nhwc ? c->y.n * c->positions : og, cols = c->nhwc ? og : c->positions;
     if (!fits_int(rows) || !fits_int(cols) || !fits_int(depth * c->groups) || !fits_int(c->y.c))
         return diag_error(d, n->loc, "conv: a GEMM of %lld x %lld x %lld is too large for BLAS",
                           (long long)rows, (long long)cols, (long long)depth);
-    Kernel *k = new_kernel(p, n, K_CALL, "gemm", d);
+    Kernel *k = new_kernel(p, n, K_LOOP, "gemm", d);
     if (!k)
         return -1;
     kernel_reads(k, n->in[0]);
@@ -290,62 +295,58 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
         kernel_reads(k, n->in[2]);
     kernel_writes(k, n->out[0]);
     k->scratch_bytes = scratch_bytes;
-    k->flops = 2 * rows * cols * depth * c->groups * (c->nhwc ? 1 : c->y.n);
+    int64_t batches = c->nhwc ? 1 : c->y.n;
+    k->flops = 2 * rows * cols * depth * c->groups * batches;
+    int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
+            tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
+    int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
+    k->count = batches * c->groups * n_tr * n_tc;
+    k->grain = 1;
     const char *src = pointwise ? c->xn : "scratch";
     Str *s = &k->body;
-    char src_off[256] = "", w_off[256] = "", y_off[256] = "";
-    const char *ind = "";
-    if (!c->nhwc && c->y.n > 1) {
-        str_printf(s, "for (int64_t b = 0; b < %lld; b++) {\n", (long long)c->y.n);
-        term(src_off, sizeof src_off, "b", c->groups * depth * c->positions);
-        term(y_off, sizeof y_off, "b", c->y.c * c->positions);
-        ind = "    ";
-    }
-    if (c->groups > 1) {
-        str_printf(s, "%sfor (int64_t g = 0; g < %lld; g++) {\n", ind, (long long)c->groups);
-        term(src_off, sizeof src_off, "g", c->nhwc ? depth : depth * c->positions);
-        term(w_off, sizeof w_off, "g", og * depth);
-        term(y_off, sizeof y_off, "g", c->nhwc ? og : og * c->positions);
-        ind = c->nhwc || c->y.n == 1 ? "    " : "        ";
-    }
-    str_printf(s, "%sfloat *tile = %s%s%s;\n", ind, c->yn, y_off[0] ? " + " : "", y_off);
-    if (c->nhwc)
-        /* y[rows, og] = cols[rows, depth] x w[og, depth]^T, rows of y og apart */
-        str_printf(
-            s,
-            "%scblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s%s%s, %lld,\n"
-            "%s            %s%s%s, %lld, 0.0f, tile, %lld);\n",
-            ind, (long long)rows, (long long)cols, (long long)depth, src, src_off[0] ? " + " : "", src_off,
-            (long long)(c->groups * depth), ind, c->wn, w_off[0] ? " + " : "", w_off, (long long)depth,
-            (long long)c->y.c);
-    else
-        /* y[og, positions] = w[og, depth] x cols[depth, positions] */
-        str_printf(
-            s,
-            "%scblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s%s, %lld,\n"
-            "%s            %s%s%s, %lld, 0.0f, tile, %lld);\n",
-            ind, (long long)rows, (long long)cols, (long long)depth, c->wn, w_off[0] ? " + " : "", w_off,
-            (long long)depth, ind, src, src_off[0] ? " + " : "", src_off, (long long)cols, (long long)cols);
-    if (c->bn[0]) {
-        char bias[128];
-        snprintf(bias, sizeof bias, c->groups > 1 ? "%s[g * %lld + o]" : "%s[o]", c->bn, (long long)og);
-        if (c->nhwc)
+    str_printf(s, "int64_t c0 = i %% %lld * %lld, r0 = i / %lld %% %lld * %lld;\n", (long long)n_tc,
+               (long long)tc, (long long)n_tc, (long long)n_tr, (long long)tr);
+    str_printf(s, "int64_t g = i / %lld %% %lld, b = i / %lld;\n", (long long)(n_tc * n_tr),
+               (long long)c->groups, (long long)(n_tc * n_tr * c->groups));
+    str_printf(s, "int m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)rows, (long long)tr,
+               (long long)rows, (long long)tr);
+    str_printf(s, "int n = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)cols, (long long)tc,
+               (long long)cols, (long long)tc);
+    if (c->nhwc) {
+        /* y[rows, og] = cols[rows, depth] x w[og, depth]^T, rows of y y.c apart */
+        str_printf(s, "float *tile = %s + r0 * %lld + g * %lld + c0;\n", c->yn, (long long)c->y.c,
+                   (long long)og);
+        str_printf(s,
+                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, %lld, 1.0f,\n"
+                   "            %s + r0 * %lld + g * %lld, %lld, %s + (g * %lld + c0) * %lld, %lld, 0.0f, "
+                   "tile, %lld);\n",
+                   (long long)depth, src, (long long)(c->groups * depth), (long long)depth,
+                   (long long)(c->groups * depth), c->wn, (long long)og, (long long)depth, (long long)depth,
+                   (long long)c->y.c);
+        if (c->bn[0])
             str_printf(s,
-                       "%sfor (int64_t r = 0; r < %lld; r++)\n"
-                       "%s    for (int64_t o = 0; o < %lld; o++)\n"
-                       "%s        tile[r * %lld + o] += %s;\n",
-                       ind, (long long)rows, ind, (long long)og, ind, (long long)c->y.c, bias);
-        else
+                       "for (int r = 0; r < m; r++)\n"
+                       "    for (int o = 0; o < n; o++)\n"
+                       "        tile[r * %lld + o] += %s[g * %lld + c0 + o];\n",
+                       (long long)c->y.c, c->bn, (long long)og);
+    } else {
+        /* y[og, positions] = w[og, depth] x cols[depth, positions], per batch item and group */
+        int64_t src_batch = pointwise ? c->x.sn : c->groups * depth * c->positions;
+        str_printf(s, "float *tile = %s + b * %lld + (g * %lld + r0) * %lld + c0;\n", c->yn,
+                   (long long)c->y.sn, (long long)og, (long long)cols);
+        str_printf(s,
+                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
+                   "            %s + (g * %lld + r0) * %lld, %lld,\n"
+                   "            %s + b * %lld + g * %lld + c0, %lld, 0.0f, tile, %lld);\n",
+                   (long long)depth, c->wn, (long long)og, (long long)depth, (long long)depth, src,
+                   (long long)src_batch, (long long)(depth * c->positions), (long long)cols, (long long)cols);
+        if (c->bn[0])
             str_printf(s,
-                       "%sfor (int64_t o = 0; o < %lld; o++)\n"
-                       "%s    for (int64_t q = 0; q < %lld; q++)\n"
-                       "%s        tile[o * %lld + q] += %s;\n",
-                       ind, (long long)og, ind, (long long)cols, ind, (long long)cols, bias);
+                       "for (int o = 0; o < m; o++)\n"
+                       "    for (int q = 0; q < n; q++)\n"
+                       "        tile[o * %lld + q] += %s[g * %lld + r0 + o];\n",
+                       (long long)cols, c->bn, (long long)og);
     }
-    if (c->groups > 1)
-        str_printf(s, "%s}\n", !c->nhwc && c->y.n > 1 ? "    " : "");
-    if (!c->nhwc && c->y.n > 1)
-        str_printf(s, "}\n");
     return 0;
 }
 

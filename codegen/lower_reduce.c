@@ -199,22 +199,24 @@ int lower_batch_norm(Program *p, const Node *n, Diag *d) {
     int64_t channels = x->dims[c], inner = 1; /* elements between one channel and the next */
     for (int i = c + 1; i < x->rank; i++)
         inner *= x->dims[i];
-    Kernel *k = new_loop(p, n, type_numel(x), 1, d);
+    /* one iteration per run of elements sharing a channel (nchw), or per position with
+       all its channels (nhwc): the inner loop is contiguous and vectorizes */
+    int64_t run = inner > 1 ? inner : channels, rows = type_numel(x) / run;
+    Kernel *k = new_loop(p, n, rows, run, d);
     if (!k)
         return -1;
-    char eps[32], scale[80], bias[80], mean[80], var[80];
+    char eps[32];
     float_literal(node_float(n, "epsilon"), eps, sizeof eps);
-    snprintf(scale, sizeof scale, "%s", value_name(p, n->in[1]));
-    snprintf(bias, sizeof bias, "%s", value_name(p, n->in[2]));
-    snprintf(mean, sizeof mean, "%s", value_name(p, n->in[3]));
-    snprintf(var, sizeof var, "%s", value_name(p, n->in[4]));
-    if (inner == 1)
+    const char *y = value_name(p, n->out[0]), *xs = value_name(p, n->in[0]);
+    const char *scale = value_name(p, n->in[1]), *bias = value_name(p, n->in[2]);
+    const char *mean = value_name(p, n->in[3]), *var = value_name(p, n->in[4]);
+    const char *ch = inner > 1 ? "c" : "j";
+    if (inner > 1)
         str_printf(&k->body, "int64_t c = i %% %lld;\n", (long long)channels);
-    else
-        str_printf(&k->body, "int64_t c = i / %lld %% %lld;\n", (long long)inner, (long long)channels);
-    str_printf(&k->body, "float scale = %s[c] / sqrtf(%s[c] + %s);\n", scale, var, eps);
-    str_printf(&k->body, "%s[i] = (%s[i] - %s[c]) * scale + %s[c];\n", value_name(p, n->out[0]),
-               value_name(p, n->in[0]), mean, bias);
+    str_printf(&k->body, "for (int64_t j = 0; j < %lld; j++) {\n", (long long)run);
+    str_printf(&k->body, "    float scale = %s[%s] / sqrtf(%s[%s] + %s);\n", scale, ch, var, ch, eps);
+    str_printf(&k->body, "    %s[i * %lld + j] = (%s[i * %lld + j] - %s[%s]) * scale + %s[%s];\n}\n", y,
+               (long long)run, xs, (long long)run, mean, ch, bias, ch);
     return 0;
 }
 

@@ -62,24 +62,38 @@ static void kiln_rt_work(KilnInstance *in) {
     }
 }
 
+/* Waiting on a condition variable costs tens of microseconds to wake from, about a
+ * small kernel's time, so a waiting thread first spins a while on the value. */
+enum { KILN_SPINS = 20000 };
+
+static void kiln_rt_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *kiln_rt_worker(void *arg) {
     KilnInstance *in = arg;
     long seen = 0;
-    pthread_mutex_lock(&in->lock);
     for (;;) {
-        while (in->generation == seen && !in->stopping)
-            pthread_cond_wait(&in->wake, &in->lock);
-        if (in->stopping)
-            break;
-        seen = in->generation;
-        pthread_mutex_unlock(&in->lock);
-        kiln_rt_work(in);
+        for (int spin = 0; spin < KILN_SPINS && __atomic_load_n(&in->generation, __ATOMIC_ACQUIRE) == seen &&
+                           !__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE);
+             spin++)
+            kiln_rt_pause();
         pthread_mutex_lock(&in->lock);
-        if (--in->busy == 0)
+        while (__atomic_load_n(&in->generation, __ATOMIC_ACQUIRE) == seen && !in->stopping)
+            pthread_cond_wait(&in->wake, &in->lock);
+        pthread_mutex_unlock(&in->lock);
+        if (__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE))
+            return NULL;
+        seen = __atomic_load_n(&in->generation, __ATOMIC_ACQUIRE);
+        kiln_rt_work(in);
+        if (__atomic_sub_fetch(&in->busy, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&in->lock);
             pthread_cond_signal(&in->done);
+            pthread_mutex_unlock(&in->lock);
+        }
     }
-    pthread_mutex_unlock(&in->lock);
-    return NULL;
 }
 
 /* Runs kernel k over [0, count) on the instance's threads. */
@@ -99,13 +113,15 @@ static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, 
     in->count = count;
     in->chunk = (count + parts - 1) / parts;
     in->next = 0;
-    in->busy = in->n_threads - 1;
-    in->generation++;
+    __atomic_store_n(&in->busy, in->n_threads - 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&in->generation, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&in->wake);
     pthread_mutex_unlock(&in->lock);
     kiln_rt_work(in);
+    for (int spin = 0; spin < KILN_SPINS && __atomic_load_n(&in->busy, __ATOMIC_ACQUIRE) > 0; spin++)
+        kiln_rt_pause();
     pthread_mutex_lock(&in->lock);
-    while (in->busy > 0)
+    while (__atomic_load_n(&in->busy, __ATOMIC_ACQUIRE) > 0)
         pthread_cond_wait(&in->done, &in->lock);
     pthread_mutex_unlock(&in->lock);
 }
@@ -122,7 +138,7 @@ static void kiln_rt_destroy(void *instance) {
         return;
     if (in->workers) {
         pthread_mutex_lock(&in->lock);
-        in->stopping = 1;
+        __atomic_store_n(&in->stopping, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&in->wake);
         pthread_mutex_unlock(&in->lock);
         for (int i = 0; i < in->n_threads - 1; i++)
@@ -165,8 +181,10 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
         if (!in->workers)
             in->n_threads = 1;
     }
+    /* the pool runs GEMM tiles in parallel, each a single-threaded BLAS call: BLAS
+       threads of its own would only compete with the pool's for the cores */
     if (prog->set_blas_threads)
-        prog->set_blas_threads(in->n_threads);
+        prog->set_blas_threads(1);
     *instance = in;
     return 0;
 }
