@@ -86,6 +86,10 @@ void program_free(Program *p);
 
 /* A new kernel of op node n, named after its first result; its body is empty. */
 Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what);
+/* A new LOOP kernel of op node n (named as kernel_new names it) of `count`
+ * iterations, at least `grain` of them to a thread, that reads every input n has
+ * and writes its first result; NULL after a diagnostic when memory runs out. */
+Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
 void kernel_writes(Kernel *k, int value);
 /* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`). */
@@ -97,6 +101,8 @@ void emit_unravel(Str *s, const char *flat, const Type *t, const char *prefix);
  * whose multi-index in `to` is PREFIX0.. (constant strides, broadcast dims
  * dropped), into buf. */
 void broadcast_offset(const Type *from, const Type *to, const char *prefix, char *buf, size_t n);
+/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
+void append_term(char *e, size_t cap, const char *var, int64_t stride);
 /* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
 void float_literal(double v, char *buf, size_t n);
 

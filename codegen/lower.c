@@ -5,7 +5,9 @@
  * is an input or a weight, gets a copy kernel), params and consts in the weights
  * blob (their data taken from the weights or the initializers now, at compile
  * time), and everything else at its own 64-byte-aligned offset in the workspace.
- * Then each op node's lowering, found through the op table, appends its kernels. */
+ * Then each op node's lowering, found through the op table, appends its kernels;
+ * what those lowerings share (new kernels, value names, index arithmetic, float
+ * literals) is here too. */
 #include "codegen.h"
 
 #include <math.h>
@@ -90,6 +92,15 @@ void broadcast_offset(const Type *from, const Type *to, const char *prefix, char
         snprintf(buf, n, "0");
 }
 
+void append_term(char *e, size_t cap, const char *var, int64_t stride) {
+    size_t len = strlen(e);
+    const char *plus = len ? " + " : "";
+    if (stride == 1)
+        snprintf(e + len, cap - len, "%s%s", plus, var);
+    else
+        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
+}
+
 void float_literal(double v, char *buf, size_t n) {
     if (isnan(v))
         snprintf(buf, n, "(0.0f / 0.0f)");
@@ -129,6 +140,21 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
     k->name = name.s;
     k->comment = comment.s;
     p->n_kernels++;
+    return k;
+}
+
+Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, what);
+    if (!k) {
+        diag_error(d, n->loc, "out of memory");
+        return NULL;
+    }
+    k->count = count;
+    k->grain = grain;
+    for (int i = 0; i < n->n_in; i++)
+        if (n->in[i] >= 0)
+            kernel_reads(k, n->in[i]);
+    kernel_writes(k, n->out[0]);
     return k;
 }
 

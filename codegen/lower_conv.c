@@ -102,16 +102,6 @@ static Dim dim(const char *prefix, int index, int64_t size) {
     return d;
 }
 
-/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
-static void term(char *e, size_t cap, const char *var, int64_t stride) {
-    size_t len = strlen(e);
-    const char *plus = len ? " + " : "";
-    if (stride == 1)
-        snprintf(e + len, cap - len, "%s%s", plus, var);
-    else
-        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
-}
-
 /* Into e: the input position along spatial dim s of output position p{s} and tap
  * k{s}: p * stride - pad + k * dilation. */
 static void input_pos(const Conv *c, int s, char *e, size_t cap) {
@@ -119,12 +109,12 @@ static void input_pos(const Conv *c, int s, char *e, size_t cap) {
     snprintf(p, sizeof p, "p%d", s);
     snprintf(k, sizeof k, "k%d", s);
     e[0] = 0;
-    term(e, cap, p, c->strides[s]);
+    append_term(e, cap, p, c->strides[s]);
     size_t len = strlen(e);
     if (c->pads[s])
         snprintf(e + len, cap - len, " - %lld", (long long)c->pads[s]);
     if (c->w.sp[s] > 1)
-        term(e, cap, k, c->dilations[s]);
+        append_term(e, cap, k, c->dilations[s]);
 }
 
 /* The offset expression of x[b, channel * scale, in0...] into e; no channel term
@@ -133,13 +123,13 @@ static void x_offset(const Conv *c, const char *channel, int64_t scale, const ch
                      size_t cap) {
     e[0] = 0;
     if (c->x.n > 1)
-        term(e, cap, "b", c->x.sn);
+        append_term(e, cap, "b", c->x.sn);
     if (channel)
-        term(e, cap, channel, c->x.sc * scale);
+        append_term(e, cap, channel, c->x.sc * scale);
     for (int s = 0; s < c->ns; s++) {
         char v[16];
         snprintf(v, sizeof v, "in%d", s);
-        term(e, cap, last && s == c->ns - 1 ? last : v, c->x.ss[s]);
+        append_term(e, cap, last && s == c->ns - 1 ? last : v, c->x.ss[s]);
     }
 }
 
@@ -154,7 +144,7 @@ static void emit_row_range(Str *s, const Conv *c, int ind) {
     if (c->w.sp[l] > 1) {
         char k[16];
         snprintf(k, sizeof k, "k%d", l);
-        term(off, sizeof off, k, c->dilations[l]);
+        append_term(off, sizeof off, k, c->dilations[l]);
     }
     if (!off[0])
         snprintf(off, sizeof off, "%lld", -pad);
@@ -187,21 +177,14 @@ static int output_dims(const Conv *c, Dim *dims) {
     return n;
 }
 
-static Kernel *new_kernel(Program *p, const Node *n, KernelKind kind, const char *what, Diag *d) {
-    Kernel *k = kernel_new(p, n, kind, what);
-    if (!k)
-        diag_error(d, n->loc, "out of memory");
-    return k;
-}
-
 /* ---- conv as im2col and GEMM ---- */
 
 /* The LOOP filling the column matrix; nchw: one iteration per row of it (a run along
  * the last spatial dim); nhwc: one per (position, group, tap), copying C/g channels. */
 static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag *d) {
-    Kernel *k = new_kernel(p, n, K_LOOP, "im2col", d);
+    Kernel *k = kernel_new(p, n, K_LOOP, "im2col");
     if (!k)
-        return -1;
+        return diag_error(d, n->loc, "out of memory");
     kernel_reads(k, n->in[0]);
     k->scratch_bytes = bytes;
     Dim dims[2 * KILN_MAX_RANK];
@@ -286,22 +269,15 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
     if (!fits_int(rows) || !fits_int(cols) || !fits_int(depth * c->groups) || !fits_int(c->y.c))
         return diag_error(d, n->loc, "conv: a GEMM of %lld x %lld x %lld is too large for BLAS",
                           (long long)rows, (long long)cols, (long long)depth);
-    Kernel *k = new_kernel(p, n, K_LOOP, "gemm", d);
-    if (!k)
-        return -1;
-    kernel_reads(k, n->in[0]);
-    kernel_reads(k, n->in[1]);
-    if (c->bn[0])
-        kernel_reads(k, n->in[2]);
-    kernel_writes(k, n->out[0]);
-    k->scratch_bytes = scratch_bytes;
     int64_t batches = c->nhwc ? 1 : c->y.n;
-    k->flops = 2 * rows * cols * depth * c->groups * batches;
     int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
             tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
     int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
-    k->count = batches * c->groups * n_tr * n_tc;
-    k->grain = 1;
+    Kernel *k = kernel_loop(p, n, "gemm", batches * c->groups * n_tr * n_tc, 1, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = scratch_bytes;
+    k->flops = 2 * rows * cols * depth * c->groups * batches;
     const char *src = pointwise ? c->xn : "scratch";
     Str *s = &k->body;
     str_printf(s, "int64_t c0 = i %% %lld * %lld, r0 = i / %lld %% %lld * %lld;\n", (long long)n_tc,
@@ -356,17 +332,12 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
  * the row starts at the bias, and each tap adds its weight times the input row
  * over the outputs whose input lies inside x. */
 static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
-    Kernel *k = new_kernel(p, n, K_LOOP, "depthwise", d);
-    if (!k)
-        return -1;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i] >= 0)
-            kernel_reads(k, n->in[i]);
-    kernel_writes(k, n->out[0]);
     int last = c->ns - 1;
     long long run = c->y.sp[last], ys = c->y.ss[last];
-    k->count = c->y.n * c->y.c * c->positions / run;
-    k->grain = grain_for(c->taps * run);
+    Kernel *k =
+        kernel_loop(p, n, "depthwise", c->y.n * c->y.c * c->positions / run, grain_for(c->taps * run), d);
+    if (!k)
+        return -1;
     k->flops = 2 * c->y.n * c->y.c * c->positions * c->taps;
     Dim dims[KILN_MAX_RANK];
     int nd = output_dims(c, dims);
@@ -381,12 +352,12 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
         str_printf(s, "int64_t c = o / %lld;\n", (long long)m);
     char e[256] = "", wi[256] = "", ps[32] = "", xs[32] = "";
     if (c->y.n > 1)
-        term(e, sizeof e, "b", c->y.sn);
-    term(e, sizeof e, "o", c->y.sc);
+        append_term(e, sizeof e, "b", c->y.sn);
+    append_term(e, sizeof e, "o", c->y.sc);
     for (int i = 0; i < last; i++) {
         char v[16];
         snprintf(v, sizeof v, "p%d", i);
-        term(e, sizeof e, v, c->y.ss[i]);
+        append_term(e, sizeof e, v, c->y.ss[i]);
     }
     if (ys > 1)
         snprintf(ps, sizeof ps, " * %lld", ys);
@@ -395,12 +366,12 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
     str_printf(s, "float *row = %s + %s;\n", c->yn, e);
     str_printf(s, "for (int64_t p%d = 0; p%d < %lld; p%d++)\n    row[p%d%s] = %s%s;\n", last, last, run, last,
                last, ps, c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
-    term(wi, sizeof wi, "o", c->w.sn);
+    append_term(wi, sizeof wi, "o", c->w.sn);
     for (int i = 0; i < c->ns; i++) {
         char kv[16];
         int ind = 4 * i;
         snprintf(kv, sizeof kv, "k%d", i);
-        term(wi, sizeof wi, kv, c->w.ss[i]);
+        append_term(wi, sizeof wi, kv, c->w.ss[i]);
         str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
                    i);
         if (i == last)
@@ -439,16 +410,10 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
  * and the kernel taps. */
 int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
-    Kernel *k = new_kernel(p, n, K_LOOP, NULL, d);
+    int64_t cg = c.x.c / c.groups, og = c.w.c;
+    Kernel *k = kernel_loop(p, n, NULL, c.y.n * c.y.c * c.positions, grain_for(cg * c.taps), d);
     if (!k)
         return -1;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i] >= 0)
-            kernel_reads(k, n->in[i]);
-    kernel_writes(k, n->out[0]);
-    int64_t cg = c.x.c / c.groups, og = c.w.c;
-    k->count = c.y.n * c.y.c * c.positions;
-    k->grain = grain_for(cg * c.taps);
     Dim dims[KILN_MAX_RANK];
     int nd = output_dims(&c, dims);
     Str *s = &k->body;
@@ -463,13 +428,13 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
         str_printf(s, "for (int64_t c = 0; c < %lld; c++) {\n", (long long)cg);
     }
     char wi[256] = "";
-    term(wi, sizeof wi, "c", c.w.sn);
-    term(wi, sizeof wi, c.groups > 1 ? "oc" : "o", c.w.sc);
+    append_term(wi, sizeof wi, "c", c.w.sn);
+    append_term(wi, sizeof wi, c.groups > 1 ? "oc" : "o", c.w.sc);
     for (int i = 0; i < c.ns; i++) {
         int ind = 4 * (i + 1);
         char kv[16], t[128];
         snprintf(kv, sizeof kv, "k%d", i);
-        term(wi, sizeof wi, kv, c.w.ss[i]);
+        append_term(wi, sizeof wi, kv, c.w.ss[i]);
         /* the input position in with in * stride - pad + k * dilation == p */
         snprintf(t, sizeof t, "p%d", i);
         if (c.pads[i])

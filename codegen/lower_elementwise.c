@@ -12,18 +12,7 @@
 enum { ELEMENTWISE_GRAIN = 16384 };
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
-    if (!k) {
-        diag_error(d, n->loc, "out of memory");
-        return NULL;
-    }
-    k->count = type_numel(&p->g->values[n->out[0]].type);
-    k->grain = ELEMENTWISE_GRAIN;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i] >= 0)
-            kernel_reads(k, n->in[i]);
-    kernel_writes(k, n->out[0]);
-    return k;
+    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), ELEMENTWISE_GRAIN, d);
 }
 
 /* The expression of a unary op applied to `x` (a float). */

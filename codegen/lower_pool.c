@@ -65,40 +65,22 @@ static void emit_output_index(Str *s, const View *y, bool nhwc) {
     }
 }
 
-/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
-static void term(char *e, size_t cap, const char *var, int64_t stride) {
-    size_t len = strlen(e);
-    const char *plus = len ? " + " : "";
-    if (stride == 1)
-        snprintf(e + len, cap - len, "%s%s", plus, var);
-    else
-        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
-}
-
 /* The offset expression of x[b, c, in0...] into e. */
 static void x_offset(const View *x, char *e, size_t cap) {
     e[0] = 0;
     if (x->n > 1)
-        term(e, cap, "b", x->sn);
-    term(e, cap, "c", x->sc);
+        append_term(e, cap, "b", x->sn);
+    append_term(e, cap, "c", x->sc);
     for (int s = 0; s < x->ns; s++) {
         char v[16];
         snprintf(v, sizeof v, "in%d", s);
-        term(e, cap, v, x->ss[s]);
+        append_term(e, cap, v, x->ss[s]);
     }
 }
 
+/* One iteration per output element, each doing `work`. */
 static Kernel *loop_over_output(Program *p, const Node *n, int64_t work, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
-    if (!k) {
-        diag_error(d, n->loc, "out of memory");
-        return NULL;
-    }
-    k->count = type_numel(&p->g->values[n->out[0]].type);
-    k->grain = grain_for(work);
-    kernel_reads(k, n->in[0]);
-    kernel_writes(k, n->out[0]);
-    return k;
+    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), grain_for(work), d);
 }
 
 /* ---- max_pool and avg_pool ---- */
@@ -129,7 +111,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
         char pos[16];
         snprintf(pos, sizeof pos, "p%d", s);
         e[0] = 0;
-        term(e, sizeof e, pos, strides[s]);
+        append_term(e, sizeof e, pos, strides[s]);
         if (pads[s])
             snprintf(e + strlen(e), sizeof e - strlen(e), " - %lld", (long long)pads[s]);
         str_printf(b, "int64_t start%d = %s;\n", s, e);

@@ -20,18 +20,8 @@
 enum { REDUCE_WORK = 16384 }; /* input elements worth giving a thread */
 
 static Kernel *new_loop(Program *p, const Node *n, int64_t count, int64_t work_per_iteration, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
-    if (!k) {
-        diag_error(d, n->loc, "out of memory");
-        return NULL;
-    }
-    k->count = count;
-    k->grain = work_per_iteration >= REDUCE_WORK ? 1 : REDUCE_WORK / work_per_iteration;
-    for (int i = 0; i < n->n_in; i++)
-        if (n->in[i] >= 0)
-            kernel_reads(k, n->in[i]);
-    kernel_writes(k, n->out[0]);
-    return k;
+    int64_t grain = work_per_iteration >= REDUCE_WORK ? 1 : REDUCE_WORK / work_per_iteration;
+    return kernel_loop(p, n, NULL, count, grain, d);
 }
 
 /* ---- sum, mean, reduce_max ---- */
@@ -157,11 +147,8 @@ static void row_pointer(Str *s, const char *decl, const char *v, int64_t outer, 
 int lower_softmax(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type;
     int axis = norm_axis(node_int(n, "axis"), x->rank);
-    int64_t outer = 1, len = x->dims[axis], inner = 1;
-    for (int k = 0; k < axis; k++)
-        outer *= x->dims[k];
-    for (int k = axis + 1; k < x->rank; k++)
-        inner *= x->dims[k];
+    int64_t outer, len = x->dims[axis], inner;
+    split_at_axis(x, axis, &outer, &inner);
     Kernel *k = new_loop(p, n, outer * inner, len, d);
     if (!k)
         return -1;

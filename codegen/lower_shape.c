@@ -17,17 +17,7 @@
 enum { COPY_GRAIN = 16384 };
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, NULL);
-    if (!k) {
-        diag_error(d, n->loc, "out of memory");
-        return NULL;
-    }
-    k->count = type_numel(&p->g->values[n->out[0]].type);
-    k->grain = COPY_GRAIN;
-    for (int i = 0; i < n->n_in; i++)
-        kernel_reads(k, n->in[i]);
-    kernel_writes(k, n->out[0]);
-    return k;
+    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), COPY_GRAIN, d);
 }
 
 /* Appends ` + VAR * COEF` (` - VAR * -COEF` when negative) to an index expression
@@ -50,25 +40,34 @@ static void with_base(char *out, size_t cap, int64_t base, const char *terms) {
         snprintf(out, cap, "%lld + %s", (long long)base, terms);
 }
 
-/* ---- transpose ---- */
-
-int lower_transpose(Program *p, const Node *n, Diag *d) {
-    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
-    const Attr *a = node_attr(n, "perm");
-    int64_t xs[KILN_MAX_RANK];
-    type_strides(x, xs);
+/* The LOOP copying y[i] from x[base + o0 * coef[0] + ...], oJ the coordinates of
+ * i in the result (transpose and slice); dims of size 1 are left out. */
+static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *coef, Diag *d) {
+    const Type *y = &p->g->values[n->out[0]].type;
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
     emit_unravel(&k->body, "i", y, "o");
     char terms[512] = "", at[600];
     size_t len = 0;
-    for (int j = 0; j < y->rank; j++) /* result dim j is x's dim perm[j]; no perm reverses them */
+    for (int j = 0; j < y->rank; j++)
         if (y->dims[j] != 1)
-            len = add_term(terms, len, sizeof terms, "o", j, xs[a->set ? a->ints[j] : y->rank - 1 - j]);
-    with_base(at, sizeof at, 0, terms);
+            len = add_term(terms, len, sizeof terms, "o", j, coef[j]);
+    with_base(at, sizeof at, base, terms);
     str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
     return 0;
+}
+
+/* ---- transpose ---- */
+
+int lower_transpose(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
+    const Attr *a = node_attr(n, "perm");
+    int64_t xs[KILN_MAX_RANK], coef[KILN_MAX_RANK];
+    type_strides(x, xs);
+    for (int j = 0; j < y->rank; j++) /* result dim j is x's dim perm[j]; no perm reverses them */
+        coef[j] = xs[a->set ? a->ints[j] : y->rank - 1 - j];
+    return strided_copy(p, n, 0, coef, d);
 }
 
 /* ---- concat ---- */
@@ -76,12 +75,9 @@ int lower_transpose(Program *p, const Node *n, Diag *d) {
 int lower_concat(Program *p, const Node *n, Diag *d) {
     const Type *y = &p->g->values[n->out[0]].type;
     int axis = norm_axis(node_int(n, "axis"), y->rank);
-    long long outer = 1, along = y->dims[axis], inner = 1;
-    for (int j = 0; j < y->rank; j++)
-        if (j < axis)
-            outer *= y->dims[j];
-        else if (j > axis)
-            inner *= y->dims[j];
+    int64_t before, after;
+    split_at_axis(y, axis, &before, &after);
+    long long outer = before, along = y->dims[axis], inner = after; /* as the text prints them */
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
@@ -145,24 +141,15 @@ static void slice_starts(const Node *n, const Type *x, int64_t *start, int64_t *
 
 int lower_slice(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
-    int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], xs[KILN_MAX_RANK], base = 0;
+    int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], xs[KILN_MAX_RANK], coef[KILN_MAX_RANK], base = 0;
     slice_starts(n, x, start, step);
     type_strides(x, xs);
     for (int j = 0; j < x->rank; j++)
         base += start[j] * xs[j];
-    Kernel *k = loop_over_output(p, n, d);
-    if (!k)
-        return -1;
-    emit_unravel(&k->body, "i", y, "o");
-    char terms[512] = "", at[600];
-    size_t len = 0;
     /* a step past the dim leaves one element, so a size-1 dim's step never multiplies */
     for (int j = 0; j < y->rank; j++)
-        if (y->dims[j] != 1)
-            len = add_term(terms, len, sizeof terms, "o", j, step[j] * xs[j]);
-    with_base(at, sizeof at, base, terms);
-    str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
-    return 0;
+        coef[j] = y->dims[j] != 1 ? step[j] * xs[j] : 0;
+    return strided_copy(p, n, base, coef, d);
 }
 
 /* ---- pad ---- */

@@ -47,8 +47,9 @@ static int check_conv_attrs(const Node *n, int ns, const ConvAttrs *a, Diag *d) 
     return 0;
 }
 
-/* The checks on x, w and b common to both ops; fills the views of x and w. */
-static int check_inputs(Graph *g, Node *n, bool nhwc, View *xv, View *wv, Diag *d) {
+/* The checks on x and w, then on the attributes, common to both ops; fills the
+ * views of x and w and the attributes. */
+static int check_common(Graph *g, Node *n, bool nhwc, View *xv, View *wv, ConvAttrs *a, Diag *d) {
     const char *op = op_table[n->op].name;
     const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
     if (x->rank < 3 || x->rank > 2 + MAX_SPATIAL)
@@ -59,7 +60,8 @@ static int check_inputs(Graph *g, Node *n, bool nhwc, View *xv, View *wv, Diag *
                           tstr(w), tstr(x));
     *xv = view_of(x, nhwc);
     *wv = view_of(w, nhwc);
-    return 0;
+    *a = conv_attrs(n, xv->ns);
+    return check_conv_attrs(n, xv->ns, a, d);
 }
 
 static int check_bias(Graph *g, Node *n, int64_t out_channels, Diag *d) {
@@ -75,10 +77,8 @@ static int check_bias(Graph *g, Node *n, int64_t out_channels, Diag *d) {
 int infer_conv(Graph *g, Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View xv, wv;
-    if (check_inputs(g, n, nhwc, &xv, &wv, d))
-        return -1;
-    ConvAttrs a = conv_attrs(n, xv.ns);
-    if (check_conv_attrs(n, xv.ns, &a, d))
+    ConvAttrs a;
+    if (check_common(g, n, nhwc, &xv, &wv, &a, d))
         return -1;
     const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
     if (xv.c % a.groups != 0 || wv.n % a.groups != 0)
@@ -153,10 +153,8 @@ int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View xv, wv;
-    if (check_inputs(g, n, nhwc, &xv, &wv, d))
-        return -1;
-    ConvAttrs a = conv_attrs(n, xv.ns);
-    if (check_conv_attrs(n, xv.ns, &a, d))
+    ConvAttrs a;
+    if (check_common(g, n, nhwc, &xv, &wv, &a, d))
         return -1;
     const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1);
     if (wv.n != xv.c)

@@ -107,11 +107,8 @@ int eval_softmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) 
     (void)d;
     const Type *x = &in[0]->type;
     int axis = norm_axis(node_int(n, "axis"), x->rank);
-    int64_t outer = 1, len = x->dims[axis], inner = 1;
-    for (int k = 0; k < axis; k++)
-        outer *= x->dims[k];
-    for (int k = axis + 1; k < x->rank; k++)
-        inner *= x->dims[k];
+    int64_t outer, len = x->dims[axis], inner;
+    split_at_axis(x, axis, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *xs = in[0]->data + o * len * inner + i;

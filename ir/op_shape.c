@@ -236,12 +236,8 @@ int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     const Type *y = &out[0]->type;
     int axis = norm_axis(node_int(n, "axis"), y->rank);
-    int64_t outer = 1, inner = 1;
-    for (int k = 0; k < y->rank; k++)
-        if (k < axis)
-            outer *= y->dims[k];
-        else if (k > axis)
-            inner *= y->dims[k];
+    int64_t outer, inner;
+    split_at_axis(y, axis, &outer, &inner);
     float *dst = out[0]->data;
     for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < n->n_in; i++) {

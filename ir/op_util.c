@@ -103,6 +103,15 @@ int64_t type_strides(const Type *t, int64_t *s) {
     return n;
 }
 
+void split_at_axis(const Type *t, int axis, int64_t *outer, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int k = 0; k < t->rank; k++)
+        if (k < axis)
+            *outer *= t->dims[k];
+        else if (k > axis)
+            *inner *= t->dims[k];
+}
+
 void broadcast_strides(const Type *from, const Type *to, int64_t *s) {
     int64_t own[KILN_MAX_RANK];
     type_strides(from, own);

@@ -73,6 +73,8 @@ int64_t view_offset(const View *v, int64_t b, int64_t c, const int64_t *pos);
 
 /* Row-major strides of t into s; returns the element count. */
 int64_t type_strides(const Type *t, int64_t *s);
+/* t seen as [outer, dims[axis], inner]: the elements before the axis and after it. */
+void split_at_axis(const Type *t, int axis, int64_t *outer, int64_t *inner);
 /* Strides of `from` as seen when broadcast to `to` (0 on broadcast dims). */
 void broadcast_strides(const Type *from, const Type *to, int64_t *s);
 /* Advances a multi-index over dims; false after the last element. */
