@@ -179,7 +179,7 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
         diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
         ok = 0;
     }
-    if (ok && pipeline_run(g, &po, &d) == 0)
+    if (ok && pipeline_run(g, &weights, &po, &d) == 0)
         m = jit_graph(g, &weights, opts ? opts->cache_dir : NULL, &d, err);
     if (f)
         fclose(f);

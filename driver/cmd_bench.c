@@ -293,7 +293,7 @@ int cmd_bench(int argc, char **argv) {
         if (!(m = kiln_load(o.model, &err)))
             rc = diag_error(&d, (Loc){0}, "%s", err.message);
     } else {
-        rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &o.pipeline, &d);
+        rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
         if (!rc)
             m = b.profile ? jit_graph_profiled(g, &weights, NULL, &d, &err)
                           : jit_graph(g, &weights, NULL, &d, &err);

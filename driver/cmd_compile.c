@@ -61,7 +61,7 @@ int cmd_compile(int argc, char **argv) {
     Program *p = NULL;
     Str c = {0}, h = {0};
     rc = load_model(&o, true, &d, &src, &g, &weights);
-    if (!rc && pipeline_run(g, &o.pipeline, &d))
+    if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
     if (!rc && (!(p = program_lower(g, &weights, &d)) || emit_c_model(p, &c, &d)))
         rc = EXIT_USER;

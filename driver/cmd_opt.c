@@ -40,7 +40,7 @@ int cmd_opt(int argc, char **argv) {
     Graph *g;
     TensorList weights = {0};
     rc = load_model(&o, false, &d, &src, &g, &weights);
-    if (!rc && pipeline_run(g, &o.pipeline, &d))
+    if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
     if (!rc) {
         char *text = NULL;

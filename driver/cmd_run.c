@@ -172,7 +172,7 @@ static int run_model(const Options *o, Diag *d) {
         else
             rc = compiled_signature(o->model, kiln_def(m), &sig, d);
     } else {
-        rc = load_model(o, true, d, &src, &g, &weights) || pipeline_run(g, &o->pipeline, d) ||
+        rc = load_model(o, true, d, &src, &g, &weights) || pipeline_run(g, &weights, &o->pipeline, d) ||
              graph_signature(g, &sig, d);
         if (!rc && !interp && !(m = jit_graph(g, &weights, NULL, d, &err)))
             rc = -1;

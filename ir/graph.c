@@ -136,18 +136,107 @@ void graph_remove_nodes(Graph *g, const bool *dead) {
     int kept = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         Node *n = g->nodes[i];
+        for (int k = 0; k < n->n_out; k++)
+            if (g->values[n->out[k]].node == i) /* not taken over by graph_redefine */
+                g->values[n->out[k]].node = dead[i] ? -1 : kept;
         if (dead[i]) {
-            for (int k = 0; k < n->n_out; k++)
-                g->values[n->out[k]].node = -1; /* an orphan: no longer in the graph */
             tensor_free(n->data);
             n->data = NULL;
             continue;
         }
-        for (int k = 0; k < n->n_out; k++)
-            g->values[n->out[k]].node = kept;
         g->nodes[kept++] = n;
     }
     g->n_nodes = kept;
+}
+
+void graph_replace_uses(Graph *g, int from, int to) {
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i]->n_in; k++)
+            if (g->nodes[i]->in[k] == from)
+                g->nodes[i]->in[k] = to;
+    for (int k = 0; k < g->n_outputs; k++)
+        if (g->outputs[k] == from)
+            g->outputs[k] = to;
+}
+
+void graph_redefine(Graph *g, int id, Node *n, int index) {
+    int at = g->n_nodes - 1;
+    while (at >= 0 && g->nodes[at] != n)
+        at--;
+    KILN_ASSERT(at >= 0 && index < n->n_out);
+    n->out[index] = id;
+    g->values[id].node = at;
+    g->values[id].index = index;
+}
+
+/* Iterative depth-first order: each node is placed after the definers of its
+ * inputs, and otherwise as early as its old position says, so a graph already in
+ * order is left unchanged and an appended node moves up to just before its first use. */
+int graph_sort(Graph *g) {
+    int n = g->n_nodes;
+    Node **order = ir_malloc(sizeof *order * (size_t)(n + 1));
+    int *state = ir_calloc((size_t)n + 1, sizeof *state); /* 0 new, 1 on the stack, 2 placed */
+    int *stack = ir_malloc(sizeof *stack * (size_t)(n + 1));
+    if (!order || !state || !stack) {
+        ir_free(order), ir_free(state), ir_free(stack);
+        return -1;
+    }
+    int placed = 0;
+    for (int root = 0; root < n; root++) {
+        if (state[root])
+            continue;
+        int top = 0;
+        stack[top++] = root;
+        state[root] = 1;
+        while (top > 0) {
+            Node *node = g->nodes[stack[top - 1]];
+            int next = -1;
+            for (int k = 0; k < node->n_in && next < 0; k++) {
+                int v = node->in[k];
+                int def = v >= 0 ? g->values[v].node : -1;
+                if (def >= 0 && state[def] == 0)
+                    next = def;
+                KILN_ASSERT(def < 0 || state[def] != 1); /* a cycle */
+            }
+            if (next >= 0) {
+                state[next] = 1;
+                stack[top++] = next;
+            } else {
+                state[stack[top - 1]] = 2;
+                order[placed++] = node;
+                top--;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        g->nodes[i] = order[i];
+        for (int k = 0; k < order[i]->n_out; k++)
+            g->values[order[i]->out[k]].node = i;
+    }
+    ir_free(order), ir_free(state), ir_free(stack);
+    return 0;
+}
+
+const char *graph_fresh_name(Graph *g, const char *base, bool (*taken)(const char *name, void *ctx),
+                             void *ctx) {
+    size_t cap = strlen(base) + 24;
+    char *name = arena_alloc(&g->arena, cap);
+    if (!name)
+        return NULL;
+    snprintf(name, cap, "%s", base);
+    for (int k = 1; graph_find(g, name) >= 0 || (taken && taken(name, ctx)); k++)
+        snprintf(name, cap, "%s.%d", base, k);
+    return name;
+}
+
+void graph_count_uses(const Graph *g, int *uses) {
+    memset(uses, 0, sizeof *uses * (size_t)g->n_values);
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i]->n_in; k++)
+            if (g->nodes[i]->in[k] >= 0)
+                uses[g->nodes[i]->in[k]]++;
+    for (int k = 0; k < g->n_outputs; k++)
+        uses[g->outputs[k]]++;
 }
 
 int infer_node(Graph *g, Node *n, Diag *d) {

@@ -248,6 +248,20 @@ const Value *graph_value(const Graph *g, int id);
 /* Removes the nodes marked dead[i], keeping the others in order; their values
  * become orphans (node -1) that no node or output may use. */
 void graph_remove_nodes(Graph *g, const bool *dead);
+/* Makes every use of value `from`, by nodes and as an output, a use of `to`. */
+void graph_replace_uses(Graph *g, int from, int to);
+/* Makes value `id` result `index` of node n, which must be in the graph; its old
+ * definer no longer defines it (and may be removed without orphaning it). */
+void graph_redefine(Graph *g, int id, Node *n, int index);
+/* Restores dependency order after nodes were appended out of place (a pass's new
+ * nodes); a graph already in order is unchanged. -1 when out of memory. */
+int graph_sort(Graph *g);
+/* A name no value has and `taken` (when given) rejects: base, else base.1, base.2, ...
+ * From the graph's arena; NULL when out of memory. */
+const char *graph_fresh_name(Graph *g, const char *base, bool (*taken)(const char *name, void *ctx),
+                             void *ctx);
+/* uses[v] (n_values entries): how many node inputs and graph outputs name value v. */
+void graph_count_uses(const Graph *g, int *uses);
 /* Inputs in declaration order. */
 int graph_inputs(const Graph *g, int *ids, int cap);
 

@@ -7,7 +7,9 @@
  * a node that no output depends on cannot change any output. */
 #include "passes.h"
 
-int pass_dce(Graph *g, Diag *d) {
+int pass_dce(PassContext *c) {
+    Graph *g = c->g;
+    Diag *d = c->d;
     bool *live = ir_calloc((size_t)g->n_values + 1, sizeof *live);
     bool *dead = ir_calloc((size_t)g->n_nodes + 1, sizeof *dead);
     if (!live || !dead) {

@@ -1,18 +1,32 @@
 /* The pass pipeline: the list of passes in order, and how a command selects them.
  *
  * A pass is a graph-to-graph function. The pipeline runs the passes the options
- * select, runs the verifier after each (when asked: tests and debug builds), and
- * with a dump directory writes `00-input.kiln` and `NN-PASS.kiln` after each pass,
- * each a valid model that kiln accepts as it is. */
+ * select, restores dependency order and runs the verifier after each (when asked:
+ * tests and debug builds), and with a dump directory writes `00-input.kiln` and
+ * `NN-PASS.kiln` after each pass, each a valid model that kiln accepts as it is.
+ *
+ * Passes see the weights: a param with a weight or an initializer, like a const,
+ * has a value known at compile time. A pass never changes a weight in place; a
+ * value it computes becomes a new param with a new name (pass_add_param), and the
+ * dump of a stage carries those params in `NN-PASS.safetensors`. */
 #ifndef KILN_PASSES_H
 #define KILN_PASSES_H
 
 #include "../ir/ir.h"
 
 typedef struct {
+    Graph *g;
+    TensorList *weights; /* the given weights, then the params passes made */
+    int n_given;         /* weights->items[0 .. n_given) are the given ones */
+    Diag *d;
+} PassContext;
+
+typedef struct {
     const char *name;
     int level; /* the lowest -O level that runs it */
-    int (*run)(Graph *g, Diag *d);
+    /* NULL for a stage of code generation (memory planning), which the pipeline
+     * lists so that -O, --passes and --no-NAME select it like any pass. */
+    int (*run)(PassContext *c);
     const char *summary;
 } Pass;
 
@@ -32,9 +46,25 @@ typedef struct {
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */
 int pipeline_check_names(const PipelineOptions *o, Diag *d);
-int pipeline_run(Graph *g, const PipelineOptions *o, Diag *d);
+/* Runs the selected passes on g; the params they make are appended to weights. */
+int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d);
+/* Whether the options select the pass (or code generation stage) `name`. */
+bool pipeline_selects(const PipelineOptions *o, const char *name);
+
+/* ---- What passes share (pass_util.c) ---- */
+
+/* The value of v when it is known at compile time: a const, or a param with a
+ * weight or an initializer. 1 with a new tensor in *out, 0 when not known, -1
+ * after a diagnostic. */
+int pass_known_value(PassContext *c, int v, Tensor **out);
+/* A new param holding t (ownership passes to the weights), named from `base` so
+ * that no value or weight has the name yet; appended to the graph (the pipeline
+ * restores order). Its value id, or -1 after a diagnostic. */
+int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
+/* The node defining value v (NULL for an orphan). */
+Node *pass_definer(const Graph *g, int v);
 
 /* The passes, one file each. */
-int pass_dce(Graph *g, Diag *d);
+int pass_dce(PassContext *c);
 
 #endif

@@ -4,7 +4,10 @@
  * that runs it, and a one-line summary for --list-passes. */
 #include "passes.h"
 
+#include "../frontend/frontend.h"
+
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -51,22 +54,46 @@ int pipeline_check_names(const PipelineOptions *o, Diag *d) {
 }
 
 typedef struct {
-    Graph *g;
+    PassContext c;
     const PipelineOptions *o;
-    Diag *d;
     int step;
 } Run;
 
+/* DIR/NN-STAGE.kiln, and DIR/NN-STAGE.safetensors with the params the passes made
+ * that this stage uses (none: no file). Both written together or neither. */
 static int dump(Run *r, const char *stage) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%02d-%s.kiln", r->o->dump_dir, r->step, stage);
-    FILE *f = fopen(path, "w");
+    char kiln_path[4096], st_path[4096];
+    snprintf(kiln_path, sizeof kiln_path, "%s/%02d-%s.kiln", r->o->dump_dir, r->step, stage);
+    snprintf(st_path, sizeof st_path, "%s/%02d-%s.safetensors", r->o->dump_dir, r->step, stage);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f)
-        return diag_error(r->d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
-    print_graph(r->g, f);
-    if (fclose(f) != 0)
-        return diag_error(r->d, (Loc){0}, "cannot write '%s'", path);
-    return 0;
+        return diag_error(r->c.d, (Loc){0}, "out of memory");
+    print_graph(r->c.g, f);
+    fclose(f);
+
+    TensorList made = {0}; /* borrows the weights' names and tensors */
+    const TensorList *w = r->c.weights;
+    made.items = calloc((size_t)(w->n - r->c.n_given) + 1, sizeof *made.items);
+    for (int i = r->c.n_given; made.items && i < w->n; i++) {
+        int v = graph_find(r->c.g, w->items[i].name);
+        if (v >= 0 && r->c.g->values[v].node >= 0)
+            made.items[made.n++] = w->items[i];
+    }
+    int rc = -1;
+    if (!made.items)
+        diag_error(r->c.d, (Loc){0}, "out of memory");
+    else if (made.n == 0)
+        rc = write_file_atomic(kiln_path, text, len, r->c.d);
+    else if (safetensors_write(st_path, &made, r->c.d) == 0) {
+        rc = write_file_atomic(kiln_path, text, len, r->c.d);
+        if (rc)
+            remove(st_path);
+    }
+    free(made.items);
+    free(text);
+    return rc;
 }
 
 static bool disabled(const PipelineOptions *o, const char *name) {
@@ -80,18 +107,20 @@ static int run_pass(const char *name, void *ctx) {
     Run *r = ctx;
     const Pass *p = pass_find(name);
     KILN_ASSERT(p);
-    if (disabled(r->o, name))
+    if (disabled(r->o, name) || !p->run)
         return 0;
-    if (p->run(r->g, r->d))
+    if (p->run(&r->c))
         return -1;
-    if (r->o->verify && verify_graph(r->g, r->d))
-        return diag_error(r->d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
+    if (graph_sort(r->c.g))
+        return diag_error(r->c.d, (Loc){0}, "out of memory");
+    if (r->o->verify && verify_graph(r->c.g, r->c.d))
+        return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
     r->step++;
     return r->o->dump_dir ? dump(r, name) : 0;
 }
 
-int pipeline_run(Graph *g, const PipelineOptions *o, Diag *d) {
-    Run r = {g, o, d, 0};
+int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
+    Run r = {{g, weights, weights->n, d}, o, 0};
     if (o->dump_dir) {
         if (mkdir(o->dump_dir, 0777) != 0 && errno != EEXIST)
             return diag_error(d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
@@ -104,4 +133,16 @@ int pipeline_run(Graph *g, const PipelineOptions *o, Diag *d) {
         if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, &r))
             return -1;
     return 0;
+}
+
+static int is_name(const char *name, void *ctx) {
+    return strcmp(name, ctx) == 0;
+}
+
+bool pipeline_selects(const PipelineOptions *o, const char *name) {
+    const Pass *p = pass_find(name);
+    KILN_ASSERT(p);
+    if (disabled(o, name))
+        return false;
+    return o->only ? each_name(o->only, is_name, (void *)name) != 0 : o->level >= p->level;
 }

@@ -104,7 +104,7 @@ static long jit_and_compare(const char *name, const char *text, Tensor *const *i
     PipelineOptions po = {.level = 2, .verify = true};
     if (g && g->n_outputs == 1 && verify_graph(g, &d) == 0 &&
         interp_run(g, &weights, (const Tensor *const *)inputs, &ref, &d) == 0 &&
-        pipeline_run(g, &po, &d) == 0) {
+        pipeline_run(g, &weights, &po, &d) == 0) {
         m = jit_graph(g, &weights, dir, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", name, err.message);
