@@ -4,8 +4,8 @@
  * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and $KILN_JIT is not `cc`, the C
  * is compiled and linked in memory (jit_clang.cpp), its object file cached as
  * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
- * it is dlopened. KEY is a hash of the generated source, the weights and the
- * compiler flags; only a miss compiles. The cache directory is $KILN_CACHE_DIR, else
+ * it is dlopened. KEY is a hash of the generated source, the weights, the
+ * compiler flags and the CPU; only a miss compiles. The cache directory is $KILN_CACHE_DIR, else
  * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; when it cannot be used, the clang JIT
  * caches nothing and the shared object is built in a temporary file removed once
  * loaded. */
@@ -40,10 +40,27 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+/* Hashes this CPU's model name and feature flags: -march=native code built on one
+ * CPU may not run on another that shares the cache directory. */
+static uint64_t cpu_hash(uint64_t h) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int seen = 0;
+    while (f && seen < 2 && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0) {
+            h = fnv1a(h, line, strlen(line));
+            seen++;
+        }
+    if (f)
+        fclose(f);
+    return h;
+}
+
 /* Two independent 64-bit hashes of everything that determines the shared object. */
 static void cache_key(const Str *src, const Program *p, char *key, size_t n) {
     uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
     for (int k = 0; k < 2; k++) {
+        h[k] = cpu_hash(h[k]);
         h[k] = fnv1a(h[k], src->s, src->len);
         h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
         for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
