@@ -34,7 +34,8 @@ static const char usage[] =
     "The model uses KILN_NUM_THREADS threads (default: the number of cores).\n"
     "--profile times a build with a clock around every kernel (a .kiln model only) and\n"
     "prints, per kernel, its mean time per run, its share and, where lowering counted\n"
-    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s.\n";
+    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s. --dump-dir DIR writes the\n"
+    "graph after every pass and the generated C as DIR/model.c.\n";
 
 typedef int (*ProfileFn)(double **seconds, const char *const **names, const char *const **comments,
                          const int64_t **flops);
@@ -294,9 +295,10 @@ int cmd_bench(int argc, char **argv) {
             rc = diag_error(&d, (Loc){0}, "%s", err.message);
     } else {
         rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
+        JitOptions jo = jit_options(&o);
         if (!rc)
-            m = b.profile ? jit_graph_profiled(g, &weights, NULL, &d, &err)
-                          : jit_graph(g, &weights, NULL, &d, &err);
+            m = b.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
+                          : jit_graph(g, &weights, &jo, &d, &err);
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
             rc = d.errors ? -1 : diag_error(&d, (Loc){0}, "%s", err.message);
     }
