@@ -123,6 +123,8 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     Str src = {0};
     if (p)
         p->profile = profile;
+    if (p && o->report)
+        plan_report(p, o->report);
     if (!p || emit_c_model(p, &src, d) || (o->dump_dir && dump_source(o->dump_dir, &src, d))) {
         program_free(p);
         str_free(&src);
@@ -186,7 +188,7 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
         diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
         ok = 0;
     }
-    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL};
+    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
     if (ok && pipeline_run(g, &weights, &po, &d) == 0)
         m = jit_graph(g, &weights, &jo, &d, err);
     if (f)

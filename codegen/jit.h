@@ -11,6 +11,7 @@ typedef struct {
     const char *cache;    /* the compile cache's directory; NULL: the default one */
     bool memplan;         /* plan the workspace with reuse (the pipeline's `memplan` stage) */
     const char *dump_dir; /* also write the generated C as DIR/model.c; NULL: no */
+    Str *report;          /* non-NULL: the memory plan's report (plan_report) is appended here */
 } JitOptions;
 
 /* The whole C translation unit for g (weights are part of the Program, not the text). */
