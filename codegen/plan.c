@@ -15,12 +15,18 @@
  * A node's scratch (the im2col column matrix) is a buffer of its own, live over the
  * node's kernels that use it.
  *
- * Offsets are assigned greedily by size, as TensorFlow Lite's and TVM's planners
- * do: the largest buffer first, each into the tightest gap (best fit) left between
- * the buffers already placed whose lifetimes overlap its own, else above them all.
- * Every buffer is placed clear of every overlapping one, so two buffers live at the
- * same kernel never share a byte. No plan can need less than the most bytes live at
- * any one kernel: that lower bound is what the report compares the peak with.
+ * Offsets are assigned greedily, as TensorFlow Lite's and TVM's planners do: buffers
+ * in some order, each into the tightest gap (best fit) left between the buffers
+ * already placed whose lifetimes overlap its own, else above them all. Three orders
+ * are tried and the smallest peak kept: by size, the largest buffer first; by
+ * breadth, the kernels with the most bytes live first, at each its buffers not
+ * placed yet, largest first (both from Pisarchyk and Lee, "Efficient Memory
+ * Management for Deep Neural Net Inference", 2020); and in execution order, which
+ * does best where one large early buffer (the first conv's column matrix) would
+ * otherwise push the next layers' buffers above it. Every buffer is placed clear of
+ * every overlapping one, so two buffers live at the same kernel never share a byte.
+ * No plan can need less than the most bytes live at any one kernel: that lower
+ * bound is what the report compares the peak with.
  *
  * Without reuse, the plan is the simple one: every value its own offset, in node
  * order, and one scratch area above them all that every kernel uses. */
@@ -187,12 +193,11 @@ static int by_size(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Greedy by size with best fit (the header comment); order and near are scratch
- * arrays of n_bufs pointers. */
-static void assign_greedy(MemPlan *m, MemBuffer **order, MemBuffer **near) {
-    for (int i = 0; i < m->n_bufs; i++)
-        order[i] = &m->bufs[i];
-    qsort(order, (size_t)m->n_bufs, sizeof *order, by_size);
+/* Places the buffers in the given order, each into the tightest gap (best fit)
+ * left between the buffers placed before it whose lifetimes overlap its own, else
+ * above them all; near is scratch of n_bufs pointers. Returns the peak. */
+static int64_t place(MemPlan *m, MemBuffer **order, MemBuffer **near) {
+    int64_t peak = 0;
     for (int i = 0; i < m->n_bufs; i++) {
         MemBuffer *b = order[i];
         int n = 0;
@@ -209,7 +214,70 @@ static void assign_greedy(MemPlan *m, MemBuffer **order, MemBuffer **near) {
                 end = near[j]->offset + near[j]->bytes;
         }
         b->offset = best >= 0 ? best : end;
+        peak = b->offset + b->bytes > peak ? b->offset + b->bytes : peak;
     }
+    return peak;
+}
+
+/* Greedy by size: the largest buffer first. */
+static void order_by_size(MemPlan *m, MemBuffer **order) {
+    for (int i = 0; i < m->n_bufs; i++)
+        order[i] = &m->bufs[i];
+    qsort(order, (size_t)m->n_bufs, sizeof *order, by_size);
+}
+
+typedef struct {
+    int64_t live; /* bytes live at the kernel */
+    int kernel;
+} Breadth;
+
+static int by_breadth(const void *a, const void *b) {
+    const Breadth *x = a, *y = b;
+    if (x->live != y->live)
+        return x->live > y->live ? -1 : 1;
+    return x->kernel < y->kernel ? -1 : x->kernel > y->kernel;
+}
+
+/* Greedy by breadth: the kernels with the most bytes live first, and at each the
+ * buffers not ordered yet, largest first. k holds the kernels with their live
+ * bytes (sorted here); taken is scratch of n_bufs flags. */
+static void order_by_breadth(MemPlan *m, MemBuffer **order, Breadth *k, int n_kernels, bool *taken) {
+    qsort(k, (size_t)n_kernels, sizeof *k, by_breadth);
+    memset(taken, 0, (size_t)m->n_bufs);
+    int n = 0;
+    for (int i = 0; i < n_kernels; i++) {
+        int from = n;
+        for (int b = 0; b < m->n_bufs; b++)
+            if (!taken[b] && m->bufs[b].first <= k[i].kernel && k[i].kernel <= m->bufs[b].last) {
+                taken[b] = true;
+                order[n++] = &m->bufs[b];
+            }
+        qsort(order + from, (size_t)(n - from), sizeof *order, by_size);
+    }
+}
+
+/* The three greedy orders (the header comment), keeping the smallest peak (the
+ * first order of the smallest); offsets is scratch of n_bufs. */
+static void assign_greedy(MemPlan *m, MemBuffer **order, MemBuffer **near, Breadth *k, int n_kernels,
+                          bool *taken, int64_t *offsets) {
+    int64_t best = INT64_MAX;
+    for (int how = 0; how < 3; how++) {
+        if (how == 0)
+            order_by_size(m, order);
+        else if (how == 1)
+            order_by_breadth(m, order, k, n_kernels, taken);
+        else
+            for (int b = 0; b < m->n_bufs; b++) /* bufs are in order of first kernel */
+                order[b] = &m->bufs[b];
+        int64_t peak = place(m, order, near);
+        if (peak < best) {
+            best = peak;
+            for (int b = 0; b < m->n_bufs; b++)
+                offsets[b] = m->bufs[b].offset;
+        }
+    }
+    for (int b = 0; b < m->n_bufs; b++)
+        m->bufs[b].offset = offsets[b];
 }
 
 /* Every value its own offset in node order, then one scratch area for all. */
@@ -231,16 +299,18 @@ static void assign_simple(Program *p, Planner *s, const int *buf_of_root) {
             m->bufs[b].offset = ws;
 }
 
-/* The most bytes live at one kernel, from a difference array over kernel indexes. */
-static int64_t lower_bound(const MemPlan *m, int64_t *delta, int n_kernels) {
+/* The bytes live at each kernel, into k, from a difference array over kernel
+ * indexes; returns the most, the lower bound. */
+static int64_t live_bytes(const MemPlan *m, int64_t *delta, Breadth *k, int n_kernels) {
     memset(delta, 0, sizeof *delta * (size_t)(n_kernels + 1));
     for (int b = 0; b < m->n_bufs; b++) {
         delta[m->bufs[b].first] += m->bufs[b].bytes;
         delta[m->bufs[b].last + 1] -= m->bufs[b].bytes;
     }
     int64_t live = 0, most = 0;
-    for (int k = 0; k < n_kernels; k++) {
-        live += delta[k];
+    for (int i = 0; i < n_kernels; i++) {
+        live += delta[i];
+        k[i] = (Breadth){live, i};
         most = live > most ? live : most;
     }
     return most;
@@ -254,15 +324,18 @@ int plan_memory(Program *p, bool reuse, Diag *d) {
                  ir_calloc(nv, sizeof(int64_t))};
     int *root_buf = ir_calloc(nv, sizeof(int));
     MemBuffer **order = ir_calloc(nb, sizeof *order), **near = ir_calloc(nb, sizeof *near);
-    int64_t *delta = ir_calloc((size_t)p->n_kernels + 1, sizeof(int64_t));
+    int64_t *delta = ir_calloc((size_t)p->n_kernels + 1, sizeof(int64_t)),
+            *offsets = ir_calloc(nb, sizeof(int64_t));
+    Breadth *breadth = ir_calloc((size_t)p->n_kernels + 1, sizeof *breadth);
+    bool *taken = ir_calloc(nb, sizeof(bool));
     m->reuse = reuse;
     m->bufs = ir_calloc(nb, sizeof *m->bufs);
     m->buffer = ir_calloc(nv, sizeof(int));
     m->share = ir_calloc(nv, sizeof(MemShare));
     m->from = ir_calloc(nv, sizeof(int));
     int rc = -1;
-    if (!s.parent || !s.first || !s.last || !s.bytes || !root_buf || !order || !near || !delta || !m->bufs ||
-        !m->buffer || !m->share || !m->from) {
+    if (!s.parent || !s.first || !s.last || !s.bytes || !root_buf || !order || !near || !delta || !offsets ||
+        !breadth || !taken || !m->bufs || !m->buffer || !m->share || !m->from) {
         diag_error(d, (Loc){0}, "out of memory planning the workspace");
         goto done;
     }
@@ -295,15 +368,15 @@ int plan_memory(Program *p, bool reuse, Diag *d) {
     for (int v = 0; v < g->n_values; v++)
         if (in_workspace(p, v))
             m->buffer[v] = root_buf[find(s.parent, v)];
+    m->bound = live_bytes(m, delta, breadth, p->n_kernels);
     if (reuse)
-        assign_greedy(m, order, near);
+        assign_greedy(m, order, near, breadth, p->n_kernels, taken, offsets);
     else
         assign_simple(p, &s, root_buf);
     m->peak = 0;
     for (int b = 0; b < m->n_bufs; b++)
         if (m->bufs[b].offset + m->bufs[b].bytes > m->peak)
             m->peak = m->bufs[b].offset + m->bufs[b].bytes;
-    m->bound = lower_bound(m, delta, p->n_kernels);
     for (int v = 0; v < g->n_values; v++)
         if (m->buffer[v] >= 0)
             p->buf[v] = (Buffer){BUF_WORK, m->bufs[m->buffer[v]].offset};
@@ -314,7 +387,8 @@ int plan_memory(Program *p, bool reuse, Diag *d) {
     rc = 0;
 done:
     ir_free(s.parent), ir_free(s.first), ir_free(s.last), ir_free(s.bytes);
-    ir_free(root_buf), ir_free(order), ir_free(near), ir_free(delta);
+    ir_free(root_buf), ir_free(order), ir_free(near), ir_free(delta), ir_free(offsets);
+    ir_free(breadth), ir_free(taken);
     return rc;
 }
 
