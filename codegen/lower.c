@@ -240,9 +240,10 @@ static int mark_views(Program *p) {
         p->view_of[v] = -1;
     for (int i = 0; i < g->n_nodes; i++) { /* in order: a view's input is resolved first */
         const Node *n = g->nodes[i];
-        int y = n->out[0], x = n->n_in > 0 ? n->in[0] : -1;
-        if (lowerings[n->op] != lower_copy || x < 0 || p->buf[y].kind != BUF_NONE)
+        if (lowerings[n->op] != lower_copy || n->n_in < 1 || n->in[0] < 0 ||
+            p->buf[n->out[0]].kind != BUF_NONE)
             continue;
+        int x = n->in[0], y = n->out[0];
         p->view_of[y] = x;
         if (p->buf[x].kind != BUF_NONE)
             p->buf[y] = p->buf[x];
