@@ -14,8 +14,12 @@
  * declared and how it finds its iteration, is the `Lang` description.
  *
  * Memory: inputs and outputs are the caller's buffers; params and consts live in
- * one weights blob; every other value has its own offset in one workspace that the
- * instance allocates once (a simple plan: no reuse yet). */
+ * one weights blob; every other value lives in one workspace that the instance
+ * allocates once. The memory plan (plan.c) gives each workspace buffer its offset:
+ * with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint
+ * share memory, an elementwise kernel may write over an input that dies there, and
+ * a view (reshape, flatten, squeeze, unsqueeze, identity) is its input's buffer;
+ * without it, every value has its own offset. */
 #ifndef KILN_CODEGEN_H
 #define KILN_CODEGEN_H
 
@@ -53,21 +57,54 @@ typedef enum { K_LOOP, K_CALL } KernelKind;
 
 typedef struct {
     KernelKind kind;
+    const Node *node;      /* the op node it computes (part of) */
     char *name;            /* a C identifier, unique in the program */
     char *comment;         /* the ops it computes, e.g. "conv layer1.0.conv1 (im2col)" */
     int64_t count;         /* K_LOOP: iterations */
     int64_t grain;         /* K_LOOP: fewest iterations worth giving a thread */
     int *reads, n_reads;   /* value ids the body reads */
     int *writes, n_writes; /* value ids it writes; -1 - k: the caller's k-th output, as `outK` */
-    int64_t scratch_bytes; /* workspace the kernel needs for itself (im2col), at scratch */
-    int64_t scratch;       /* its byte offset in the workspace */
-    int64_t flops;         /* FLOPs per run where lowering counts them (GEMMs), else 0 */
+    /* Workspace of the node's own (im2col), at byte offset `scratch`: the kernels of
+       one node that name scratch share it (one fills it, the next reads it). */
+    int64_t scratch_bytes;
+    int64_t scratch;
+    /* Elementwise: every read of the written value's type is read only at the element
+       being written, so the result may overwrite such a read where it dies (plan.c).
+       The lowering sets it. */
+    bool in_place;
+    int64_t flops; /* FLOPs per run where lowering counts them (GEMMs), else 0 */
     Str body;
 } Kernel;
+
+/* A buffer of the workspace: a value with the views and in-place results that share
+ * its memory, or the scratch of a node's kernels. */
+typedef struct {
+    int64_t bytes;   /* its size, a multiple of 64 */
+    int first, last; /* the kernels that use it: from the first writing it to the last reading it */
+    int64_t offset;  /* in the workspace, a multiple of 64 */
+    int value;       /* the value it holds first, or -1 for scratch */
+    int kernel;      /* scratch: the first kernel using it */
+} MemBuffer;
+
+/* How a value came to its buffer. */
+typedef enum { MEM_OWN, MEM_VIEW, MEM_IN_PLACE } MemShare;
+
+typedef struct {
+    bool reuse;      /* buffers share memory (the `memplan` stage); else one offset each */
+    MemBuffer *bufs; /* ordered by first kernel */
+    int n_bufs;
+    int *buffer;     /* per value id: its index in bufs, or -1 (not in the workspace) */
+    MemShare *share; /* per value id: how it came to it */
+    int *from;       /* per value id: the value whose memory it took (views, in place), or -1 */
+    int64_t peak;    /* the workspace's size */
+    int64_t bound;   /* a lower bound: the most bytes live at one kernel */
+} MemPlan;
 
 typedef struct {
     Graph *g;
     Buffer *buf; /* per value id */
+    MemPlan plan;
+    int *view_of; /* per value id: the value a view shares memory with (memplan), else -1 */
     int64_t workspace_bytes;
     unsigned char *weights; /* the blob: params and consts, 64-byte aligned each */
     int64_t weights_bytes;
@@ -77,10 +114,21 @@ typedef struct {
     bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
 } Program;
 
-/* Lowers a verified graph (no grad, resize or interpolate left) with its weights.
+/* Lowers a verified graph (no grad, resize or interpolate left) with its weights;
+ * memplan: plan the workspace with reuse (plan.c), else every value its own offset.
  * NULL after a diagnostic (an op with no lowering, a missing weight). */
-Program *program_lower(Graph *g, const TensorList *weights, Diag *d);
+Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *d);
 void program_free(Program *p);
+
+/* ---- The memory plan (plan.c) ---- */
+
+/* Fills p->plan and places every workspace value (buffer kind BUF_NONE, defined by
+ * an op a kernel computes) and every kernel's scratch, after lowering; reuse: with
+ * the sharing the header comment describes. -1 after a diagnostic. */
+int plan_memory(Program *p, bool reuse, Diag *d);
+/* The plan as a table for people: each buffer with its size, lifetime, offset and
+ * values, then the peak, the lower bound and their ratio (kiln compile --memory-report). */
+void plan_report(const Program *p, Str *out);
 
 /* ---- What op lowerings use ---- */
 

@@ -60,13 +60,26 @@ static void indent_lines(Str *out, const char *text, int indent) {
     }
 }
 
+/* Whether another value the kernel names has v's memory (an in-place result and
+ * its input, a view and its value): then neither pointer may be `restrict`. */
+static bool shares_memory(const Program *p, const Kernel *k, int v) {
+    Buffer b = p->buf[v];
+    for (int i = 0; i < k->n_reads + k->n_writes; i++) {
+        int u = i < k->n_reads ? k->reads[i] : k->writes[i - k->n_reads];
+        if (u >= 0 && u != v && p->buf[u].kind == b.kind && p->buf[u].offset == b.offset)
+            return true;
+    }
+    return false;
+}
+
 static void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     char expr[128];
     str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, l->kernel_decl, k->name, l->params);
     for (int r = 0; r < k->n_reads; r++)
         if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r])) {
             buffer_expr(p, l, k->reads[r], expr, sizeof expr);
-            str_printf(out, "    const float *restrict %s = %s;\n", value_name(p, k->reads[r]), expr);
+            str_printf(out, "    const float *%s%s = %s;\n",
+                       shares_memory(p, k, k->reads[r]) ? "" : "restrict ", value_name(p, k->reads[r]), expr);
         }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
@@ -74,7 +87,8 @@ static void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *o
             str_printf(out, "    float *restrict out%d = %sout[%d];\n", -1 - v, l->args, -1 - v);
         else {
             buffer_expr(p, l, v, expr, sizeof expr);
-            str_printf(out, "    float *restrict %s = %s;\n", value_name(p, v), expr);
+            str_printf(out, "    float *%s%s = %s;\n", shares_memory(p, k, v) ? "" : "restrict ",
+                       value_name(p, v), expr);
         }
     }
     if (k->scratch_bytes)

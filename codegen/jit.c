@@ -24,8 +24,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int codegen_c(Graph *g, const TensorList *weights, Str *src, Diag *d) {
-    Program *p = program_lower(g, weights, d);
+int codegen_c(Graph *g, const TensorList *weights, bool memplan, Str *src, Diag *d) {
+    Program *p = program_lower(g, weights, memplan, d);
     if (!p)
         return -1;
     int rc = emit_c_model(p, src, d);
@@ -125,15 +125,24 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
 #endif
 }
 
+/* DIR/model.c, for --dump-dir. */
+static int dump_source(const char *dir, const Str *src, Diag *d) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.c", dir);
+    return write_file_atomic(path, src->s, src->len, d);
+}
+
 /* The profiling build is different source, so it has its own cache entry; it is
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
-static kiln_module *jit(Graph *g, const TensorList *weights, const char *cache, bool profile, Diag *d,
+static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
                         kiln_error *err) {
-    Program *p = program_lower(g, weights, d);
+    Program *p = program_lower(g, weights, o->memplan, d);
     Str src = {0};
     if (p)
         p->profile = profile;
-    if (!p || emit_c_model(p, &src, d)) {
+    if (p && o->report)
+        plan_report(p, o->report);
+    if (!p || emit_c_model(p, &src, d) || (o->dump_dir && dump_source(o->dump_dir, &src, d))) {
         program_free(p);
         str_free(&src);
         kiln_set_error(err, "cannot compile the model");
@@ -141,7 +150,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const char *cache, 
     }
     char dir[4096], key[40], path[4200];
     cache_key(&src, p, key, sizeof key);
-    bool cached = cache_dir(cache, dir, sizeof dir), in_process = false;
+    bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
     kiln_module *m =
         profile ? NULL : jit_in_process(g, p, &src, cached ? dir : NULL, key, d, err, &in_process);
     if (in_process) {
@@ -167,13 +176,13 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const char *cache, 
     return m;
 }
 
-kiln_module *jit_graph(Graph *g, const TensorList *weights, const char *cache, Diag *d, kiln_error *err) {
-    return jit(g, weights, cache, false, d, err);
+kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d, kiln_error *err) {
+    return jit(g, weights, o, false, d, err);
 }
 
-kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const char *cache, Diag *d,
+kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d,
                                 kiln_error *err) {
-    return jit(g, weights, cache, true, d, err);
+    return jit(g, weights, o, true, d, err);
 }
 
 /* The diagnostics of a library call go into err: the first line of them. */
@@ -196,8 +205,9 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
         diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
         ok = 0;
     }
+    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
     if (ok && pipeline_run(g, &weights, &po, &d) == 0)
-        m = jit_graph(g, &weights, opts ? opts->cache_dir : NULL, &d, err);
+        m = jit_graph(g, &weights, &jo, &d, err);
     if (f)
         fclose(f);
     if (!m && msg && *msg)

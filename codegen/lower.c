@@ -4,10 +4,13 @@
  * `output` in the caller's output buffers (a value output twice, or an output that
  * is an input or a weight, gets a copy kernel), params and consts in the weights
  * blob (their data taken from the weights or the initializers now, at compile
- * time), and everything else at its own 64-byte-aligned offset in the workspace.
- * Then each op node's lowering, found through the op table, appends its kernels;
- * what those lowerings share (new kernels, value names, index arithmetic, float
- * literals) is here too. */
+ * time). With memory planning, a view that is no output is marked as sharing its
+ * input's memory (view_of), so that it needs no kernel; a view of an input, a
+ * weight or an output is placed where that is. Then each op node's lowering, found
+ * through the op table, appends its kernels, and the memory plan (plan.c) places
+ * everything else in the workspace from the kernels' reads and writes. What the
+ * lowerings share (new kernels, value names, index arithmetic, float literals) is
+ * here too. */
 #include "codegen.h"
 
 #include <math.h>
@@ -125,7 +128,7 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
         p->cap_kernels = cap;
     }
     Kernel *k = &p->kernels[p->n_kernels];
-    *k = (Kernel){.kind = kind, .grain = 1};
+    *k = (Kernel){.kind = kind, .node = n, .grain = 1};
     const char *opname = op_table[n->op].name;
     Str name = {0}, comment = {0};
     str_printf(&name, "k%d_%s%s%s", p->n_kernels, opname, what ? "_" : "", what ? what : "");
@@ -226,7 +229,29 @@ static bool output_slot_taken(const Program *p, int v) {
     return p->buf[v].kind != BUF_NONE;
 }
 
-Program *program_lower(Graph *g, const TensorList *weights, Diag *d) {
+/* Views that are no output share their input's memory: a view of a value placed
+ * already (an input, a weight, an output, or a view of one) is placed there now, a
+ * view of a workspace value joins its buffer in the plan. */
+static int mark_views(Program *p) {
+    const Graph *g = p->g;
+    if (!(p->view_of = ir_calloc((size_t)g->n_values + 1, sizeof *p->view_of)))
+        return -1;
+    for (int v = 0; v < g->n_values; v++)
+        p->view_of[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++) { /* in order: a view's input is resolved first */
+        const Node *n = g->nodes[i];
+        if (lowerings[n->op] != lower_copy || n->n_in < 1 || n->in[0] < 0 ||
+            p->buf[n->out[0]].kind != BUF_NONE)
+            continue;
+        int x = n->in[0], y = n->out[0];
+        p->view_of[y] = x;
+        if (p->buf[x].kind != BUF_NONE)
+            p->buf[y] = p->buf[x];
+    }
+    return 0;
+}
+
+Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
@@ -255,15 +280,8 @@ Program *program_lower(Graph *g, const TensorList *weights, Diag *d) {
             p->buf[v] = (Buffer){BUF_OUTPUT, k};
         }
     }
-    int64_t ws = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const Node *n = g->nodes[i];
-        for (int k = 0; k < n->n_out; k++)
-            if (p->buf[n->out[k]].kind == BUF_NONE) {
-                p->buf[n->out[k]] = (Buffer){BUF_WORK, ws};
-                ws = align64(ws + value_bytes(p, n->out[k]));
-            }
-    }
+    if (memplan && mark_views(p))
+        goto oom;
     for (int i = 0; i < g->n_nodes; i++) {
         const Node *n = g->nodes[i];
         if (op_is_decl(n->op))
@@ -285,15 +303,11 @@ Program *program_lower(Graph *g, const TensorList *weights, Diag *d) {
     for (int c = 0; c < n_copies; c++)
         if (copy_to_output(p, g->outputs[copies[c]], copies[c], d))
             goto fail;
-    /* kernel scratch (im2col) goes after the values; kernels run one at a time */
-    int64_t scratch = 0;
-    for (int k = 0; k < p->n_kernels; k++)
-        if (p->kernels[k].scratch_bytes > scratch)
-            scratch = p->kernels[k].scratch_bytes;
-    for (int k = 0; k < p->n_kernels; k++)
-        p->kernels[k].scratch = ws;
-    p->workspace_bytes = align64(ws + scratch);
+    if (plan_memory(p, memplan, d))
+        goto fail;
     return p;
+oom:
+    diag_error(d, (Loc){0}, "out of memory");
 fail:
     program_free(p);
     return NULL;
@@ -310,6 +324,11 @@ void program_free(Program *p) {
         str_free(&p->kernels[k].body);
     }
     ir_free(p->kernels);
+    ir_free(p->plan.bufs);
+    ir_free(p->plan.buffer);
+    ir_free(p->plan.share);
+    ir_free(p->plan.from);
+    ir_free(p->view_of);
     ir_free(p->buf);
     ir_free(p->inputs);
     ir_free(p->weights);

@@ -3,8 +3,11 @@
  * The scalar expression of each op is written once, here, in the C subset that C
  * and CUDA share; it computes in float, as the targets do. Binary ops with equal
  * shapes index both operands with `i`; with broadcasting, the output index is
- * unraveled and each operand gets its own offset with constant strides. The copy
- * ops (reshape, flatten, squeeze, unsqueeze, identity) are a plain copy. */
+ * unraveled and each operand gets its own offset with constant strides. Every
+ * kernel here reads an operand of the result's type at the element it writes, so
+ * all are marked in_place. The copy ops (reshape, flatten, squeeze, unsqueeze,
+ * identity) are a plain copy, or nothing when the memory plan makes the result a
+ * view of its input (view_of). */
 #include "codegen.h"
 
 #include <string.h>
@@ -12,7 +15,10 @@
 enum { ELEMENTWISE_GRAIN = 16384 };
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
-    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), ELEMENTWISE_GRAIN, d);
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), ELEMENTWISE_GRAIN, d);
+    if (k)
+        k->in_place = true;
+    return k;
 }
 
 /* The expression of a unary op applied to `x` (a float). */
@@ -99,6 +105,8 @@ int lower_binary(Program *p, const Node *n, Diag *d) {
 }
 
 int lower_copy(Program *p, const Node *n, Diag *d) {
+    if (p->view_of && p->view_of[n->out[0]] >= 0)
+        return 0;
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;

@@ -192,6 +192,7 @@ int lower_batch_norm(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_loop(p, n, rows, run, d);
     if (!k)
         return -1;
+    k->in_place = true; /* x is read at the element written; the others have another type */
     char eps[32];
     float_literal(node_float(n, "epsilon"), eps, sizeof eps);
     const char *y = value_name(p, n->out[0]), *xs = value_name(p, n->in[0]);

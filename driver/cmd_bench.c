@@ -25,7 +25,7 @@
 static const char usage[] =
     "usage: kiln bench MODEL [--iters N] [--warmup N] [--profile] [--input NAME=FILE.npy]...\n"
     "                        [--weights FILE.safetensors]... [--target c] [-O0|-O1|-O2]\n"
-    "                        [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
+    "                        [--passes=P,...] [--no-PASS] [--dump-dir DIR] [--memory-report]\n"
     "\n"
     "Times MODEL (a .kiln file, compiled through the cache, or a .so made by kiln compile):\n"
     "--warmup runs (default 5) untimed, then --iters runs (default 50), and prints\n"
@@ -34,7 +34,9 @@ static const char usage[] =
     "The model uses KILN_NUM_THREADS threads (default: the number of cores).\n"
     "--profile times a build with a clock around every kernel (a .kiln model only) and\n"
     "prints, per kernel, its mean time per run, its share and, where lowering counted\n"
-    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s.\n";
+    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s. --dump-dir DIR writes the\n"
+    "graph after every pass and the generated C as DIR/model.c. --memory-report prints the\n"
+    "workspace plan first, as kiln compile does.\n";
 
 typedef int (*ProfileFn)(double **seconds, const char *const **names, const char *const **comments,
                          const int64_t **flops);
@@ -272,7 +274,8 @@ int cmd_bench(int argc, char **argv) {
     Options o;
     int rc = split_options(argc, argv, &b, rest, &n_rest);
     if (!rc)
-        rc = parse_options(n_rest, rest, 0, "--weights --input --target -O --passes --no-PASS --dump-dir",
+        rc = parse_options(n_rest, rest, 0,
+                           "--weights --input --target -O --passes --no-PASS --dump-dir --memory-report",
                            usage, &o);
     ir_free(rest);
     if (rc)
@@ -289,17 +292,27 @@ int cmd_bench(int argc, char **argv) {
     TensorList weights = {0};
     kiln_module *m = NULL;
     kiln_error err = {""};
+    Str report = {0};
     if (is_shared_object(o.model)) {
-        if (!(m = kiln_load(o.model, &err)))
+        if (o.memory_report)
+            rc = diag_error(&d, (Loc){0}, "'%s' is compiled; --memory-report needs a .kiln model", o.model);
+        else if (!(m = kiln_load(o.model, &err)))
             rc = diag_error(&d, (Loc){0}, "%s", err.message);
     } else {
         rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
+        JitOptions jo = jit_options(&o);
+        jo.report = o.memory_report ? &report : NULL;
         if (!rc)
-            m = b.profile ? jit_graph_profiled(g, &weights, NULL, &d, &err)
-                          : jit_graph(g, &weights, NULL, &d, &err);
+            m = b.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
+                          : jit_graph(g, &weights, &jo, &d, &err);
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
             rc = d.errors ? -1 : diag_error(&d, (Loc){0}, "%s", err.message);
     }
+    if (!rc && report.oom)
+        rc = diag_error(&d, (Loc){0}, "out of memory");
+    else if (!rc && report.s)
+        fputs(report.s, stdout);
+    str_free(&report);
     if (!rc)
         rc = time_model(&o, &b, m, &d);
     kiln_free(m);

@@ -2,9 +2,10 @@
  *
  * The model is parsed, optimized and lowered, the C generated, and the system C
  * compiler makes the .so, with the weights linked in as binary data. --emit-source
- * writes the generated C and --header the ABI header with the model's inputs and
- * outputs; every file is written through a temporary file, so a failure leaves
- * none of them behind. */
+ * writes the generated C (as --dump-dir does, into DIR/model.c) and --header the
+ * ABI header with the model's inputs and outputs; every file is written through a
+ * temporary file, so a failure leaves none of them behind. --memory-report prints
+ * the memory plan (plan_report) on stdout. */
 #include "driver.h"
 
 #include <string.h>
@@ -12,10 +13,14 @@
 static const char usage[] =
     "usage: kiln compile MODEL -o OUT.so [--weights FILE.safetensors]... [--target c]\n"
     "                          [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
-    "                          [--emit-source FILE.c] [--header FILE.h]\n"
+    "                          [--emit-source FILE.c] [--header FILE.h] [--memory-report]\n"
     "\n"
     "Compiles MODEL into a shared object exporting kiln_model() (kiln/model.h). The C\n"
-    "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n";
+    "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n"
+    "--memory-report prints the workspace plan: each buffer's size, lifetime (kernel\n"
+    "indexes) and offset, the peak, and the lower bound (the most bytes live at once);\n"
+    "--no-memplan gives every value its own memory. --dump-dir DIR also writes the\n"
+    "generated C as DIR/model.c.\n";
 
 extern const char kiln_model_h_text[];
 
@@ -41,7 +46,8 @@ int cmd_compile(int argc, char **argv) {
         return 0;
     }
     int rc = parse_options(argc, argv, 2,
-                           "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header",
+                           "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header "
+                           "--memory-report",
                            usage, &o);
     if (rc)
         return rc;
@@ -63,13 +69,28 @@ int cmd_compile(int argc, char **argv) {
     rc = load_model(&o, true, &d, &src, &g, &weights);
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
-    if (!rc && (!(p = program_lower(g, &weights, &d)) || emit_c_model(p, &c, &d)))
+    if (!rc && (!(p = program_lower(g, &weights, pipeline_selects(&o.pipeline, "memplan"), &d)) ||
+                emit_c_model(p, &c, &d)))
         rc = EXIT_USER;
+    if (!rc && o.memory_report) {
+        Str report = {0};
+        plan_report(p, &report);
+        if (report.oom)
+            rc = diag_error(&d, (Loc){0}, "out of memory");
+        else
+            fputs(report.s, stdout);
+        str_free(&report);
+    }
     if (!rc && o.header)
         header_text(g, &h);
     /* all the files or none: the source and header are written first and removed
        again if the compiler fails */
-    bool wrote_source = false, wrote_header = false;
+    bool wrote_source = false, wrote_header = false, wrote_dump = false;
+    char dump_path[4200] = "";
+    if (o.pipeline.dump_dir)
+        snprintf(dump_path, sizeof dump_path, "%s/model.c", o.pipeline.dump_dir);
+    if (!rc && *dump_path && !(wrote_dump = write_file_atomic(dump_path, c.s, c.len, &d) == 0))
+        rc = EXIT_USER;
     if (!rc && o.emit_source && !(wrote_source = write_file_atomic(o.emit_source, c.s, c.len, &d) == 0))
         rc = EXIT_USER;
     if (!rc && o.header && !(wrote_header = !h.oom && write_file_atomic(o.header, h.s, h.len, &d) == 0))
@@ -78,6 +99,8 @@ int cmd_compile(int argc, char **argv) {
         rc = EXIT_USER;
     if (rc && wrote_source)
         remove(o.emit_source);
+    if (rc && wrote_dump)
+        remove(dump_path);
     if (rc && wrote_header)
         remove(o.header);
     str_free(&c);

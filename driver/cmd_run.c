@@ -17,7 +17,8 @@ static const char usage[] =
     "Runs MODEL (a .kiln file, or a .so made by kiln compile) once. Without --output,\n"
     "prints each output's name, type and first values. --target c (the default) compiles\n"
     "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
-    "interp runs the reference interpreter.\n";
+    "interp runs the reference interpreter. --dump-dir DIR writes the graph after every\n"
+    "pass and, for the C target, the generated C as DIR/model.c.\n";
 
 static int find_binding(const Binding *b, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -174,7 +175,8 @@ static int run_model(const Options *o, Diag *d) {
     } else {
         rc = load_model(o, true, d, &src, &g, &weights) || pipeline_run(g, &weights, &o->pipeline, d) ||
              graph_signature(g, &sig, d);
-        if (!rc && !interp && !(m = jit_graph(g, &weights, NULL, d, &err)))
+        JitOptions jo = jit_options(o);
+        if (!rc && !interp && !(m = jit_graph(g, &weights, &jo, d, &err)))
             rc = -1;
     }
     for (int i = 0; !rc && i < o->n_outputs; i++) {

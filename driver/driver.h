@@ -30,7 +30,12 @@ typedef struct {
     bool list_passes;
     const char *emit_source; /* --emit-source */
     const char *header;      /* --header */
+    bool memory_report;      /* --memory-report */
 } Options;
+
+/* How the options compile a graph in process: memory planning as the pipeline
+ * selects it, and the generated source into the dump directory. */
+JitOptions jit_options(const Options *o);
 
 /* Parses argv[first..argc) into o; what a command accepts is in `allowed`, a string of
  * option names such as "-o --weights --input". Returns 0, or EXIT_USAGE after a message. */

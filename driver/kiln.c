@@ -114,6 +114,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             o->header = value;
         else if (strcmp(key, "--list-passes") == 0)
             o->list_passes = true;
+        else if (strcmp(key, "--memory-report") == 0)
+            o->memory_report = true;
         else if (is_no_pass)
             o->disabled[o->pipeline.n_disabled++] = arg + 5;
     }
@@ -124,6 +126,10 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
     if (pipeline_check_names(&o->pipeline, &d))
         return EXIT_USAGE;
     return 0;
+}
+
+JitOptions jit_options(const Options *o) {
+    return (JitOptions){NULL, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir, NULL};
 }
 
 static bool ends_with(const char *s, const char *suffix) {

@@ -13,6 +13,7 @@
 
 const Pass pass_list[] = {
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
+    {"memplan", 1, NULL, "plan the workspace: buffers with disjoint lifetimes share memory (codegen)"},
 };
 const int pass_count = (int)(sizeof pass_list / sizeof pass_list[0]);
 

@@ -61,7 +61,8 @@ static long check_battery(const Battery *b) {
     PipelineOptions po = {.level = 2, .verify = true};
     if (ref && got && verify_graph(bm.g, &d) == 0 && interp_run(bm.g, &bm.weights, NULL, ref, &d) == 0 &&
         pipeline_run(bm.g, &bm.weights, &po, &d) == 0) {
-        m = jit_graph(bm.g, &bm.weights, NULL, &d, &err);
+        JitOptions jo = {NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
+        m = jit_graph(bm.g, &bm.weights, &jo, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", b->name, err.message);
     }
