@@ -176,6 +176,9 @@ int lower_transpose(Program *p, const Node *n, Diag *d);
 int lower_concat(Program *p, const Node *n, Diag *d);
 int lower_slice(Program *p, const Node *n, Diag *d);
 int lower_pad(Program *p, const Node *n, Diag *d);
+int lower_expand(Program *p, const Node *n, Diag *d);
+int lower_unary_grad(Program *p, const Node *n, Diag *d);
+int lower_binary_grad(Program *p, const Node *n, Diag *d);
 
 /* ---- Emission ---- */
 

@@ -200,7 +200,7 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
     int ok = g && verify_graph(g, &d) == 0;
     for (int i = 0; ok && opts && i < opts->n_weights; i++)
         ok = safetensors_read(opts->weights[i], &weights, &d) == 0;
-    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true};
+    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
     if (ok && opts && opts->target && strcmp(opts->target, "c") != 0) {
         diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
         ok = 0;

@@ -29,6 +29,7 @@ int cmd_opt(int argc, char **argv) {
                            "-o --weights --target -O --passes --no-PASS --dump-dir --list-passes", usage, &o);
     if (rc)
         return rc;
+    o.pipeline.lower = false; /* -O0 prints the model unchanged, grad and all */
     if (o.list_passes) {
         for (int i = 0; i < pass_count; i++)
             puts(pass_list[i].name);

@@ -55,6 +55,7 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
     memset(o, 0, sizeof *o);
     o->pipeline.level = 2;
     o->pipeline.verify = true; /* cheap, and catches a broken pass where it happens */
+    o->pipeline.lower = true;  /* kiln opt, which only prints, turns it off */
     o->pipeline.disabled = o->disabled;
     for (int i = first; i < argc; i++) {
         char *arg = argv[i];

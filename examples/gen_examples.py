@@ -8,8 +8,8 @@
 
 Run it from anywhere; it writes into the folder it lives in. The models:
 
-  autograd.kiln     the language spec's autograd exercise (output `loss` only until autodiff
-                    exists; the `grad` line is kept as a comment); input autograd_x.npy
+  autograd.kiln     the language spec's autograd exercise, with its gradients; input
+                    autograd_x.npy
   small_cnn.kiln    two conv + relu + max_pool stages, flatten, linear 10, softmax;
                     input small_cnn_input.npy
   resnet18.kiln     torchvision's ResNet-18, batch 1
@@ -222,8 +222,7 @@ class Model:
 
 AUTOGRAD = """\
 # The autograd exercise of the language spec, as a static graph. With x all ones
-# (autograd_x.npy) it returns loss = 40. Once the autodiff pass exists, the grad
-# line gives g1 = 28, g2 = 8, g3 = 10 (and `output loss, g1, g2, g3`).
+# (autograd_x.npy) it returns loss = 40 and the gradients g1 = 28, g2 = 8, g3 = 10.
 model autograd_example
 input  x  : f32[2, 2]
 param  w1 : f32[] = fill(2.0)
@@ -234,8 +233,8 @@ l2 = add(l1, w2)
 l3 = mul(l1, w3)
 l4 = mul(l2, l3)
 loss = mean(l4)
-# g1, g2, g3 = grad(loss, w1, w2, w3)
-output loss
+g1, g2, g3 = grad(loss, w1, w2, w3)
+output loss, g1, g2, g3
 """
 
 

@@ -80,6 +80,14 @@ static const AttrSpec attrs_slice[] = {INTS_REQ("starts", LEN_ANY), INTS_REQ("en
 static const AttrSpec attrs_pad[] = {INTS_REQ("pads", LEN_RANK2),
                                      ENUM("mode", "constant", "constant|reflect|edge"),
                                      FLOAT("value", 0), END};
+static const AttrSpec attrs_expand[] = {INTS_REQ("shape", LEN_ANY), END};
+static const AttrSpec attrs_unary_grad[] = {
+    {"op", A_ENUM, DEF_REQUIRED, 0, NULL,
+     "relu|sigmoid|tanh|exp|log|sqrt|neg|abs|erf|leaky_relu|clip|gelu|hardsigmoid|hardswish", LEN_ANY},
+    FLOAT("alpha", 0.01), FLOAT("beta", 0.5), FLOAT("min", -INFINITY), FLOAT("max", INFINITY),
+    ENUM("approximate", "none", "none|tanh"), END};
+static const AttrSpec attrs_binary_grad[] = {
+    {"op", A_ENUM, DEF_REQUIRED, 0, NULL, "pow|max|min", LEN_ANY}, ENUM("wrt", "a", "a|b"), END};
 static const AttrSpec attrs_squeeze[] = {INTS_OPT("axes", "size-1 dims", LEN_ANY), END};
 static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
 

@@ -30,6 +30,12 @@ int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
 int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+/* The derivatives unary_grad and binary_grad multiply by (ir/op_grad.c). */
+double unary_derivative(const char *op, const Node *n, double x);
+double binary_derivative(const char *op, bool wrt_b, double a, double b);
 
 const char *attr_kind_name(AttrKind k);
 

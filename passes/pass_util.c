@@ -37,3 +37,52 @@ int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc) {
     c->g->values[id].type = t->type;
     return tensors_add(c->weights, name, t) ? diag_error(c->d, loc, "out of memory") : id;
 }
+
+Node *pass_new_node(PassContext *c, OpId op, int n_in, const int *in, const char *base, Loc loc) {
+    const char *name = graph_fresh_name(c->g, base, weight_named, c->weights);
+    Node *n = name ? graph_add_node(c->g, op, n_in, 1, loc) : NULL;
+    if (!n || graph_define(c->g, name, n, 0) < 0) {
+        diag_error(c->d, loc, "out of memory");
+        return NULL;
+    }
+    for (int k = 0; k < n_in; k++)
+        n->in[k] = in[k];
+    return n;
+}
+
+static Attr *attr_slot(Node *n, const char *name) {
+    int i = op_attr_index(n->op, name);
+    KILN_ASSERT(i >= 0);
+    n->attrs[i].set = true;
+    return &n->attrs[i];
+}
+
+void pass_set_int(Node *n, const char *attr, int64_t v) {
+    attr_slot(n, attr)->i = v;
+}
+
+void pass_set_float(Node *n, const char *attr, double v) {
+    attr_slot(n, attr)->f = v;
+}
+
+int pass_set_enum(PassContext *c, Node *n, const char *attr, const char *word) {
+    Attr *a = attr_slot(n, attr);
+    a->s = arena_strdup(&c->g->arena, word);
+    return a->s ? 0 : diag_error(c->d, n->loc, "out of memory");
+}
+
+int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, int count) {
+    Attr *a = attr_slot(n, attr);
+    a->ints = arena_alloc(&c->g->arena, sizeof *v * (size_t)(count + 1));
+    if (!a->ints)
+        return diag_error(c->d, n->loc, "out of memory");
+    memcpy(a->ints, v, sizeof *v * (size_t)count);
+    a->n = count;
+    return 0;
+}
+
+int pass_finish(PassContext *c, Node *n) {
+    if (attrs_normalize(c->g, n, c->d) || infer_node(c->g, n, c->d))
+        return diag_error(c->d, n->loc, "a pass built an invalid '%s' (a bug in kiln)", op_table[n->op].name);
+    return n->out[0];
+}

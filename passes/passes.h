@@ -42,6 +42,7 @@ typedef struct {
     int n_disabled;
     const char *dump_dir; /* --dump-dir */
     bool verify;          /* run the verifier after every pass */
+    bool lower;           /* the graph is to run or be compiled: autodiff runs whatever else does */
 } PipelineOptions;
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */
@@ -64,7 +65,18 @@ int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
 /* The node defining value v (NULL for an orphan). */
 Node *pass_definer(const Graph *g, int v);
 
+/* Building nodes: pass_new_node makes an op node with one result, a fresh value
+ * named from base; the pass_set_* calls set its attributes; pass_finish normalizes
+ * them and infers the result's type, returning its value id (-1 after a diagnostic). */
+Node *pass_new_node(PassContext *c, OpId op, int n_in, const int *in, const char *base, Loc loc);
+void pass_set_int(Node *n, const char *attr, int64_t v);
+void pass_set_float(Node *n, const char *attr, double v);
+int pass_set_enum(PassContext *c, Node *n, const char *attr, const char *word);
+int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, int count);
+int pass_finish(PassContext *c, Node *n);
+
 /* The passes, one file each. */
+int pass_autodiff(PassContext *c);
 int pass_dce(PassContext *c);
 
 #endif

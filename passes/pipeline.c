@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 const Pass pass_list[] = {
+    {"autodiff", 1, pass_autodiff,
+     "replace every grad by its backward graph (always, when code is generated)"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
     {"memplan", 1, NULL, "plan the workspace: buffers with disjoint lifetimes share memory (codegen)"},
 };
@@ -104,20 +106,24 @@ static bool disabled(const PipelineOptions *o, const char *name) {
     return false;
 }
 
-static int run_pass(const char *name, void *ctx) {
-    Run *r = ctx;
-    const Pass *p = pass_find(name);
-    KILN_ASSERT(p);
-    if (disabled(r->o, name) || !p->run)
+static int run_step(Run *r, const Pass *p) {
+    if (!p->run)
         return 0;
     if (p->run(&r->c))
         return -1;
     if (graph_sort(r->c.g))
         return diag_error(r->c.d, (Loc){0}, "out of memory");
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
-        return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
+        return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", p->name);
     r->step++;
-    return r->o->dump_dir ? dump(r, name) : 0;
+    return r->o->dump_dir ? dump(r, p->name) : 0;
+}
+
+static int run_pass(const char *name, void *ctx) {
+    Run *r = ctx;
+    const Pass *p = pass_find(name);
+    KILN_ASSERT(p);
+    return disabled(r->o, name) ? 0 : run_step(r, p);
 }
 
 int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
@@ -128,6 +134,9 @@ int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *
         if (dump(&r, "input"))
             return -1;
     }
+    /* grad has no kernel: a graph that is to run has it expanded at every level */
+    if (o->lower && !pipeline_selects(o, "autodiff") && run_step(&r, pass_find("autodiff")))
+        return -1;
     if (o->only)
         return each_name(o->only, run_pass, &r);
     for (int i = 0; i < pass_count; i++)

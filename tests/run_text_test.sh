@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the `# RUN:` lines of a text test, in the style of LLVM's lit:
 #   %s        the test file          %kiln       the kiln binary
+#   %S        the test file's folder
 #   %t        a fresh temporary dir  %FileCheck  LLVM's FileCheck
 #   %exit N   run the rest of the command and require exit status N
 # Each RUN line runs under bash with pipefail; the test passes when all succeed.
@@ -19,6 +20,7 @@ while IFS= read -r line; do
   cmd=${line//%FileCheck/$filecheck}
   cmd=${cmd//%kiln/$kiln}
   cmd=${cmd//%exit/expect_exit}
+  cmd=${cmd//%S/$(dirname "$test_file")}
   cmd=${cmd//%s/$test_file}
   cmd=${cmd//%t/$tmp}
   echo "RUN: $cmd"

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "battery.h"
+#include "passes/passes.h"
 
 #ifndef KILN_REF_DIR
 #ifdef KILN_SOURCE_DIR
@@ -39,8 +40,10 @@ bool battery_load(const Battery *b, BatteryModel *m, Diag *d) {
     m->src = srcfile_read(path, d);
     if (m->src)
         m->g = parse_model(m->src, d);
+    PipelineOptions autodiff_only = {.level = 0, .lower = true, .verify = true};
     return m->g && read_tensors(b, ".safetensors", &m->weights, d) &&
-           read_tensors(b, ".expected.safetensors", &m->expected, d);
+           read_tensors(b, ".expected.safetensors", &m->expected, d) &&
+           pipeline_run(m->g, &m->weights, &autodiff_only, d) == 0;
 }
 
 void battery_unload(BatteryModel *m) {

@@ -25,8 +25,9 @@ typedef struct {
     TensorList weights, expected;
 } BatteryModel;
 
-/* Reads and parses NAME.kiln and reads NAME.safetensors and NAME.expected.safetensors
- * into m (zeroed by the caller); false after a diagnostic. battery_unload frees what
+/* Reads and parses NAME.kiln, reads NAME.safetensors and NAME.expected.safetensors
+ * into m (zeroed by the caller), and expands grad (the autodiff pass, which every
+ * target needs); false after a diagnostic. battery_unload frees what
  * was read either way. */
 bool battery_load(const Battery *b, BatteryModel *m, Diag *d);
 void battery_unload(BatteryModel *m);

@@ -1,6 +1,6 @@
 /* libkiln's public interface (kiln/kiln.h): JIT, loading, running, and its errors.
  *
- *   - kiln_jit on the language spec's autograd example (without the grad line):
+ *   - kiln_jit on the language spec's autograd example, gradients included:
  *     with x all ones, loss = 40.
  *   - kiln_jit_file on examples/small_cnn.kiln and kiln_load of the .so that
  *     `kiln compile` makes of the same file give the same outputs, bit for bit.
@@ -33,7 +33,7 @@
 
 static const char *kiln_command, *not_a_model_so, *wrong_abi_so;
 
-/* The spec's example, its grad line left out. */
+/* The spec's example. */
 static const char autograd_text[] = "model autograd_example\n"
                                     "input  x  : f32[2, 2]\n"
                                     "param  w1 : f32[] = fill(2.0)\n"
@@ -44,7 +44,8 @@ static const char autograd_text[] = "model autograd_example\n"
                                     "l3 = mul(l1, w3)\n"
                                     "l4 = mul(l2, l3)\n"
                                     "loss = mean(l4)\n"
-                                    "output loss\n";
+                                    "g1, g2, g3 = grad(loss, w1, w2, w3)\n"
+                                    "output loss, g1, g2, g3\n";
 
 static void test_jit_autograd(void **state) {
     (void)state;
@@ -54,18 +55,22 @@ static void test_jit_autograd(void **state) {
         fail_msg("kiln_jit: %s", err.message);
     const kiln_model_def *def = kiln_def(m);
     assert_int_equal(def->n_inputs, 1);
-    assert_int_equal(def->n_outputs, 1);
+    assert_int_equal(def->n_outputs, 4);
     assert_string_equal(def->inputs[0].name, "x");
     assert_string_equal(def->outputs[0].name, "loss");
+    assert_string_equal(def->outputs[3].name, "g3");
     assert_int_equal(def->outputs[0].rank, 0);
-    float x[4] = {1, 1, 1, 1}, loss = 0;
+    float x[4] = {1, 1, 1, 1}, loss = 0, g[3] = {0};
     const void *inputs[] = {x};
-    void *outputs[] = {&loss};
+    void *outputs[] = {&loss, &g[0], &g[1], &g[2]};
     int rc = kiln_run(m, inputs, outputs, &err);
     kiln_free(m);
     if (rc)
         fail_msg("kiln_run: %s", err.message);
     assert_float_equal(loss, 40.0f, 1e-4);
+    assert_float_equal(g[0], 28.0f, 1e-4);
+    assert_float_equal(g[1], 8.0f, 1e-4);
+    assert_float_equal(g[2], 10.0f, 1e-4);
 }
 
 static int64_t numel(const kiln_tensor_info *t) {

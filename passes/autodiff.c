@@ -1,0 +1,490 @@
+/* Autodiff: replaces every `g1, ..., gk = grad(y, x1, ..., xk)` by the backward
+ * graph, reverse-mode.
+ *
+ * The values that matter are those that depend on some xi and on which y depends;
+ * only their adjoints are built, so no gradient nobody asks for is computed. The
+ * adjoint of y is 1; walking the nodes backwards from the grad (dependency order
+ * means every use of a value is visited before its definition), each node with an
+ * adjoint adds its inputs' contributions, summed when a value has several uses and
+ * summed back to an operand's shape where it was broadcast. Each gi then takes over
+ * the node computing xi's adjoint (a zero tensor when y does not depend on xi), so
+ * the names and outputs of the model stay. The backward graph is made of ordinary
+ * ops (and the few of ir/op_grad.c), which the later passes fold, fuse and plan like
+ * the rest. Correctness is the chain rule applied op by op; each op's rule is below,
+ * with PyTorch's conventions where the op is not differentiable. */
+#include "passes.h"
+
+#include "../ir/ops_impl.h"
+
+#include <string.h>
+
+typedef struct {
+    PassContext *c;
+    Loc loc;      /* the grad statement, for every node it makes */
+    int n_before; /* values that existed before this expansion */
+    int *adj;     /* adjoint value per value id < n_before; -1: none */
+    bool *wanted; /* depends on some xi, and y depends on it */
+} AD;
+
+static const Type *vtype(AD *a, int v) {
+    return &a->c->g->values[v].type;
+}
+
+/* A node of op computing (part of) the gradient of value `of`, named after it. */
+static Node *start(AD *a, OpId op, int of, int n_in, const int *in) {
+    char base[512];
+    snprintf(base, sizeof base, "%s.grad", a->c->g->values[of].name);
+    return pass_new_node(a->c, op, n_in, in, base, a->loc);
+}
+
+static int build(AD *a, OpId op, int of, int n_in, const int *in) {
+    Node *n = start(a, op, of, n_in, in);
+    return n ? pass_finish(a->c, n) : -1;
+}
+
+static int unary(AD *a, OpId op, int of, int x) {
+    return build(a, op, of, 1, (int[]){x});
+}
+
+static int binary(AD *a, OpId op, int of, int x, int y) {
+    return x < 0 || y < 0 ? -1 : build(a, op, of, 2, (int[]){x, y});
+}
+
+static int with_ints(AD *a, OpId op, int of, int x, const char *attr, const int64_t *v, int count) {
+    Node *n = x >= 0 ? start(a, op, of, 1, &x) : NULL;
+    if (!n || pass_set_ints(a->c, n, attr, v, count))
+        return -1;
+    return pass_finish(a->c, n);
+}
+
+static int scalar(AD *a, int of, double value) {
+    char base[512];
+    snprintf(base, sizeof base, "%s.grad", a->c->g->values[of].name);
+    Node *n = pass_new_node(a->c, OP_CONST, 0, NULL, base, a->loc);
+    Type t = type_make(0, NULL);
+    if (!n || !(n->data = tensor_new(&t)))
+        return n ? diag_error(a->c->d, a->loc, "out of memory") : -1;
+    n->data->data[0] = (float)value;
+    a->c->g->values[n->out[0]].type = t;
+    return n->out[0];
+}
+
+static int reshape_to(AD *a, int of, int v, const Type *t) {
+    if (v < 0 || type_equal(vtype(a, v), t))
+        return v;
+    return with_ints(a, OP_RESHAPE, of, v, "shape", t->dims, t->rank);
+}
+
+static int expand_to(AD *a, int of, int v, const Type *t) {
+    if (v < 0 || type_equal(vtype(a, v), t))
+        return v;
+    return with_ints(a, OP_EXPAND, of, v, "shape", t->dims, t->rank);
+}
+
+/* g (of a broadcast shape) summed back to type t, which broadcasts to it. */
+static int unbroadcast_to(AD *a, int of, int g, const Type *t) {
+    const Type *tg = g >= 0 ? vtype(a, g) : NULL;
+    if (!tg || type_equal(t, tg))
+        return g;
+    int64_t axes[KILN_MAX_RANK];
+    int n = 0, lead = tg->rank - t->rank;
+    for (int k = 0; k < tg->rank; k++)
+        if (k < lead || (t->dims[k - lead] == 1 && tg->dims[k] != 1))
+            axes[n++] = k;
+    int s = n ? with_ints(a, OP_SUM, of, g, "axes", axes, n) : g;
+    return reshape_to(a, of, s, t);
+}
+
+static int unbroadcast(AD *a, int x, int g) {
+    return unbroadcast_to(a, x, g, vtype(a, x));
+}
+
+static int accumulate(AD *a, int x, int g) {
+    if (g < 0)
+        return -1;
+    if (a->adj[x] >= 0)
+        g = binary(a, OP_ADD, x, a->adj[x], g);
+    a->adj[x] = g;
+    return g < 0 ? -1 : 0;
+}
+
+/* ---- The rules, one per op family: contributions to the inputs' adjoints ---- */
+
+static int unary_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    if (n->op == OP_NEG)
+        return accumulate(a, x, unary(a, OP_NEG, x, dy));
+    Node *m = start(a, OP_UNARY_GRAD, x, 2, (int[]){dy, x});
+    if (!m || pass_set_enum(a->c, m, "op", op_table[n->op].name))
+        return -1;
+    static const char *const copied[] = {"alpha", "beta", "min", "max"};
+    for (size_t k = 0; k < sizeof copied / sizeof *copied; k++)
+        if (op_attr_index(n->op, copied[k]) >= 0)
+            pass_set_float(m, copied[k], node_float(n, copied[k]));
+    if (n->op == OP_GELU && pass_set_enum(a->c, m, "approximate", node_enum(n, "approximate")))
+        return -1;
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
+static int binary_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], y = n->in[1], out = n->out[0];
+    int gx = -1, gy = -1;
+    switch (n->op) {
+    case OP_ADD: gx = dy, gy = dy; break;
+    case OP_SUB: gx = dy, gy = a->wanted[y] ? unary(a, OP_NEG, y, dy) : -1; break;
+    case OP_MUL:
+        gx = a->wanted[x] ? binary(a, OP_MUL, x, dy, y) : -1;
+        gy = a->wanted[y] ? binary(a, OP_MUL, y, dy, x) : -1;
+        break;
+    case OP_DIV: /* d(x/y)/dy = -(x/y)/y */
+        gx = a->wanted[x] ? binary(a, OP_DIV, x, dy, y) : -1;
+        gy = a->wanted[y] ? unary(a, OP_NEG, y, binary(a, OP_DIV, y, binary(a, OP_MUL, y, dy, out), y)) : -1;
+        break;
+    default: /* pow, max, min */
+        for (int k = 0; k < 2; k++) {
+            Node *m = a->wanted[n->in[k]] ? start(a, OP_BINARY_GRAD, n->in[k], 3, (int[]){dy, x, y}) : NULL;
+            if (!m)
+                continue;
+            if (pass_set_enum(a->c, m, "op", op_table[n->op].name) ||
+                pass_set_enum(a->c, m, "wrt", k ? "b" : "a"))
+                return -1;
+            *(k ? &gy : &gx) = pass_finish(a->c, m);
+        }
+    }
+    if (a->wanted[x] && accumulate(a, x, unbroadcast(a, x, gx)))
+        return -1;
+    if (a->wanted[y] && accumulate(a, y, unbroadcast(a, y, gy)))
+        return -1;
+    return 0;
+}
+
+/* sum and mean: dy spread back over the reduced axes. */
+static int reduce_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    const Type *tx = vtype(a, x);
+    int64_t axes[KILN_MAX_RANK];
+    int n_axes = node_has(n, "axes") ? node_ints(n, "axes", axes, KILN_MAX_RANK, 0) : 0;
+    Type kept = *tx;
+    int64_t count = 1;
+    for (int k = 0; k < tx->rank; k++) {
+        bool reduced = !node_has(n, "axes");
+        for (int j = 0; j < n_axes; j++)
+            reduced |= norm_axis(axes[j], tx->rank) == k;
+        if (reduced) {
+            count *= tx->dims[k];
+            kept.dims[k] = 1;
+        }
+    }
+    /* a scalar dy broadcasts as it is */
+    int g = expand_to(a, x, vtype(a, dy)->rank ? reshape_to(a, x, dy, &kept) : dy, tx);
+    if (n->op == OP_MEAN)
+        g = binary(a, OP_MUL, x, g, scalar(a, x, 1.0 / (double)(count ? count : 1)));
+    return accumulate(a, x, g);
+}
+
+static int sum_along(AD *a, int of, int v, int64_t axis) {
+    Node *m = v >= 0 ? start(a, OP_SUM, of, 1, &v) : NULL;
+    if (!m || pass_set_ints(a->c, m, "axes", &axis, 1))
+        return -1;
+    pass_set_int(m, "keepdims", 1);
+    return pass_finish(a->c, m);
+}
+
+/* softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy), along the axis. */
+static int softmax_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], y = n->out[0];
+    int64_t axis = node_int(n, "axis");
+    int g;
+    if (n->op == OP_SOFTMAX)
+        g = binary(a, OP_MUL, x, y,
+                   binary(a, OP_SUB, x, dy, sum_along(a, x, binary(a, OP_MUL, x, dy, y), axis)));
+    else
+        g = binary(a, OP_SUB, x, dy, binary(a, OP_MUL, x, unary(a, OP_EXP, x, y), sum_along(a, x, dy, axis)));
+    return accumulate(a, x, g);
+}
+
+static int transpose_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], rank = vtype(a, x)->rank;
+    int64_t perm[KILN_MAX_RANK], inverse[KILN_MAX_RANK];
+    if (!node_has(n, "perm"))
+        for (int k = 0; k < rank; k++)
+            perm[k] = rank - 1 - k;
+    else
+        node_ints(n, "perm", perm, KILN_MAX_RANK, rank);
+    for (int k = 0; k < rank; k++)
+        inverse[perm[k]] = k;
+    return accumulate(a, x, with_ints(a, OP_TRANSPOSE, x, dy, "perm", inverse, rank));
+}
+
+static int concat_rule(AD *a, const Node *n, int dy) {
+    int rank = vtype(a, n->out[0])->rank;
+    int64_t axis = norm_axis(node_int(n, "axis"), rank), at = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        int x = n->in[k];
+        int64_t end = at + vtype(a, x)->dims[axis];
+        if (a->wanted[x]) {
+            Node *m = start(a, OP_SLICE, x, 1, &dy);
+            if (!m || pass_set_ints(a->c, m, "starts", &at, 1) || pass_set_ints(a->c, m, "ends", &end, 1) ||
+                pass_set_ints(a->c, m, "axes", &axis, 1) || accumulate(a, x, pass_finish(a->c, m)))
+                return -1;
+        }
+        at = end;
+    }
+    return 0;
+}
+
+/* The last two dims swapped. */
+static int transposed(AD *a, int of, int v) {
+    int rank = vtype(a, v)->rank;
+    int64_t perm[KILN_MAX_RANK];
+    for (int k = 0; k < rank; k++)
+        perm[k] = k;
+    perm[rank - 2] = rank - 1, perm[rank - 1] = rank - 2;
+    return with_ints(a, OP_TRANSPOSE, of, v, "perm", perm, rank);
+}
+
+static Type with_unit_dim(Type t, int at) {
+    for (int k = t.rank; k > at; k--)
+        t.dims[k] = t.dims[k - 1];
+    t.dims[at] = 1;
+    t.rank++;
+    return t;
+}
+
+/* numpy matmul: a 1-D a is a row [1, K] and a 1-D b a column [K, 1] (and dY gets
+ * those unit dims back); then dA = dY B^T and dB = A^T dY, summed back over the
+ * batch dims that were broadcast. */
+static int matmul_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], w = n->in[1];
+    Type ta = *vtype(a, x), tb = *vtype(a, w), ty = *vtype(a, n->out[0]);
+    if (ta.rank == 1) {
+        ta = with_unit_dim(ta, 0);
+        ty = with_unit_dim(ty, ty.rank - (tb.rank == 1 ? 0 : 1));
+    }
+    if (tb.rank == 1) {
+        tb = with_unit_dim(tb, 1);
+        ty = with_unit_dim(ty, ty.rank);
+    }
+    int A = reshape_to(a, x, x, &ta), B = reshape_to(a, w, w, &tb), dY = reshape_to(a, n->out[0], dy, &ty);
+    if (a->wanted[x]) {
+        int g = unbroadcast_to(a, x, binary(a, OP_MATMUL, x, dY, transposed(a, w, B)), &ta);
+        if (accumulate(a, x, reshape_to(a, x, g, vtype(a, x))))
+            return -1;
+    }
+    if (a->wanted[w]) {
+        int g = unbroadcast_to(a, w, binary(a, OP_MATMUL, w, transposed(a, x, A), dY), &tb);
+        if (accumulate(a, w, reshape_to(a, w, g, vtype(a, w))))
+            return -1;
+    }
+    return 0;
+}
+
+static int gemm_node(AD *a, int of, int p, int q, double alpha, bool trans_p, bool trans_q) {
+    Node *m = start(a, OP_GEMM, of, 2, (int[]){p, q});
+    if (!m)
+        return -1;
+    pass_set_float(m, "alpha", alpha);
+    pass_set_int(m, "trans_a", trans_p);
+    pass_set_int(m, "trans_b", trans_q);
+    return pass_finish(a->c, m);
+}
+
+/* y = alpha op(a) op(b) + beta c: d op(a) = alpha dy op(b)^T, d op(b) = alpha op(a)^T dy,
+ * each transposed back when the operand was; dc = beta dy summed to c's shape. */
+static int gemm_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], w = n->in[1], c = n->n_in > 2 ? n->in[2] : -1;
+    double alpha = node_float(n, "alpha"), beta = node_float(n, "beta");
+    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    if (a->wanted[x] &&
+        accumulate(a, x,
+                   ta ? gemm_node(a, x, w, dy, alpha, tb, true) : gemm_node(a, x, dy, w, alpha, false, !tb)))
+        return -1;
+    if (a->wanted[w] &&
+        accumulate(a, w,
+                   tb ? gemm_node(a, w, dy, x, alpha, true, ta) : gemm_node(a, w, x, dy, alpha, !ta, false)))
+        return -1;
+    if (c >= 0 && a->wanted[c]) {
+        int g = beta == 1 ? dy : binary(a, OP_MUL, c, dy, scalar(a, c, beta));
+        if (accumulate(a, c, unbroadcast(a, c, g)))
+            return -1;
+    }
+    return 0;
+}
+
+/* y = x w^T + b, x [..., K]: dx = dy w; dw = dY^T X with the leading dims of x
+ * and dy flattened into rows; db = dy summed over every dim but the last. */
+static int linear_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1;
+    const Type *tx = vtype(a, x), *ty = vtype(a, n->out[0]);
+    if (a->wanted[x] && accumulate(a, x, binary(a, OP_MATMUL, x, dy, w)))
+        return -1;
+    if (a->wanted[w]) {
+        int64_t rows = tx->rank > 1 ? type_numel(tx) / tx->dims[tx->rank - 1] : 1;
+        Type x2 = type_make(2, (int64_t[]){rows, tx->dims[tx->rank - 1]});
+        Type y2 = type_make(2, (int64_t[]){rows, ty->dims[ty->rank - 1]});
+        int g = gemm_node(a, w, reshape_to(a, n->out[0], dy, &y2), reshape_to(a, x, x, &x2), 1, true, false);
+        if (accumulate(a, w, g))
+            return -1;
+    }
+    if (b >= 0 && a->wanted[b] && accumulate(a, b, unbroadcast(a, b, dy)))
+        return -1;
+    return 0;
+}
+
+/* [N, C, 1...] from [N, C, spatial...]: dy spread evenly over the spatial dims. */
+static int global_avg_pool_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    const Type *tx = vtype(a, x);
+    double spatial = (double)type_numel(tx) / (double)type_numel(vtype(a, n->out[0]));
+    int g = expand_to(a, x, dy, tx);
+    return accumulate(a, x, binary(a, OP_MUL, x, g, scalar(a, x, spatial > 0 ? 1 / spatial : 0)));
+}
+
+static int backprop(AD *a, const Node *n, int dy) {
+    switch (n->op) {
+    case OP_RELU:
+    case OP_SIGMOID:
+    case OP_TANH:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_SQRT:
+    case OP_NEG:
+    case OP_ABS:
+    case OP_ERF:
+    case OP_LEAKY_RELU:
+    case OP_CLIP:
+    case OP_GELU:
+    case OP_HARDSIGMOID:
+    case OP_HARDSWISH: return unary_rule(a, n, dy);
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_POW:
+    case OP_MAX:
+    case OP_MIN: return binary_rule(a, n, dy);
+    case OP_SUM:
+    case OP_MEAN: return reduce_rule(a, n, dy);
+    case OP_SOFTMAX:
+    case OP_LOG_SOFTMAX: return softmax_rule(a, n, dy);
+    case OP_MATMUL: return matmul_rule(a, n, dy);
+    case OP_GEMM: return gemm_rule(a, n, dy);
+    case OP_LINEAR: return linear_rule(a, n, dy);
+    case OP_GLOBAL_AVG_POOL: return global_avg_pool_rule(a, n, dy);
+    case OP_RESHAPE:
+    case OP_FLATTEN:
+    case OP_SQUEEZE:
+    case OP_UNSQUEEZE:
+    case OP_IDENTITY:
+    case OP_EXPAND:
+        if (n->op == OP_EXPAND)
+            return accumulate(a, n->in[0], unbroadcast(a, n->in[0], dy));
+        return accumulate(a, n->in[0], reshape_to(a, n->in[0], dy, vtype(a, n->in[0])));
+    case OP_TRANSPOSE: return transpose_rule(a, n, dy);
+    case OP_CONCAT: return concat_rule(a, n, dy);
+    default:
+        return diag_error(a->c->d, n->loc, "autodiff: no gradient for '%s' yet (needed for value '%s')",
+                          op_table[n->op].name, a->c->g->values[n->out[0]].name);
+    }
+}
+
+/* ---- Expanding one grad ---- */
+
+/* Marks the values that depend on some xi and on which y depends. */
+static void mark_wanted(AD *a, const Node *grad, int at) {
+    Graph *g = a->c->g;
+    bool *from_x = ir_calloc((size_t)a->n_before + 1, sizeof *from_x);
+    if (!from_x)
+        return;
+    for (int k = 1; k < grad->n_in; k++)
+        from_x[grad->in[k]] = true;
+    for (int i = 0; i < at; i++) {
+        const Node *n = g->nodes[i];
+        bool dep = false;
+        for (int k = 0; k < n->n_in; k++)
+            dep |= n->in[k] >= 0 && from_x[n->in[k]];
+        for (int k = 0; dep && k < n->n_out; k++)
+            from_x[n->out[k]] = true;
+    }
+    a->wanted[grad->in[0]] = from_x[grad->in[0]];
+    for (int i = at - 1; i >= 0; i--) {
+        const Node *n = g->nodes[i];
+        bool reaches = false;
+        for (int k = 0; k < n->n_out; k++)
+            reaches |= a->wanted[n->out[k]];
+        for (int k = 0; reaches && k < n->n_in; k++)
+            if (n->in[k] >= 0 && from_x[n->in[k]])
+                a->wanted[n->in[k]] = true;
+    }
+    ir_free(from_x);
+}
+
+/* Makes value `id` (a grad result) the value v computes: v's node takes it over and
+ * v's uses move to it. */
+static void take_over(Graph *g, int v, int id) {
+    Node *n = g->nodes[g->values[v].node];
+    graph_replace_uses(g, v, id);
+    graph_redefine(g, id, n, g->values[v].index);
+    g->values[v].node = -1;
+}
+
+static int expand_grad(PassContext *c, int at) {
+    Graph *g = c->g;
+    Node *grad = g->nodes[at];
+    AD a = {c, grad->loc, g->n_values, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)),
+            ir_calloc((size_t)g->n_values + 1, sizeof(bool))};
+    int rc = -1;
+    if (!a.adj || !a.wanted) {
+        diag_error(c->d, grad->loc, "out of memory");
+        goto done;
+    }
+    for (int v = 0; v < a.n_before; v++)
+        a.adj[v] = -1;
+    mark_wanted(&a, grad, at);
+    int y = grad->in[0];
+    if (a.wanted[y] && (a.adj[y] = scalar(&a, y, 1)) < 0)
+        goto done;
+    for (int i = at - 1; i >= 0; i--) {
+        const Node *n = g->nodes[i];
+        int out = n->n_out == 1 ? n->out[0] : -1;
+        if (out >= 0 && !op_is_decl(n->op) && a.wanted[out] && a.adj[out] >= 0 && backprop(&a, n, a.adj[out]))
+            goto done;
+    }
+    for (int k = 1; k < grad->n_in; k++) {
+        int x = grad->in[k], id = grad->out[k - 1];
+        int v = a.adj[x];
+        if (v < 0) /* y does not depend on x */
+            v = expand_to(&a, x, scalar(&a, x, 0), vtype(&a, x));
+        else if (v < a.n_before) /* an earlier gi has taken this adjoint over */
+            v = unary(&a, OP_IDENTITY, x, v);
+        if (v < 0)
+            goto done;
+        take_over(g, v, id);
+        for (int j = 0; j < a.n_before; j++) /* later gi with the same adjoint find it under its new id */
+            if (a.adj[j] == v)
+                a.adj[j] = id;
+    }
+    bool *dead = ir_calloc((size_t)g->n_nodes + 1, sizeof *dead);
+    if (!dead) {
+        diag_error(c->d, grad->loc, "out of memory");
+        goto done;
+    }
+    dead[at] = true;
+    graph_remove_nodes(g, dead);
+    ir_free(dead);
+    rc = graph_sort(g) ? diag_error(c->d, (Loc){0}, "out of memory") : 0;
+done:
+    ir_free(a.adj);
+    ir_free(a.wanted);
+    return rc;
+}
+
+int pass_autodiff(PassContext *c) {
+    for (int i = 0; i < c->g->n_nodes; i++)
+        if (c->g->nodes[i]->op == OP_GRAD) {
+            if (expand_grad(c, i))
+                return -1;
+            i = -1; /* the graph was re-sorted */
+        }
+    return 0;
+}
