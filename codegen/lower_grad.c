@@ -114,3 +114,141 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
                ia, value_name(p, n->in[2]), ib, value_name(p, n->out[0]), value_name(p, n->in[0]), e);
     return 0;
 }
+
+/* Opens `for (int64_t VAR0 = 0; VAR0 < dims[0]; VAR0++) {` and so on for ns dims. */
+static void open_loops(Str *s, const char *var, const int64_t *dims, int ns) {
+    for (int k = 0; k < ns; k++)
+        str_printf(s, "for (int64_t %s%d = 0; %s%d < %lld; %s%d++) {\n", var, k, var, k, (long long)dims[k],
+                   var, k);
+}
+
+static void close_loops(Str *s, int ns) {
+    for (int k = 0; k < ns; k++)
+        str_printf(s, "}\n");
+}
+
+/* sum of VAR0 * strides[0] + ... into e (appended). */
+static void offset_expr(char *e, size_t cap, const char *var, const int64_t *strides, int ns) {
+    char name[16];
+    for (int k = 0; k < ns; k++) {
+        snprintf(name, sizeof name, "%s%d", var, k);
+        append_term(e, cap, name, strides[k]);
+    }
+    if (!*e)
+        snprintf(e, cap, "0");
+}
+
+/* Iteration i computes weight element i: a sum over the batch and dy's positions, in
+ * double as the reference does, skipping the taps that fall in the padding. */
+int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
+    const Graph *g = p->g;
+    bool nhwc = layout_is_nhwc(n);
+    const Type *tw = &g->values[n->out[0]].type;
+    View xv = view_of(&g->values[n->in[0]].type, nhwc), dv = view_of(&g->values[n->in[1]].type, nhwc);
+    View wv = view_of(tw, nhwc);
+    int ns = xv.ns;
+    int64_t strides[3], pads[6], dilations[3];
+    node_ints(n, "strides", strides, 3, ns);
+    node_ints(n, "pads", pads, 6, 2 * ns);
+    node_ints(n, "dilations", dilations, 3, ns);
+    int64_t groups = node_int(n, "groups");
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(tw), 1, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    emit_unravel(s, "i", tw, "w");
+    str_printf(s, "int64_t o = w0, ci = w%d;\n", nhwc ? tw->rank - 1 : 1);
+    for (int j = 0; j < ns; j++)
+        str_printf(s, "int64_t k%d = w%d;\n", j, nhwc ? 1 + j : 2 + j);
+    str_printf(s, "int64_t c = o / %lld * %lld + ci;\ndouble acc = 0.0;\n", (long long)(dv.c / groups),
+               (long long)wv.c);
+    str_printf(s, "for (int64_t b = 0; b < %lld; b++) {\n", (long long)dv.n);
+    open_loops(s, "p", dv.sp, ns);
+    for (int j = 0; j < ns; j++)
+        str_printf(
+            s, "int64_t h%d = p%d * %lld - %lld + k%d * %lld;\nif (h%d < 0 || h%d >= %lld) continue;\n", j, j,
+            (long long)strides[j], (long long)pads[j], j, (long long)dilations[j], j, j, (long long)xv.sp[j]);
+    char xo[256] = "", yo[256] = "";
+    append_term(xo, sizeof xo, "b", xv.sn);
+    append_term(xo, sizeof xo, "c", xv.sc);
+    offset_expr(xo, sizeof xo, "h", xv.ss, ns);
+    append_term(yo, sizeof yo, "b", dv.sn);
+    append_term(yo, sizeof yo, "o", dv.sc);
+    offset_expr(yo, sizeof yo, "p", dv.ss, ns);
+    str_printf(s, "acc += (double)%s[%s] * %s[%s];\n", value_name(p, n->in[0]), xo, value_name(p, n->in[1]),
+               yo);
+    close_loops(s, ns);
+    str_printf(s, "}\n%s[i] = (float)acc;\n", value_name(p, n->out[0]));
+    return 0;
+}
+
+/* Iteration i is one (batch, channel) plane of dx: zeroed, then each of dy's windows
+ * adds its share, in the reference's order, so no two iterations write one element. */
+int lower_pool_grad(Program *p, const Node *n, Diag *d) {
+    const Graph *g = p->g;
+    bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL_GRAD;
+    View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
+    int ns = xv.ns;
+    int64_t kernel[3], strides[3], pads[6], dilations[3] = {1, 1, 1}, plane = 1;
+    node_ints(n, "kernel", kernel, 3, ns);
+    node_ints(n, "strides", strides, 3, ns);
+    node_ints(n, "pads", pads, 6, 2 * ns);
+    if (is_max)
+        node_ints(n, "dilations", dilations, 3, ns);
+    for (int j = 0; j < ns; j++)
+        plane *= xv.sp[j];
+    Kernel *k = kernel_loop(p, n, NULL, xv.n * xv.c, 16384 / (plane ? plane : 1) + 1, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv.c, (long long)xv.c);
+    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv.sn,
+               (long long)xv.sc);
+    str_printf(s, "const float *xp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[1]), (long long)xv.sn,
+               (long long)xv.sc);
+    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv.sn,
+               (long long)yv.sc);
+    char at[256] = "", yat[256] = "";
+    offset_expr(at, sizeof at, "q", xv.ss, ns);
+    open_loops(s, "q", xv.sp, ns);
+    str_printf(s, "dxp[%s] = 0.0f;\n", at);
+    close_loops(s, ns);
+    offset_expr(yat, sizeof yat, "p", yv.ss, ns);
+    open_loops(s, "p", yv.sp, ns);
+    str_printf(s, "float g = dyp[%s];\n", yat);
+    for (int j = 0; j < ns; j++)
+        str_printf(s, "int64_t s%d = p%d * %lld - %lld;\n", j, j, (long long)strides[j], (long long)pads[j]);
+    char xat[256] = "";
+    offset_expr(xat, sizeof xat, "h", xv.ss, ns);
+    if (is_max) {
+        str_printf(s, "int64_t best = -1;\nfloat m = -INFINITY;\n");
+    } else {
+        str_printf(s, "int64_t count = 1;\n");
+        for (int j = 0; j < ns; j++)
+            if (node_bool(n, "count_include_pad"))
+                str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - s%d;\n", j,
+                           (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j,
+                           (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j);
+            else
+                str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - (s%d > 0 ? s%d : 0);\n", j,
+                           (long long)kernel[j], (long long)xv.sp[j], j, (long long)kernel[j],
+                           (long long)xv.sp[j], j, j);
+        str_printf(s, "float share = (float)((double)g / (double)count);\n");
+    }
+    open_loops(s, "k", kernel, ns);
+    for (int j = 0; j < ns; j++)
+        str_printf(s, "int64_t h%d = s%d + k%d * %lld;\nif (h%d < 0 || h%d >= %lld) continue;\n", j, j, j,
+                   (long long)dilations[j], j, j, (long long)xv.sp[j]);
+    if (is_max)
+        str_printf(s,
+                   "int64_t at = %s;\nfloat v = xp[at];\nif (best < 0 || v != v || v > m) {\nbest = at;\nm = "
+                   "v;\n}\n",
+                   xat);
+    else
+        str_printf(s, "dxp[%s] += share;\n", xat);
+    close_loops(s, ns);
+    if (is_max)
+        str_printf(s, "if (best >= 0)\ndxp[best] += g;\n");
+    close_loops(s, ns);
+    return 0;
+}

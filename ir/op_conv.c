@@ -228,3 +228,75 @@ int eval_conv_transpose(const Node *n, const Tensor *const *in, Tensor **out, Di
         }
     return 0;
 }
+
+/* ---- conv_weight_grad: the gradient of conv with respect to its weight ---- */
+
+/* conv_weight_grad(x, dy, kernel, ...) is d loss / d w of y = conv(x, w, ...) with
+ * dy = d loss / d y: w[o, ci, k] gathers x[b, group(o) + ci, p * stride - pad + k *
+ * dilation] * dy[b, o, p] over every b and output position p. */
+int infer_conv_weight_grad(Graph *g, Node *n, Diag *d) {
+    bool nhwc = layout_is_nhwc(n);
+    View xv, dv;
+    ConvAttrs a;
+    if (check_common(g, n, nhwc, &xv, &dv, &a, d))
+        return -1;
+    const Type *x = in_type(g, n, 0), *dy = in_type(g, n, 1);
+    int64_t k[MAX_SPATIAL];
+    node_ints(n, "kernel", k, MAX_SPATIAL, xv.ns);
+    if (check_min(n, "kernel", k, xv.ns, 1, d))
+        return -1;
+    if (xv.c % a.groups != 0 || dv.c % a.groups != 0 || dv.n != xv.n)
+        return diag_error(d, n->loc,
+                          "conv_weight_grad: x %s and dy %s must have one batch size, and groups (%lld) must "
+                          "divide both channel counts",
+                          tstr(x), tstr(dy), (long long)a.groups);
+    for (int i = 0; i < xv.ns; i++) {
+        int64_t extent = (k[i] - 1) * a.dilations[i] + 1;
+        int64_t padded = xv.sp[i] + a.pads[i] + a.pads[xv.ns + i];
+        if (padded < extent || (padded - extent) / a.strides[i] + 1 != dv.sp[i])
+            return diag_error(d, n->loc, "conv_weight_grad: dy %s is not the shape conv gives for x %s",
+                              tstr(dy), tstr(x));
+    }
+    Type w = layout_type(x, nhwc, xv.c / a.groups, k);
+    w.dims[0] = dv.c;
+    set_out_type(g, n, 0, w);
+    return 0;
+}
+
+int eval_conv_weight_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View xv = view_of(&in[0]->type, nhwc), dv = view_of(&in[1]->type, nhwc),
+         wv = view_of(&out[0]->type, nhwc);
+    int ns = xv.ns;
+    ConvAttrs a = conv_attrs(n, ns);
+    const float *x = in[0]->data, *dy = in[1]->data;
+    int64_t out_per_group = dv.c / a.groups;
+    for (int64_t o = 0; o < wv.n; o++)
+        for (int64_t ci = 0; ci < wv.c; ci++) {
+            int64_t c = o / out_per_group * wv.c + ci, k[MAX_SPATIAL] = {0};
+            do {
+                double acc = 0;
+                for (int64_t b = 0; b < dv.n; b++) {
+                    int64_t pos[MAX_SPATIAL] = {0};
+                    do {
+                        int64_t xi = b * xv.sn + c * xv.sc, di = b * dv.sn + o * dv.sc;
+                        bool inside = true;
+                        for (int s = 0; s < ns; s++) {
+                            int64_t p = pos[s] * a.strides[s] - a.pads[s] + k[s] * a.dilations[s];
+                            inside = inside && p >= 0 && p < xv.sp[s];
+                            xi += p * xv.ss[s];
+                            di += pos[s] * dv.ss[s];
+                        }
+                        if (inside)
+                            acc += (double)x[xi] * dy[di];
+                    } while (next_index(pos, dv.sp, ns));
+                }
+                int64_t wi = o * wv.sn + ci * wv.sc;
+                for (int s = 0; s < ns; s++)
+                    wi += k[s] * wv.ss[s];
+                out[0]->data[wi] = (float)acc;
+            } while (next_index(k, wv.sp, ns));
+        }
+    return 0;
+}

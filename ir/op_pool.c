@@ -23,8 +23,7 @@ static Type with_spatial(const Type *x, bool nhwc, const int64_t *sp) {
 }
 
 /* x of max_pool, avg_pool and adaptive_avg_pool: 1 to 3 spatial dims. */
-static int check_x(Graph *g, Node *n, Diag *d) {
-    const Type *x = in_type(g, n, 0);
+static int check_x(const Node *n, const Type *x, Diag *d) {
     if (x->rank < 3 || x->rank > 2 + MAX_SPATIAL)
         return diag_error(d, n->loc, "%s: x must have 1 to 3 spatial dims (rank 3 to 5), got %s",
                           op_table[n->op].name, tstr(x));
@@ -44,7 +43,7 @@ static PoolAttrs pool_attrs(const Node *n, int ns) {
     node_ints(n, "pads", a.pads, 2 * MAX_SPATIAL, 2 * ns);
     for (int i = 0; i < ns; i++)
         a.dilations[i] = 1;
-    if (n->op == OP_MAX_POOL)
+    if (op_attr_index(n->op, "dilations") >= 0)
         node_ints(n, "dilations", a.dilations, MAX_SPATIAL, ns);
     return a;
 }
@@ -59,17 +58,16 @@ static int64_t pool_out_size(int64_t in, int64_t extent, int64_t stride, int64_t
     return out;
 }
 
-int infer_pool(Graph *g, Node *n, Diag *d) {
-    if (check_x(g, n, d))
+/* The checks of max_pool and avg_pool on x and the attributes; y's type into *y. */
+static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
+    if (check_x(n, x, d))
         return -1;
     const char *op = op_table[n->op].name;
-    const Type *x = in_type(g, n, 0);
     bool nhwc = layout_is_nhwc(n);
     View v = view_of(x, nhwc);
     PoolAttrs a = pool_attrs(n, v.ns);
     if (check_min(n, "kernel", a.kernel, v.ns, 1, d) || check_min(n, "strides", a.strides, v.ns, 1, d) ||
-        check_min(n, "pads", a.pads, 2 * v.ns, 0, d) ||
-        (n->op == OP_MAX_POOL && check_min(n, "dilations", a.dilations, v.ns, 1, d)))
+        check_min(n, "pads", a.pads, 2 * v.ns, 0, d) || check_min(n, "dilations", a.dilations, v.ns, 1, d))
         return -1;
     int64_t sp[MAX_SPATIAL];
     for (int i = 0; i < v.ns; i++) {
@@ -88,16 +86,39 @@ int infer_pool(Graph *g, Node *n, Diag *d) {
                               op, i, (long long)v.sp[i], (long long)pb, (long long)pe, (long long)extent);
         sp[i] = pool_out_size(v.sp[i], extent, a.strides[i], pb, pe, node_bool(n, "ceil_mode"));
     }
-    set_out_type(g, n, 0, with_spatial(x, nhwc, sp));
+    *y = with_spatial(x, nhwc, sp);
     return 0;
 }
 
-/* The max over one window; NaN wins, and a dilated window that meets only padding
- * gives -inf, both as in PyTorch. */
-static double window_max(const float *x, const View *xv, int64_t b, int64_t c, const int64_t *start,
-                         const PoolAttrs *a) {
-    double m = -INFINITY;
-    int64_t k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+int infer_pool(Graph *g, Node *n, Diag *d) {
+    Type y;
+    if (pool_type(n, in_type(g, n, 0), &y, d))
+        return -1;
+    set_out_type(g, n, 0, y);
+    return 0;
+}
+
+/* max_pool_grad(dy, x) and avg_pool_grad(dy, x): dy has the pool's result type, and
+ * the gradient x's. */
+int infer_pool_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
+    Type y;
+    if (pool_type(n, x, &y, d))
+        return -1;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc, "%s: dy must be %s, the pool's result for x %s, got %s",
+                          op_table[n->op].name, tstr(&y), tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
+    return 0;
+}
+
+/* The offset of one window's max, or -1 for a window wholly in the padding (its max
+ * is -inf). NaN wins (the last NaN), and otherwise the first of equal maxima, as in
+ * PyTorch, whose gradient goes to that element. */
+static int64_t window_argmax(const float *x, const View *xv, int64_t b, int64_t c, const int64_t *start,
+                             const PoolAttrs *a) {
+    int64_t best = -1, k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+    float m = -INFINITY;
     do {
         bool inside = true;
         for (int s = 0; s < xv->ns; s++) {
@@ -106,20 +127,19 @@ static double window_max(const float *x, const View *xv, int64_t b, int64_t c, c
         }
         if (!inside)
             continue;
-        double v = x[view_offset(xv, b, c, p)];
-        if (isnan(v) || v > m)
-            m = v;
+        int64_t at = view_offset(xv, b, c, p);
+        if (best < 0 || isnan(x[at]) || x[at] > m) {
+            best = at;
+            m = x[at];
+        }
     } while (next_index(k, a->kernel, xv->ns));
-    return m;
+    return best;
 }
 
-/* The mean over one window. The divisor counts the real elements, or with
- * count_include_pad the window clipped to the padded input [-pad_begin, in + pad_end),
- * as PyTorch does. */
-static double window_mean(const float *x, const View *xv, int64_t b, int64_t c, const int64_t *start,
-                          const PoolAttrs *a, bool count_pad) {
-    double sum = 0;
-    int64_t count = 1, k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+/* The divisor of one avg_pool window: the real elements, or with count_include_pad
+ * the window clipped to the padded input [-pad_begin, in + pad_end), as PyTorch does. */
+static int64_t window_count(const View *xv, const int64_t *start, const PoolAttrs *a, bool count_pad) {
+    int64_t count = 1;
     for (int s = 0; s < xv->ns; s++) {
         int64_t end = start[s] + a->kernel[s], padded_end = xv->sp[s] + a->pads[xv->ns + s];
         if (count_pad)
@@ -127,6 +147,13 @@ static double window_mean(const float *x, const View *xv, int64_t b, int64_t c, 
         else
             count *= (end < xv->sp[s] ? end : xv->sp[s]) - (start[s] > 0 ? start[s] : 0);
     }
+    return count;
+}
+
+/* Calls fn on the offset of every element of an avg_pool window inside x. */
+static void each_in_window(const View *xv, int64_t b, int64_t c, const int64_t *start, const PoolAttrs *a,
+                           void (*fn)(int64_t at, void *ctx), void *ctx) {
+    int64_t k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
     do {
         bool inside = true;
         for (int s = 0; s < xv->ns; s++) {
@@ -134,9 +161,24 @@ static double window_mean(const float *x, const View *xv, int64_t b, int64_t c, 
             inside = inside && p[s] >= 0 && p[s] < xv->sp[s];
         }
         if (inside)
-            sum += x[view_offset(xv, b, c, p)];
+            fn(view_offset(xv, b, c, p), ctx);
     } while (next_index(k, a->kernel, xv->ns));
-    return sum / (double)count;
+}
+
+typedef struct {
+    const float *x;
+    float *dx;
+    double sum, share;
+} WindowAcc;
+
+static void add_element(int64_t at, void *ctx) {
+    WindowAcc *w = ctx;
+    w->sum += w->x[at];
+}
+
+static void add_share(int64_t at, void *ctx) {
+    WindowAcc *w = ctx;
+    w->dx[at] = (float)(w->dx[at] + w->share);
 }
 
 int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
@@ -145,15 +187,54 @@ int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     View xv = view_of(&in[0]->type, nhwc), yv = view_of(&out[0]->type, nhwc);
     PoolAttrs a = pool_attrs(n, xv.ns);
     bool count_pad = n->op == OP_AVG_POOL && node_bool(n, "count_include_pad");
+    const float *x = in[0]->data;
     for (int64_t b = 0; b < yv.n; b++)
         for (int64_t c = 0; c < yv.c; c++) {
             int64_t pos[MAX_SPATIAL] = {0}, start[MAX_SPATIAL];
             do {
                 for (int s = 0; s < xv.ns; s++)
                     start[s] = pos[s] * a.strides[s] - a.pads[s];
-                double v = n->op == OP_MAX_POOL ? window_max(in[0]->data, &xv, b, c, start, &a)
-                                                : window_mean(in[0]->data, &xv, b, c, start, &a, count_pad);
+                double v;
+                if (n->op == OP_MAX_POOL) {
+                    int64_t at = window_argmax(x, &xv, b, c, start, &a);
+                    v = at < 0 ? -INFINITY : x[at];
+                } else {
+                    WindowAcc w = {x, NULL, 0, 0};
+                    each_in_window(&xv, b, c, start, &a, add_element, &w);
+                    v = w.sum / (double)window_count(&xv, start, &a, count_pad);
+                }
                 out[0]->data[view_offset(&yv, b, c, pos)] = (float)v;
+            } while (next_index(pos, yv.sp, yv.ns));
+        }
+    return 0;
+}
+
+/* The adjoint of eval_pool: each window's dy goes to its max (max_pool_grad) or is
+ * shared evenly by its elements (avg_pool_grad). */
+int eval_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL_GRAD;
+    View yv = view_of(&in[0]->type, nhwc), xv = view_of(&in[1]->type, nhwc);
+    PoolAttrs a = pool_attrs(n, xv.ns);
+    bool count_pad = !is_max && node_bool(n, "count_include_pad");
+    float *dx = out[0]->data;
+    for (int64_t i = 0; i < type_numel(&out[0]->type); i++)
+        dx[i] = 0;
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t c = 0; c < yv.c; c++) {
+            int64_t pos[MAX_SPATIAL] = {0}, start[MAX_SPATIAL];
+            do {
+                for (int s = 0; s < xv.ns; s++)
+                    start[s] = pos[s] * a.strides[s] - a.pads[s];
+                float g = in[0]->data[view_offset(&yv, b, c, pos)];
+                if (is_max) {
+                    int64_t at = window_argmax(in[1]->data, &xv, b, c, start, &a);
+                    if (at >= 0)
+                        dx[at] += g;
+                } else {
+                    WindowAcc w = {NULL, dx, 0, g / (double)window_count(&xv, start, &a, count_pad)};
+                    each_in_window(&xv, b, c, start, &a, add_share, &w);
+                }
             } while (next_index(pos, yv.sp, yv.ns));
         }
     return 0;
@@ -196,7 +277,7 @@ int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, D
 /* ---- adaptive_avg_pool ---- */
 
 int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
-    if (check_x(g, n, d))
+    if (check_x(n, in_type(g, n, 0), d))
         return -1;
     const Type *x = in_type(g, n, 0);
     int64_t sp[MAX_SPATIAL];

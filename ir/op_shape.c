@@ -255,7 +255,7 @@ int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
  * forward slice clamps both to [0, dim] and a backward one clamps the start to
  * [0, dim - 1] and the end to [-1, dim - 1], so INT64_MAX and INT64_MIN work as
  * "to the end". */
-static int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Type *out, Diag *d) {
+int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Type *out, Diag *d) {
     const Attr *starts = node_attr(n, "starts"), *ends = node_attr(n, "ends");
     const Attr *axes = node_attr(n, "axes"), *steps = node_attr(n, "steps");
     int m = starts->n;

@@ -41,6 +41,9 @@ static const AttrSpec attrs_conv_transpose[] = {
     INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
     INTS("output_padding", 0, LEN_SPATIAL), INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1),
     LAYOUT, END};
+static const AttrSpec attrs_conv_weight_grad[] = {
+    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+    INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT, END};
 static const AttrSpec attrs_max_pool[] = {
     INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
     INTS("dilations", 1, LEN_SPATIAL), BOOL("ceil_mode", 0), LAYOUT, END};

@@ -30,6 +30,8 @@ int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
 int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_conv_weight_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
@@ -62,6 +64,10 @@ int check_min(const Node *n, const char *name, const int64_t *v, int count, int6
 /* A result no larger than the parser allows a declared tensor; -1 after a diagnostic. */
 int check_size(const Node *n, const Type *t, Diag *d);
 bool too_large(double numel);
+
+/* slice's first index and step per dim of x (0 and 1 where not sliced), and its
+ * result type; -1 after a diagnostic (ir/op_shape.c). */
+int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Type *out, Diag *d);
 
 /* ---- Helpers for kernels ---- */
 

@@ -61,7 +61,7 @@ static int scalar(AD *a, int of, double value) {
     char base[512];
     snprintf(base, sizeof base, "%s.grad", a->c->g->values[of].name);
     Node *n = pass_new_node(a->c, OP_CONST, 0, NULL, base, a->loc);
-    Type t = type_make(0, NULL);
+    Type t = {DT_F32, 0, {0}};
     if (!n || !(n->data = tensor_new(&t)))
         return n ? diag_error(a->c->d, a->loc, "out of memory") : -1;
     n->data->data[0] = (float)value;
@@ -340,6 +340,207 @@ static int global_avg_pool_rule(AD *a, const Node *n, int dy) {
     return accumulate(a, x, binary(a, OP_MUL, x, g, scalar(a, x, spatial > 0 ? 1 / spatial : 0)));
 }
 
+/* Gives m the attribute `name` of n (their ops both have it) as n has it. */
+static void copy_attr(Node *m, const Node *n, const char *name) {
+    int from = op_attr_index(n->op, name), to = op_attr_index(m->op, name);
+    KILN_ASSERT(from >= 0 && to >= 0);
+    m->attrs[to] = n->attrs[from];
+}
+
+static void copy_conv_attrs(Node *m, const Node *n) {
+    static const char *const names[] = {"strides", "pads", "dilations", "groups", "layout"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        copy_attr(m, n, names[k]);
+}
+
+/* Every dim of t but its channel dim (1, or the last with nhwc). */
+static int non_channel_axes(const Type *t, bool nhwc, int64_t *axes) {
+    int count = 0, channel = nhwc ? t->rank - 1 : 1;
+    for (int k = 0; k < t->rank; k++)
+        if (k != channel)
+            axes[count++] = k;
+    return count;
+}
+
+static int bias_grad(AD *a, int b, int dy, bool nhwc) {
+    int64_t axes[KILN_MAX_RANK];
+    int count = non_channel_axes(vtype(a, dy), nhwc, axes);
+    return accumulate(a, b, with_ints(a, OP_SUM, b, dy, "axes", axes, count));
+}
+
+/* conv: dx is conv_transpose of dy with the same weight (its output_padding restores
+ * the rows the forward stride dropped), dw is conv_weight_grad, db sums dy per channel.
+ * conv_transpose is conv's adjoint the other way round: dx is conv of dy, and dw is
+ * conv_weight_grad with dy and x exchanged (both weights are [in, out/groups, k...]). */
+static int conv_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1;
+    bool nhwc = layout_is_nhwc(n), transpose = n->op == OP_CONV_TRANSPOSE;
+    View xv = view_of(vtype(a, x), nhwc), wv = view_of(vtype(a, w), nhwc), yv = view_of(vtype(a, dy), nhwc);
+    if (a->wanted[x]) {
+        Node *m = start(a, transpose ? OP_CONV : OP_CONV_TRANSPOSE, x, 2, (int[]){dy, w});
+        if (!m)
+            return -1;
+        copy_conv_attrs(m, n);
+        if (!transpose) {
+            int ns = xv.ns;
+            int64_t strides[3], pads[6], dilations[3], extra[3];
+            node_ints(n, "strides", strides, 3, ns);
+            node_ints(n, "pads", pads, 6, 2 * ns);
+            node_ints(n, "dilations", dilations, 3, ns);
+            for (int k = 0; k < ns; k++)
+                extra[k] = xv.sp[k] - ((yv.sp[k] - 1) * strides[k] - pads[k] - pads[ns + k] +
+                                       dilations[k] * (wv.sp[k] - 1) + 1);
+            if (pass_set_ints(a->c, m, "output_padding", extra, ns))
+                return -1;
+        }
+        if (accumulate(a, x, pass_finish(a->c, m)))
+            return -1;
+    }
+    if (a->wanted[w]) {
+        Node *m = start(a, OP_CONV_WEIGHT_GRAD, w, 2, transpose ? (int[]){dy, x} : (int[]){x, dy});
+        if (!m || pass_set_ints(a->c, m, "kernel", wv.sp, wv.ns))
+            return -1;
+        copy_conv_attrs(m, n);
+        if (accumulate(a, w, pass_finish(a->c, m)))
+            return -1;
+    }
+    return b >= 0 && a->wanted[b] ? bias_grad(a, b, dy, nhwc) : 0;
+}
+
+static int pool_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    Node *m = start(a, n->op == OP_MAX_POOL ? OP_MAX_POOL_GRAD : OP_AVG_POOL_GRAD, x, 2, (int[]){dy, x});
+    if (!m)
+        return -1;
+    for (int k = 0; k < op_table[n->op].n_attrs; k++)
+        m->attrs[k] = n->attrs[k]; /* the grad ops share their pool's schema */
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
+/* A per-channel vector [C] shaped to broadcast against t: [C, 1, ...] with nchw. */
+static int per_channel(AD *a, int of, int v, const Type *t, bool nhwc) {
+    if (v < 0 || nhwc)
+        return v;
+    int64_t dims[KILN_MAX_RANK];
+    dims[0] = t->dims[1];
+    for (int k = 1; k < t->rank - 1; k++)
+        dims[k] = 1;
+    Type shaped = type_make(t->rank - 1, dims);
+    return reshape_to(a, of, v, &shaped);
+}
+
+/* y = (x - mean) r scale + bias with r = (var + eps)^-1/2, per channel:
+ * dx = dy scale r; dscale = sum(dy (x - mean) r); dbias = sum(dy);
+ * dmean = -dbias scale r; dvar = -1/2 scale r^3 sum(dy (x - mean)). */
+static int batch_norm_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], scale = n->in[1], bias = n->in[2], mean = n->in[3], var = n->in[4];
+    bool nhwc = layout_is_nhwc(n);
+    const Type *tx = vtype(a, x);
+    int64_t axes[KILN_MAX_RANK];
+    int n_axes = non_channel_axes(tx, nhwc, axes);
+    int r = binary(a, OP_POW, var, binary(a, OP_ADD, var, var, scalar(a, var, node_float(n, "epsilon"))),
+                   scalar(a, var, -0.5));
+    int k = binary(a, OP_MUL, x, scale, r);
+    if (a->wanted[x] && accumulate(a, x, binary(a, OP_MUL, x, dy, per_channel(a, x, k, tx, nhwc))))
+        return -1;
+    int centered = -1, sum_dy = -1;
+    if (a->wanted[scale] || a->wanted[var])
+        centered = binary(a, OP_MUL, x, dy, binary(a, OP_SUB, x, x, per_channel(a, x, mean, tx, nhwc)));
+    if (a->wanted[bias] || a->wanted[mean])
+        sum_dy = with_ints(a, OP_SUM, bias, dy, "axes", axes, n_axes);
+    if (a->wanted[scale] &&
+        accumulate(a, scale,
+                   binary(a, OP_MUL, scale, with_ints(a, OP_SUM, scale, centered, "axes", axes, n_axes), r)))
+        return -1;
+    if (a->wanted[bias] && accumulate(a, bias, sum_dy))
+        return -1;
+    if (a->wanted[mean] && accumulate(a, mean, unary(a, OP_NEG, mean, binary(a, OP_MUL, mean, sum_dy, k))))
+        return -1;
+    if (a->wanted[var]) {
+        int r3 = binary(a, OP_MUL, var, binary(a, OP_MUL, var, r, r),
+                        binary(a, OP_MUL, var, k, scalar(a, var, -0.5)));
+        if (accumulate(a, var,
+                       binary(a, OP_MUL, var, with_ints(a, OP_SUM, var, centered, "axes", axes, n_axes), r3)))
+            return -1;
+    }
+    return 0;
+}
+
+static int mean_keep(AD *a, int of, int v, const int64_t *axes, int n_axes) {
+    Node *m = v >= 0 ? start(a, OP_MEAN, of, 1, &v) : NULL;
+    if (!m || pass_set_ints(a->c, m, "axes", axes, n_axes))
+        return -1;
+    pass_set_int(m, "keepdims", 1);
+    return pass_finish(a->c, m);
+}
+
+/* Over the normalized dims, with xhat = (x - mu) r and g = dy scale:
+ * dx = r (g - mean(g) - xhat mean(g xhat)); dscale = sum(dy xhat) and dbias = sum(dy)
+ * over the leading dims. mu and r are recomputed from x. */
+static int layer_norm_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], scale = n->n_in > 1 ? n->in[1] : -1, bias = n->n_in > 2 ? n->in[2] : -1;
+    const Type *tx = vtype(a, x);
+    int axis = norm_axis(node_int(n, "axis"), tx->rank);
+    int64_t norm_axes[KILN_MAX_RANK], lead_axes[KILN_MAX_RANK];
+    int n_norm = 0, n_lead = 0;
+    for (int k = 0; k < tx->rank; k++)
+        if (k < axis)
+            lead_axes[n_lead++] = k;
+        else
+            norm_axes[n_norm++] = k;
+    int centered = binary(a, OP_SUB, x, x, mean_keep(a, x, x, norm_axes, n_norm));
+    int variance = mean_keep(a, x, binary(a, OP_MUL, x, centered, centered), norm_axes, n_norm);
+    int r = binary(a, OP_POW, x, binary(a, OP_ADD, x, variance, scalar(a, x, node_float(n, "epsilon"))),
+                   scalar(a, x, -0.5));
+    int xhat = binary(a, OP_MUL, x, centered, r);
+    if (a->wanted[x]) {
+        int g = scale >= 0 ? binary(a, OP_MUL, x, dy, scale) : dy;
+        int inner = binary(
+            a, OP_SUB, x, binary(a, OP_SUB, x, g, mean_keep(a, x, g, norm_axes, n_norm)),
+            binary(a, OP_MUL, x, xhat, mean_keep(a, x, binary(a, OP_MUL, x, g, xhat), norm_axes, n_norm)));
+        if (accumulate(a, x, binary(a, OP_MUL, x, r, inner)))
+            return -1;
+    }
+    if (scale >= 0 && a->wanted[scale]) {
+        int g = binary(a, OP_MUL, scale, dy, xhat);
+        if (accumulate(a, scale, n_lead ? with_ints(a, OP_SUM, scale, g, "axes", lead_axes, n_lead) : g))
+            return -1;
+    }
+    if (bias >= 0 && a->wanted[bias] &&
+        accumulate(a, bias, n_lead ? with_ints(a, OP_SUM, bias, dy, "axes", lead_axes, n_lead) : dy))
+        return -1;
+    return 0;
+}
+
+/* slice with unit steps: dy padded with zeros back to x's shape. pad (constant):
+ * dy cropped, which is pad with the widths negated. */
+static int slice_pad_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    const Type *tx = vtype(a, x);
+    int64_t pads[2 * KILN_MAX_RANK];
+    if (n->op == OP_PAD) {
+        if (strcmp(node_enum(n, "mode"), "constant") != 0)
+            return diag_error(a->c->d, n->loc, "autodiff: no gradient for pad with mode=%s yet",
+                              node_enum(n, "mode"));
+        node_ints(n, "pads", pads, 2 * KILN_MAX_RANK, 2 * tx->rank);
+        for (int k = 0; k < 2 * tx->rank; k++)
+            pads[k] = -pads[k];
+    } else {
+        int64_t first[KILN_MAX_RANK], step[KILN_MAX_RANK];
+        Type ty;
+        if (slice_ranges(n, tx, first, step, &ty, a->c->d))
+            return -1;
+        for (int k = 0; k < tx->rank; k++) {
+            if (step[k] != 1)
+                return diag_error(a->c->d, n->loc,
+                                  "autodiff: no gradient for slice with steps other than 1 yet");
+            pads[k] = first[k];
+            pads[tx->rank + k] = tx->dims[k] - first[k] - ty.dims[k];
+        }
+    }
+    return accumulate(a, x, with_ints(a, OP_PAD, x, dy, "pads", pads, 2 * tx->rank));
+}
+
 static int backprop(AD *a, const Node *n, int dy) {
     switch (n->op) {
     case OP_RELU:
@@ -380,6 +581,14 @@ static int backprop(AD *a, const Node *n, int dy) {
         if (n->op == OP_EXPAND)
             return accumulate(a, n->in[0], unbroadcast(a, n->in[0], dy));
         return accumulate(a, n->in[0], reshape_to(a, n->in[0], dy, vtype(a, n->in[0])));
+    case OP_CONV:
+    case OP_CONV_TRANSPOSE: return conv_rule(a, n, dy);
+    case OP_MAX_POOL:
+    case OP_AVG_POOL: return pool_rule(a, n, dy);
+    case OP_BATCH_NORM: return batch_norm_rule(a, n, dy);
+    case OP_LAYER_NORM: return layer_norm_rule(a, n, dy);
+    case OP_SLICE:
+    case OP_PAD: return slice_pad_rule(a, n, dy);
     case OP_TRANSPOSE: return transpose_rule(a, n, dy);
     case OP_CONCAT: return concat_rule(a, n, dy);
     default:

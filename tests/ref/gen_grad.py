@@ -198,9 +198,144 @@ def gen(b):
                 lambda v: v.mean(dim=(2, 3), keepdim=True))
 
 
+def torch_pad(x, pads, value=0.0):
+    """kiln's pads [b0, b1, ..., e0, e1, ...] over the spatial dims (from dim 2) as F.pad."""
+    ns = len(pads) // 2
+    widths = []
+    for k in reversed(range(ns)):
+        widths += [pads[k], pads[ns + k]]
+    return F.pad(x, widths, value=value)
+
+
+def nhwc(fn):
+    """fn on nchw tensors, applied to channels-last ones (x and a conv weight alike)."""
+    def to_first(t):
+        return t.permute(0, t.dim() - 1, *range(1, t.dim() - 1))
+
+    def to_last(t):
+        return t.permute(0, *range(2, t.dim()), 1)
+
+    return lambda *v: to_last(fn(*[to_first(t) if t.dim() > 2 else t for t in v]))
+
+
+def gen_nn(b):
+    convs = [  # (x shape, w shape, strides, pads, dilations, groups)
+        ((1, 3, 6, 6), (4, 3, 3, 3), [1, 1], [1, 1, 1, 1], [1, 1], 1),
+        ((2, 4, 7, 5), (6, 2, 3, 2), [2, 1], [0, 1, 1, 0], [1, 1], 2),
+        ((1, 4, 8, 8), (4, 1, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], 4),
+        ((1, 2, 9, 9), (3, 2, 3, 3), [2, 3], [2, 0, 1, 2], [2, 1], 1),
+        ((2, 3, 10), (2, 3, 4), [3], [1, 2], [1], 1),
+        ((1, 2, 4, 5, 4), (2, 2, 2, 3, 2), [1, 2, 1], [0, 1, 1, 1, 0, 0], [1, 1, 2], 1),
+        ((1, 8, 5, 5), (8, 8, 1, 1), [1, 1], [0, 0, 0, 0], [1, 1], 1),
+    ]
+    for xs, ws, st, pd, dl, gr in convs:
+        for bias in (True, False):
+            x, w = b.rand(*xs), b.rand(*ws)
+            args = [("x", x), ("w", w)] + ([("b", b.rand(ws[0]))] if bias else [])
+
+            def conv(x, w, bb=None, st=st, pd=pd, dl=dl, gr=gr):
+                f = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[x.dim()]
+                return f(torch_pad(x, pd), w, bb, stride=st, dilation=dl, groups=gr)
+
+            b.grad_case(f"conv x={xs} w={ws} strides={st} pads={pd} dilations={dl} groups={gr} bias={bias}",
+                        "conv", args, conv, strides=st, pads=pd, dilations=dl, groups=gr if gr > 1 else None)
+    for xs, ws, st, pd, dl, gr in convs[:3]:
+        x, w = b.rand(*xs), b.rand(*ws)
+        xl, wl = np.moveaxis(x, 1, -1).copy(), np.moveaxis(w, 1, -1).copy()
+
+        def conv(x, w, bb, st=st, pd=pd, dl=dl, gr=gr):
+            return F.conv2d(torch_pad(x, pd), w, bb, stride=st, dilation=dl, groups=gr)
+
+        b.grad_case(f"conv nhwc x={xs} w={ws} groups={gr}", "conv",
+                    [("x", xl), ("w", wl), ("b", b.rand(ws[0]))], nhwc(conv), strides=st, pads=pd, dilations=dl,
+                    groups=gr if gr > 1 else None, layout="nhwc")
+    transposes = [  # (x shape, w shape [C, O/g, k...], strides, pads, output_padding, dilations, groups)
+        ((1, 3, 4, 4), (3, 2, 3, 3), [2, 2], [1, 1, 1, 1], [1, 1], [1, 1], 1),
+        ((2, 4, 3, 5), (4, 3, 2, 3), [1, 2], [0, 1, 0, 1], [0, 1], [2, 1], 2),
+        ((1, 2, 6), (2, 3, 3), [3], [1, 1], [2], [1], 1),
+    ]
+    for xs, ws, st, pd, op, dl, gr in transposes:
+        x, w, bb = b.rand(*xs), b.rand(*ws), b.rand(ws[1] * gr)
+
+        def convt(x, w, bb, st=st, pd=pd, op=op, dl=dl, gr=gr):
+            f = {3: F.conv_transpose1d, 4: F.conv_transpose2d}[x.dim()]
+            return f(x, w, bb, stride=st, padding=pd[:len(st)], output_padding=op, dilation=dl, groups=gr)
+
+        b.grad_case(f"conv_transpose x={xs} w={ws} strides={st} pads={pd} groups={gr}", "conv_transpose",
+                    [("x", x), ("w", w), ("b", bb)], convt, strides=st, pads=pd, output_padding=op, dilations=dl,
+                    groups=gr if gr > 1 else None)
+
+    pools = [  # (x shape, kernel, strides, pads, dilations, ceil_mode)
+        ((1, 2, 6, 6), [2, 2], [2, 2], [0, 0, 0, 0], [1, 1], False),
+        ((2, 3, 7, 5), [3, 3], [2, 2], [1, 1, 1, 1], [1, 1], True),
+        ((1, 2, 9, 8), [3, 2], [2, 3], [1, 0, 1, 0], [2, 1], False),
+        ((1, 2, 10), [4], [3], [2, 2], [1], True),
+        ((1, 1, 4, 5, 6), [2, 3, 2], [2, 1, 2], [1, 1, 0, 1, 1, 0], [1, 1, 1], False),
+    ]
+    for xs, k, st, pd, dl, ceil in pools:
+        x = b.rand(*xs)
+        nd = len(k)
+        pad = pd[:nd]
+
+        def maxpool(v, k=k, st=st, pad=pad, dl=dl, ceil=ceil):
+            f = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[len(k)]
+            return f(v, k, st, pad, dl, ceil_mode=ceil)
+
+        b.grad_case(f"max_pool x={xs} kernel={k} strides={st} pads={pd} dilations={dl} ceil={ceil}", "max_pool",
+                    [("x", x)], maxpool, smooth=False, kernel=k, strides=st, pads=pd, dilations=dl,
+                    ceil_mode=ceil or None)
+        for cip in (False, True):
+            def avgpool(v, k=k, st=st, pad=pad, ceil=ceil, cip=cip):
+                f = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[len(k)]
+                return f(v, k, st, pad, ceil_mode=ceil, count_include_pad=cip)
+
+            b.grad_case(f"avg_pool x={xs} kernel={k} strides={st} pads={pd} ceil={ceil} count_include_pad={cip}",
+                        "avg_pool", [("x", x)], avgpool, kernel=k, strides=st, pads=pd, ceil_mode=ceil or None,
+                        count_include_pad=cip or None)
+    ties = np.array([[[[1, 1, 2, 2], [1, 0, 2, 2], [3, 3, -1, -1], [3, 3, -1, -1]]]], dtype=np.float32)
+    b.grad_case("max_pool with ties", "max_pool", [("x", ties)], lambda v: F.max_pool2d(v, 2, 2), smooth=False,
+                kernel=[2, 2], strides=[2, 2])
+    xl = b.rand(2, 5, 5, 3)
+    b.grad_case("max_pool nhwc", "max_pool", [("x", xl)], nhwc(lambda v: F.max_pool2d(v, 3, 2, 1)), smooth=False,
+                kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], layout="nhwc")
+    b.grad_case("avg_pool nhwc", "avg_pool", [("x", xl)], nhwc(lambda v: F.avg_pool2d(v, 2, 1)), kernel=[2, 2],
+                layout="nhwc")
+
+    for xs, layout in (((2, 3, 4, 5), None), ((4, 3), None), ((2, 4, 3, 3), "nhwc")):
+        c = xs[1] if layout is None else xs[-1]
+        args = [("x", b.rand(*xs)), ("scale", b.rand(c)), ("bias", b.rand(c)), ("mean", b.rand(c)),
+                ("var", b.rand(c, lo=0.5, hi=2))]
+
+        def bn(x, sc, bi, me, va):  # inference batch_norm, differentiable in every input
+            shape = [-1] + [1] * (x.dim() - 2)
+            return (x - me.view(shape)) / torch.sqrt(va.view(shape) + 1e-5) * sc.view(shape) + bi.view(shape)
+
+        b.grad_case(f"batch_norm x={xs} layout={layout}", "batch_norm", args,
+                    nhwc(bn) if layout else bn, layout=layout)
+    for xs, axis in (((3, 4), None), ((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 3), 0)):
+        a = (len(xs) - 1) if axis is None else axis % len(xs)
+        shape = xs[a:]
+        for affine in (True, False):
+            x = b.rand(*xs)
+            args = [("x", x)] + ([("scale", b.rand(*shape)), ("bias", b.rand(*shape))] if affine else [])
+
+            def ln(v, sc=None, bi=None, shape=shape):
+                return F.layer_norm(v, shape, sc, bi, eps=1e-5)
+
+            b.grad_case(f"layer_norm x={xs} axis={axis} affine={affine}", "layer_norm", args, ln, axis=axis)
+
+    x = b.rand(3, 5, 4)
+    b.grad_case("slice", "slice", [("x", x)], lambda v: v[1:3, :, -3:], starts=[1, -3], ends=[3, 100], axes=[0, 2])
+    b.grad_case("pad constant", "pad", [("x", x)], lambda v: F.pad(v, (1, 0, 0, 2, 2, 1), value=1.5),
+                pads=[2, 0, 1, 1, 2, 0], value=1.5)
+    b.grad_case("pad with negative pads", "pad", [("x", x)], lambda v: F.pad(v, (-1, 2, 0, -2, 1, 0)),
+                pads=[1, 0, -1, 0, -2, 2])
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
+    gen_nn(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 
