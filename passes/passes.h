@@ -65,6 +65,8 @@ int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
 Node *pass_definer(const Graph *g, int v);
 
 /* The passes, one file each. */
+int pass_cse(PassContext *c);
+int pass_fold(PassContext *c);
 int pass_dce(PassContext *c);
 
 #endif

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 const Pass pass_list[] = {
+    {"cse", 1, pass_cse, "compute each repeated expression and identical const once"},
+    {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
 };
 const int pass_count = (int)(sizeof pass_list / sizeof pass_list[0]);

@@ -1,0 +1,255 @@
+/* Constant folding: computes at compile time what does not depend on the inputs.
+ *
+ * 1. An op node whose inputs are all known (consts, and params with a weight or an
+ *    initializer: pass_known_value) is evaluated by the interpreter's reference
+ *    kernel, the same code `kiln run --target interp` runs, so the value is the one
+ *    the model would compute. Each result becomes a new param (named after the value,
+ *    made fresh) and takes over the result's uses. The walk is in dependency order
+ *    and later nodes see the new params, so whole chains fold in one pass: a weight
+ *    transposed and reshaped is stored in its final form.
+ * 2. A batch_norm whose input is a conv or conv_transpose (same layout) used by
+ *    nothing else, with known conv weight and bias and known batch_norm params, is
+ *    an affine map per output channel o applied to the conv's result:
+ *    y = conv(x, w, b) * s[o] + (bias[o] - mean[o] * s[o]) with
+ *    s = scale / sqrt(var + epsilon). Since conv is linear in w and b, that is
+ *    conv(x, w', b') with w' = w * s[o] on the weights of output channel o and
+ *    b' = (b - mean) * s + bias. A new conv with the new params takes over the
+ *    batch_norm's value, so the name stays. The factors are computed in double and
+ *    rounded once, like the kernels.
+ *
+ * Not folded: ops without a reference kernel (grad, resize while it has none); a
+ * node whose result is a model output (the output keeps its name; its inputs still
+ * fold); anything that depends on a value a grad differentiates with respect to (the
+ * gradient needs that dependence); and a result much larger than its inputs, such as
+ * a small const broadcast against another into a big tensor, since the folded value
+ * is stored in the model while the op costs little to compute (the limit is below). */
+#include "passes.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A folded result may hold at most GROWTH times the elements of its inputs
+ * together, or SMALL elements, whichever is more: reshapes, transposes, slices,
+ * pads and concats of known values fold, expanding broadcasts do not. */
+enum { GROWTH = 2, SMALL = 4096 };
+
+typedef struct {
+    PassContext *c;
+    int n_values; /* values before the pass; later ones are the params it made */
+    bool *output; /* [n_values] a model output */
+    bool *wrt;    /* [n_values] a value some grad differentiates with respect to */
+    bool *dead;   /* [nodes before a phase] */
+} Fold;
+
+static bool flagged(const Fold *f, const bool *flags, int v) {
+    return v >= 0 && v < f->n_values && flags[v];
+}
+
+/* Whether the value of v is known at compile time (an absent input counts). */
+static bool known(const Fold *f, int v) {
+    if (v < 0)
+        return true;
+    const Node *n = pass_definer(f->c->g, v);
+    if (!n || flagged(f, f->wrt, v))
+        return false;
+    return n->op == OP_CONST || (n->op == OP_PARAM && (n->init.kind != INIT_NONE ||
+                                                       tensors_find(f->c->weights, f->c->g->values[v].name)));
+}
+
+/* The value of a known v in *out (NULL for an absent input); -1 after a diagnostic. */
+static int value_of(const Fold *f, int v, Tensor **out) {
+    *out = NULL;
+    if (v < 0)
+        return 0;
+    int rc = pass_known_value(f->c, v, out);
+    KILN_ASSERT(rc != 0); /* known() said so */
+    return rc < 0 ? -1 : 0;
+}
+
+/* Runs n's reference kernel on its known inputs into new tensors out[]. */
+static int evaluate(const Fold *f, const Node *n, Tensor **out) {
+    Graph *g = f->c->g;
+    int lo, hi;
+    op_arity(n->op, &lo, &hi);
+    int n_args = hi > n->n_in ? hi : n->n_in; /* absent optional inputs are NULL */
+    Tensor **in = ir_calloc((size_t)n_args + 1, sizeof *in);
+    int rc = in ? 0 : diag_error(f->c->d, n->loc, "out of memory");
+    for (int k = 0; !rc && k < n->n_in; k++)
+        rc = value_of(f, n->in[k], &in[k]);
+    for (int k = 0; !rc && k < n->n_out; k++)
+        if (!(out[k] = tensor_new(&g->values[n->out[k]].type)))
+            rc = diag_error(f->c->d, n->loc, "out of memory");
+    if (!rc)
+        rc = op_table[n->op].eval(n, (const Tensor *const *)in, out, f->c->d);
+    for (int k = 0; in && k < n_args; k++)
+        tensor_free(in[k]);
+    ir_free(in);
+    return rc;
+}
+
+/* Folds node i when it can; 0 also when it cannot. */
+static int fold_node(Fold *f, int i) {
+    Graph *g = f->c->g;
+    Node *n = g->nodes[i];
+    if (op_is_decl(n->op) || !op_table[n->op].eval)
+        return 0;
+    double in_numel = 0, out_numel = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        if (!known(f, n->in[k]))
+            return 0;
+        if (n->in[k] >= 0)
+            in_numel += (double)type_numel(&g->values[n->in[k]].type);
+    }
+    for (int k = 0; k < n->n_out; k++) {
+        if (flagged(f, f->output, n->out[k]) || flagged(f, f->wrt, n->out[k]))
+            return 0;
+        out_numel += (double)type_numel(&g->values[n->out[k]].type);
+    }
+    if (out_numel > GROWTH * in_numel && out_numel > SMALL)
+        return 0;
+
+    Tensor **out = ir_calloc((size_t)n->n_out + 1, sizeof *out);
+    int rc = out ? evaluate(f, n, out) : diag_error(f->c->d, n->loc, "out of memory");
+    for (int k = 0; k < n->n_out; k++) {
+        if (!rc) {
+            int old = n->out[k];
+            int id = pass_add_param(f->c, g->values[old].name, out[k], n->loc);
+            out[k] = NULL; /* owned by the weights now, even on failure */
+            if (id < 0)
+                rc = -1;
+            else
+                graph_replace_uses(g, old, id);
+        }
+        if (out)
+            tensor_free(out[k]);
+    }
+    ir_free(out);
+    f->dead[i] = !rc;
+    return rc;
+}
+
+/* The output channel that element i of a conv or conv_transpose weight w feeds. */
+static int64_t out_channel(const Node *conv, const Type *w, int64_t i) {
+    int64_t numel = type_numel(w), first = w->dims[0]; /* O for conv, C for conv_transpose */
+    if (conv->op == OP_CONV)
+        return i / (numel / first);
+    /* conv_transpose: [C, O/groups, k...] (nchw) or [C, k..., O/groups] (nhwc) */
+    bool nhwc = strcmp(node_enum(conv, "layout"), "nhwc") == 0;
+    int64_t per_group = nhwc ? w->dims[w->rank - 1] : w->dims[1];
+    int64_t inner = numel / (first * per_group); /* the kernel's spatial size */
+    int64_t oc = nhwc ? i % per_group : i / inner % per_group;
+    int64_t ci = i / (numel / first), in_per_group = first / node_int(conv, "groups");
+    return ci / in_per_group * per_group + oc;
+}
+
+/* Folds batch_norm node i into the conv that feeds it, when it can. */
+static int fold_batch_norm(Fold *f, int i, const int *uses) {
+    Graph *g = f->c->g;
+    Node *bn = g->nodes[i];
+    int x = bn->in[0];
+    Node *conv = pass_definer(g, x);
+    if (!conv || (conv->op != OP_CONV && conv->op != OP_CONV_TRANSPOSE) || uses[x] != 1 ||
+        strcmp(node_enum(conv, "layout"), node_enum(bn, "layout")) != 0 || flagged(f, f->wrt, x) ||
+        flagged(f, f->wrt, bn->out[0]))
+        return 0;
+    int b_in = conv->n_in > 2 ? conv->in[2] : -1;
+    if (!known(f, conv->in[1]) || !known(f, b_in))
+        return 0;
+    for (int k = 1; k < 5; k++)
+        if (!known(f, bn->in[k]))
+            return 0;
+
+    Tensor *w = NULL, *b = NULL, *p[5] = {NULL}, *w2 = NULL, *b2 = NULL;
+    int rc = value_of(f, conv->in[1], &w) || value_of(f, b_in, &b);
+    for (int k = 1; !rc && k < 5; k++)
+        rc = value_of(f, bn->in[k], &p[k]);
+    if (!rc) {
+        int64_t channels = p[1]->type.dims[0];
+        Type bt = type_make(1, p[1]->type.dims);
+        w2 = tensor_new(&w->type);
+        b2 = tensor_new(&bt);
+        double *s = ir_malloc(sizeof *s * (size_t)channels);
+        if (!w2 || !b2 || !s)
+            rc = diag_error(f->c->d, bn->loc, "out of memory");
+        double eps = node_float(bn, "epsilon");
+        for (int64_t o = 0; !rc && o < channels; o++) {
+            s[o] = p[1]->data[o] / sqrt((double)p[4]->data[o] + eps);
+            b2->data[o] = (float)(((b ? b->data[o] : 0.0) - p[3]->data[o]) * s[o] + p[2]->data[o]);
+        }
+        int64_t count = type_numel(&w->type);
+        for (int64_t e = 0; !rc && e < count; e++)
+            w2->data[e] = (float)(w->data[e] * s[out_channel(conv, &w->type, e)]);
+        ir_free(s);
+    }
+    tensor_free(w), tensor_free(b);
+    for (int k = 1; k < 5; k++)
+        tensor_free(p[k]);
+    if (rc) {
+        tensor_free(w2), tensor_free(b2);
+        return -1;
+    }
+
+    int b_name = b_in >= 0 ? b_in : bn->in[2];
+    int wid = pass_add_param(f->c, g->values[conv->in[1]].name, w2, conv->loc);
+    int bid = wid < 0 ? (tensor_free(b2), -1) : pass_add_param(f->c, g->values[b_name].name, b2, bn->loc);
+    Node *fused = bid < 0 ? NULL : graph_add_node(g, conv->op, 3, 1, conv->loc);
+    if (!fused)
+        return bid < 0 ? -1 : diag_error(f->c->d, conv->loc, "out of memory");
+    fused->in[0] = conv->in[0];
+    fused->in[1] = wid;
+    fused->in[2] = bid;
+    memcpy(fused->attrs, conv->attrs, sizeof *fused->attrs * (size_t)op_table[conv->op].n_attrs);
+    fused->type_loc = conv->type_loc;
+    graph_redefine(g, bn->out[0], fused, 0);
+    f->dead[i] = f->dead[g->values[x].node] = true;
+    return 0;
+}
+
+int pass_fold(PassContext *c) {
+    Graph *g = c->g;
+    Fold f = {c, g->n_values, NULL, NULL, NULL};
+    f.output = ir_calloc((size_t)g->n_values + 1, sizeof *f.output);
+    f.wrt = ir_calloc((size_t)g->n_values + 1, sizeof *f.wrt);
+    int *uses = NULL;
+    int rc = f.output && f.wrt ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
+    for (int k = 0; !rc && k < g->n_outputs; k++)
+        f.output[g->outputs[k]] = true;
+    for (int i = 0; !rc && i < g->n_nodes; i++)
+        if (g->nodes[i]->op == OP_GRAD)
+            for (int k = 1; k < g->nodes[i]->n_in; k++)
+                f.wrt[g->nodes[i]->in[k]] = true;
+
+    /* Each phase marks the nodes it replaces and removes them at its end; the nodes
+     * it appends (params, convs) are never marked. */
+    for (int phase = 0; !rc && phase < 2; phase++) {
+        int n_nodes = g->n_nodes;
+        f.dead = ir_calloc((size_t)n_nodes + 1, sizeof *f.dead);
+        uses = phase == 1 ? ir_malloc(sizeof *uses * ((size_t)g->n_values + 1)) : NULL;
+        if (!f.dead || (phase == 1 && !uses))
+            rc = diag_error(c->d, (Loc){0}, "out of memory");
+        else if (uses)
+            graph_count_uses(g, uses);
+        for (int i = 0; !rc && i < n_nodes; i++)
+            if (phase == 0)
+                rc = fold_node(&f, i);
+            else if (g->nodes[i]->op == OP_BATCH_NORM)
+                rc = fold_batch_norm(&f, i, uses);
+        if (!rc) {
+            bool *dead = ir_calloc((size_t)g->n_nodes + 1, sizeof *dead);
+            if (!dead)
+                rc = diag_error(c->d, (Loc){0}, "out of memory");
+            else {
+                memcpy(dead, f.dead, sizeof *dead * (size_t)n_nodes);
+                graph_remove_nodes(g, dead);
+                ir_free(dead);
+            }
+        }
+        ir_free(f.dead);
+        ir_free(uses);
+        f.dead = NULL;
+        uses = NULL;
+    }
+    ir_free(f.output);
+    ir_free(f.wrt);
+    return rc;
+}
