@@ -13,7 +13,7 @@
  *    y = conv(x, w, b) * s[o] + (bias[o] - mean[o] * s[o]) with
  *    s = scale / sqrt(var + epsilon). Since conv is linear in w and b, that is
  *    conv(x, w', b') with w' = w * s[o] on the weights of output channel o and
- *    b' = (b - mean) * s + bias. A new conv with the new params takes over the
+ *    b' = (b - mean) * s + bias. The conv, with the new params, takes over the
  *    batch_norm's value, so the name stays. The factors are computed in double and
  *    rounded once, like the kernels.
  *
@@ -192,16 +192,23 @@ static int fold_batch_norm(Fold *f, int i, const int *uses) {
     int b_name = b_in >= 0 ? b_in : bn->in[2];
     int wid = pass_add_param(f->c, g->values[conv->in[1]].name, w2, conv->loc);
     int bid = wid < 0 ? (tensor_free(b2), -1) : pass_add_param(f->c, g->values[b_name].name, b2, bn->loc);
-    Node *fused = bid < 0 ? NULL : graph_add_node(g, conv->op, 3, 1, conv->loc);
-    if (!fused)
-        return bid < 0 ? -1 : diag_error(f->c->d, conv->loc, "out of memory");
-    fused->in[0] = conv->in[0];
-    fused->in[1] = wid;
-    fused->in[2] = bid;
-    memcpy(fused->attrs, conv->attrs, sizeof *fused->attrs * (size_t)op_table[conv->op].n_attrs);
-    fused->type_loc = conv->type_loc;
-    graph_redefine(g, bn->out[0], fused, 0);
-    f->dead[i] = f->dead[g->values[x].node] = true;
+    if (bid < 0)
+        return -1;
+    /* The conv itself, in its place, computes the batch_norm's value now; a conv
+     * without a bias gets an input list with room for one. */
+    if (conv->n_in < 3) {
+        int *in = arena_alloc(&g->arena, sizeof *in * 3);
+        if (!in)
+            return diag_error(f->c->d, conv->loc, "out of memory");
+        in[0] = conv->in[0];
+        conv->in = in;
+        conv->n_in = 3;
+    }
+    conv->in[1] = wid;
+    conv->in[2] = bid;
+    graph_redefine(g, bn->out[0], conv, 0);
+    g->values[x].node = -1; /* nothing defines the conv's old value, and nothing uses it */
+    f->dead[i] = true;
     return 0;
 }
 
