@@ -85,7 +85,7 @@ static bool same_node(const Node *a, const Node *b) {
 
 /* Whether the node may be merged away, or kept as the one others merge into. */
 static bool mergeable(const Node *n, const bool *pinned) {
-    if (n->op == OP_INPUT || n->op == OP_PARAM)
+    if (n->op == OP_INPUT || n->op == OP_PARAM || (n->op == OP_CONST && !n->data))
         return false;
     for (int k = 0; k < n->n_out; k++)
         if (pinned[n->out[k]])
