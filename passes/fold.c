@@ -22,7 +22,8 @@
  * fold); anything that depends on a value a grad differentiates with respect to (the
  * gradient needs that dependence); and a result much larger than its inputs, such as
  * a small const broadcast against another into a big tensor, since the folded value
- * is stored in the model while the op costs little to compute (the limit is below). */
+ * is stored in the model while the op costs little to compute, or one that would
+ * take long to evaluate (the limits are below). */
 #include "passes.h"
 
 #include <math.h>
@@ -32,6 +33,11 @@
  * together, or SMALL elements, whichever is more: reshapes, transposes, slices,
  * pads and concats of known values fold, expanding broadcasts do not. */
 enum { GROWTH = 2, SMALL = 4096 };
+/* The most multiply-adds a fold may cost in the reference kernels (seconds at
+ * most), so that compiling never takes longer than running would by much: a
+ * product of small weights folds, a product of two big weights is left to the
+ * compiled code. */
+#define MAX_WORK (1 << 30)
 
 typedef struct {
     PassContext *c;
@@ -87,6 +93,21 @@ static int evaluate(const Fold *f, const Node *n, Tensor **out) {
     return rc;
 }
 
+/* About how many multiply-adds evaluating n takes: the contractions cost the
+ * size of their result times the length of what each result element sums. */
+static double work(const Graph *g, const Node *n, double out_numel) {
+    const Type *a = &g->values[n->in[0]].type;
+    const Type *b = n->n_in > 1 ? &g->values[n->in[1]].type : a;
+    switch (n->op) {
+    case OP_MATMUL:
+    case OP_LINEAR: return out_numel * (double)a->dims[a->rank - 1];
+    case OP_GEMM: return out_numel * (double)a->dims[node_bool(n, "trans_a") ? 0 : 1];
+    case OP_CONV:
+    case OP_CONV_TRANSPOSE: return out_numel * (double)type_numel(b) / (double)b->dims[0];
+    default: return out_numel;
+    }
+}
+
 /* Folds node i when it can; 0 also when it cannot. */
 static int fold_node(Fold *f, int i) {
     Graph *g = f->c->g;
@@ -105,7 +126,7 @@ static int fold_node(Fold *f, int i) {
             return 0;
         out_numel += (double)type_numel(&g->values[n->out[k]].type);
     }
-    if (out_numel > GROWTH * in_numel && out_numel > SMALL)
+    if ((out_numel > GROWTH * in_numel && out_numel > SMALL) || work(g, n, out_numel) > MAX_WORK)
         return 0;
 
     Tensor **out = ir_calloc((size_t)n->n_out + 1, sizeof *out);
