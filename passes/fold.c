@@ -41,25 +41,24 @@ enum { GROWTH = 2, SMALL = 4096 };
 
 typedef struct {
     PassContext *c;
-    int n_values; /* values before the pass; later ones are the params it made */
-    bool *output; /* [n_values] a model output */
-    bool *wrt;    /* [n_values] a value some grad differentiates with respect to */
-    bool *dead;   /* [nodes before a phase] */
+    /* Values and weights before the pass. The pass makes one value and one weight
+     * at a time (pass_add_param), so value n_values + k is weight n_weights + k. */
+    int n_values, n_weights;
+    bool *output;    /* [n_values] a model output */
+    bool *wrt;       /* [n_values] a value some grad differentiates with respect to */
+    bool *has_value; /* [n_values] a const, or a param with a weight or an initializer */
+    int *rep;        /* [n_values] the param that replaced a folded value, or itself */
+    bool *dead;      /* [nodes before a phase] */
 } Fold;
 
 static bool flagged(const Fold *f, const bool *flags, int v) {
     return v >= 0 && v < f->n_values && flags[v];
 }
 
-/* Whether the value of v is known at compile time (an absent input counts). */
+/* Whether the value of v is known at compile time (an absent input counts, and so
+ * does every param the pass made). */
 static bool known(const Fold *f, int v) {
-    if (v < 0)
-        return true;
-    const Node *n = pass_definer(f->c->g, v);
-    if (!n || flagged(f, f->wrt, v))
-        return false;
-    return n->op == OP_CONST || (n->op == OP_PARAM && (n->init.kind != INIT_NONE ||
-                                                       tensors_find(f->c->weights, f->c->g->values[v].name)));
+    return v < 0 || v >= f->n_values || (f->has_value[v] && !f->wrt[v]);
 }
 
 /* The value of a known v in *out (NULL for an absent input); -1 after a diagnostic. */
@@ -67,6 +66,12 @@ static int value_of(const Fold *f, int v, Tensor **out) {
     *out = NULL;
     if (v < 0)
         return 0;
+    if (v >= f->n_values) { /* found by position: a search by name would take long */
+        const NamedTensor *w = &f->c->weights->items[f->n_weights + v - f->n_values];
+        KILN_ASSERT(strcmp(w->name, f->c->g->values[v].name) == 0);
+        *out = tensor_clone(w->tensor);
+        return *out ? 0 : diag_error(f->c->d, (Loc){0}, "out of memory");
+    }
     int rc = pass_known_value(f->c, v, out);
     KILN_ASSERT(rc != 0); /* known() said so */
     return rc < 0 ? -1 : 0;
@@ -139,7 +144,7 @@ static int fold_node(Fold *f, int i) {
             if (id < 0)
                 rc = -1;
             else
-                graph_replace_uses(g, old, id);
+                f->rep[old] = id; /* the uses move as the walk reaches them */
         }
         if (out)
             tensor_free(out[k]);
@@ -233,51 +238,90 @@ static int fold_batch_norm(Fold *f, int i, const int *uses) {
     return 0;
 }
 
+/* Points every use of a folded value at its param. */
+static void replace_uses(Fold *f, int *v) {
+    if (*v >= 0 && *v < f->n_values)
+        *v = f->rep[*v];
+}
+
+static int setup(Fold *f) {
+    Graph *g = f->c->g;
+    size_t count = (size_t)g->n_values + 1;
+    f->output = ir_calloc(count, sizeof *f->output);
+    f->wrt = ir_calloc(count, sizeof *f->wrt);
+    f->has_value = ir_calloc(count, sizeof *f->has_value);
+    f->rep = ir_malloc(count * sizeof *f->rep);
+    if (!f->output || !f->wrt || !f->has_value || !f->rep)
+        return diag_error(f->c->d, (Loc){0}, "out of memory");
+    for (int v = 0; v < g->n_values; v++)
+        f->rep[v] = v;
+    for (int k = 0; k < g->n_outputs; k++)
+        f->output[g->outputs[k]] = true;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_GRAD)
+            for (int k = 1; k < n->n_in; k++)
+                f->wrt[n->in[k]] = true;
+        if (n->op == OP_CONST || (n->op == OP_PARAM && n->init.kind != INIT_NONE))
+            f->has_value[n->out[0]] = true;
+    }
+    for (int k = 0; k < f->c->weights->n; k++) {
+        const Node *n = pass_definer(g, graph_find(g, f->c->weights->items[k].name));
+        if (n && n->op == OP_PARAM)
+            f->has_value[n->out[0]] = true;
+    }
+    return 0;
+}
+
+/* Removes the nodes a phase marked dead (none of the nodes it appended). */
+static int remove_dead(Fold *f, int n_marked) {
+    bool *dead = ir_calloc((size_t)f->c->g->n_nodes + 1, sizeof *dead);
+    if (!dead)
+        return diag_error(f->c->d, (Loc){0}, "out of memory");
+    memcpy(dead, f->dead, sizeof *dead * (size_t)n_marked);
+    graph_remove_nodes(f->c->g, dead);
+    ir_free(dead);
+    return 0;
+}
+
 int pass_fold(PassContext *c) {
     Graph *g = c->g;
-    Fold f = {c, g->n_values, NULL, NULL, NULL};
-    f.output = ir_calloc((size_t)g->n_values + 1, sizeof *f.output);
-    f.wrt = ir_calloc((size_t)g->n_values + 1, sizeof *f.wrt);
-    int *uses = NULL;
-    int rc = f.output && f.wrt ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
-    for (int k = 0; !rc && k < g->n_outputs; k++)
-        f.output[g->outputs[k]] = true;
-    for (int i = 0; !rc && i < g->n_nodes; i++)
-        if (g->nodes[i]->op == OP_GRAD)
-            for (int k = 1; k < g->nodes[i]->n_in; k++)
-                f.wrt[g->nodes[i]->in[k]] = true;
+    Fold f = {.c = c, .n_values = g->n_values, .n_weights = c->weights->n};
+    int *uses = NULL, n_nodes = g->n_nodes;
+    int rc = setup(&f);
 
-    /* Each phase marks the nodes it replaces and removes them at its end; the nodes
-     * it appends (params, convs) are never marked. */
-    for (int phase = 0; !rc && phase < 2; phase++) {
-        int n_nodes = g->n_nodes;
-        f.dead = ir_calloc((size_t)n_nodes + 1, sizeof *f.dead);
-        uses = phase == 1 ? ir_malloc(sizeof *uses * ((size_t)g->n_values + 1)) : NULL;
-        if (!f.dead || (phase == 1 && !uses))
-            rc = diag_error(c->d, (Loc){0}, "out of memory");
-        else if (uses)
-            graph_count_uses(g, uses);
-        for (int i = 0; !rc && i < n_nodes; i++)
-            if (phase == 0)
-                rc = fold_node(&f, i);
-            else if (g->nodes[i]->op == OP_BATCH_NORM)
-                rc = fold_batch_norm(&f, i, uses);
-        if (!rc) {
-            bool *dead = ir_calloc((size_t)g->n_nodes + 1, sizeof *dead);
-            if (!dead)
-                rc = diag_error(c->d, (Loc){0}, "out of memory");
-            else {
-                memcpy(dead, f.dead, sizeof *dead * (size_t)n_nodes);
-                graph_remove_nodes(g, dead);
-                ir_free(dead);
-            }
-        }
-        ir_free(f.dead);
-        ir_free(uses);
-        f.dead = NULL;
-        uses = NULL;
+    /* 1: ops on known values, in dependency order. Each node's inputs first move to
+     * the params that replaced them, so that chains fold. */
+    if (!rc && !(f.dead = ir_calloc((size_t)n_nodes + 1, sizeof *f.dead)))
+        rc = diag_error(c->d, (Loc){0}, "out of memory");
+    for (int i = 0; !rc && i < n_nodes; i++) {
+        for (int k = 0; k < g->nodes[i]->n_in; k++)
+            replace_uses(&f, &g->nodes[i]->in[k]);
+        rc = fold_node(&f, i);
     }
-    ir_free(f.output);
-    ir_free(f.wrt);
+    /* (a node out of dependency order may have used a value before it folded) */
+    for (int i = 0; !rc && i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i]->n_in; k++)
+            replace_uses(&f, &g->nodes[i]->in[k]);
+    if (!rc)
+        rc = remove_dead(&f, n_nodes);
+    ir_free(f.dead);
+    f.dead = NULL;
+
+    /* 2: batch_norm into conv. */
+    n_nodes = g->n_nodes;
+    if (!rc && (!(f.dead = ir_calloc((size_t)n_nodes + 1, sizeof *f.dead)) ||
+                !(uses = ir_malloc(sizeof *uses * ((size_t)g->n_values + 1)))))
+        rc = diag_error(c->d, (Loc){0}, "out of memory");
+    if (!rc)
+        graph_count_uses(g, uses);
+    for (int i = 0; !rc && i < n_nodes; i++)
+        if (g->nodes[i]->op == OP_BATCH_NORM)
+            rc = fold_batch_norm(&f, i, uses);
+    if (!rc)
+        rc = remove_dead(&f, n_nodes);
+
+    ir_free(f.dead), ir_free(uses);
+    ir_free(f.output), ir_free(f.wrt), ir_free(f.has_value), ir_free(f.rep);
     return rc;
 }
