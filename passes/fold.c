@@ -33,10 +33,9 @@
  * together, or SMALL elements, whichever is more: reshapes, transposes, slices,
  * pads and concats of known values fold, expanding broadcasts do not. */
 enum { GROWTH = 2, SMALL = 4096 };
-/* The most multiply-adds a fold may cost in the reference kernels (seconds at
- * most), so that compiling never takes longer than running would by much: a
- * product of small weights folds, a product of two big weights is left to the
- * compiled code. */
+/* The most multiply-adds a fold may cost in the reference kernels (a few seconds
+ * at most), so that compiling stays fast: a product of small weights folds, a
+ * product of two big weights is left to the compiled code. */
 #define MAX_WORK (1 << 30)
 
 typedef struct {
