@@ -77,6 +77,8 @@ int pass_finish(PassContext *c, Node *n);
 
 /* The passes, one file each. */
 int pass_autodiff(PassContext *c);
+int pass_cse(PassContext *c);
+int pass_fold(PassContext *c);
 int pass_dce(PassContext *c);
 
 #endif

@@ -14,6 +14,8 @@
 const Pass pass_list[] = {
     {"autodiff", 1, pass_autodiff,
      "replace every grad by its backward graph (always, when code is generated)"},
+    {"cse", 1, pass_cse, "compute each repeated expression and identical const once"},
+    {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
     {"memplan", 1, NULL, "plan the workspace: buffers with disjoint lifetimes share memory (codegen)"},
 };
