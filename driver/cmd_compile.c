@@ -12,10 +12,12 @@
 static const char usage[] =
     "usage: kiln compile MODEL -o OUT.so [--weights FILE.safetensors]... [--target c]\n"
     "                          [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
-    "                          [--emit-source FILE.c] [--header FILE.h]\n"
+    "                          [--emit-source FILE.c] [--header FILE.h] [--check]\n"
     "\n"
     "Compiles MODEL into a shared object exporting kiln_model() (kiln/model.h). The C\n"
-    "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n";
+    "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n"
+    "--check runs the interpreter on random inputs before the passes and after each,\n"
+    "and fails naming the first pass that changes an output.\n";
 
 extern const char kiln_model_h_text[];
 
@@ -40,9 +42,9 @@ int cmd_compile(int argc, char **argv) {
         fputs(usage, stdout);
         return 0;
     }
-    int rc = parse_options(argc, argv, 2,
-                           "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header",
-                           usage, &o);
+    int rc = parse_options(
+        argc, argv, 2,
+        "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header --check", usage, &o);
     if (rc)
         return rc;
     if (!o.out) {

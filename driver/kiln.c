@@ -114,6 +114,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             o->header = value;
         else if (strcmp(key, "--list-passes") == 0)
             o->list_passes = true;
+        else if (strcmp(key, "--check") == 0)
+            o->pipeline.check = true;
         else if (is_no_pass)
             o->disabled[o->pipeline.n_disabled++] = arg + 5;
     }

@@ -42,6 +42,9 @@ typedef struct {
     int n_disabled;
     const char *dump_dir; /* --dump-dir */
     bool verify;          /* run the verifier after every pass */
+    bool check;           /* --check: compare the outputs after every pass (check.c) */
+    /* the inputs of --check in declaration order; NULL: deterministic random ones */
+    const Tensor *const *check_inputs;
 } PipelineOptions;
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */
@@ -63,6 +66,37 @@ int pass_known_value(PassContext *c, int v, Tensor **out);
 int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
 /* The node defining value v (NULL for an orphan). */
 Node *pass_definer(const Graph *g, int v);
+
+/* ---- --check (check.c) ---- */
+
+/* How one tensor differs from the reference: the largest error |got - want| (NaN
+ * against a number counts as infinite), where, and whether every element is
+ * within |a - b| <= 1e-4 + 1e-4 |b| (NaN matching NaN). index < 0: no element differs. */
+typedef struct {
+    double max_error;
+    int64_t index;
+    double got, want;
+    bool ok;
+} CheckDiff;
+
+void check_compare(const Tensor *got, const Tensor *want, CheckDiff *diff);
+
+/* The inputs of the check and the unoptimized model's outputs on them. */
+typedef struct {
+    int n_inputs;
+    const char **input_names;
+    Tensor **inputs;
+    int n_outputs;
+    Tensor **want;
+} Check;
+
+/* Runs the unoptimized graph on the given inputs (declaration order), or on random
+ * ones when `given` is NULL, and keeps its outputs. -1 after a diagnostic. */
+int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *const *given, Diag *d);
+/* Runs g after pass `pass` and compares its outputs with the reference: a line on
+ * d->out when they agree, else -1 after an error naming the output and the error. */
+int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d);
+void check_free(Check *k);
 
 /* The passes, one file each. */
 int pass_dce(PassContext *c);

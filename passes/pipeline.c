@@ -57,7 +57,37 @@ typedef struct {
     PassContext c;
     const PipelineOptions *o;
     int step;
+    Check check; /* with --check: the reference outputs */
+    char *text;  /* with --check: the graph as printed after the last stage */
 } Run;
+
+/* The graph as text; NULL when out of memory. */
+static char *graph_text(const Graph *g) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    print_graph(g, f);
+    fclose(f);
+    return text;
+}
+
+/* --check after pass `name`: a pass that left the printed graph as it was (same
+ * nodes, same params, whose weights never change in place) needs no run. */
+static int check_pass(Run *r, const char *name) {
+    char *text = graph_text(r->c.g);
+    if (!text)
+        return diag_error(r->c.d, (Loc){0}, "out of memory");
+    int rc = 0;
+    if (strcmp(text, r->text) == 0)
+        fprintf(r->c.d->out, "check: %s ok (unchanged)\n", name);
+    else
+        rc = check_stage(&r->check, r->c.g, r->c.weights, name, r->c.d);
+    free(r->text);
+    r->text = text;
+    return rc;
+}
 
 /* DIR/NN-STAGE.kiln, and DIR/NN-STAGE.safetensors with the params the passes made
  * that this stage uses (none: no file). Both written together or neither. */
@@ -115,24 +145,40 @@ static int run_pass(const char *name, void *ctx) {
         return diag_error(r->c.d, (Loc){0}, "out of memory");
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
         return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
+    if (r->o->check && check_pass(r, name))
+        return -1;
     r->step++;
     return r->o->dump_dir ? dump(r, name) : 0;
 }
 
-int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
-    Run r = {{g, weights, weights->n, d}, o, 0};
+static int run_passes(Run *r) {
+    const PipelineOptions *o = r->o;
     if (o->dump_dir) {
         if (mkdir(o->dump_dir, 0777) != 0 && errno != EEXIST)
-            return diag_error(d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
-        if (dump(&r, "input"))
+            return diag_error(r->c.d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
+        if (dump(r, "input"))
             return -1;
     }
+    if (o->check) {
+        if (check_begin(&r->check, r->c.g, r->c.weights, o->check_inputs, r->c.d))
+            return -1;
+        if (!(r->text = graph_text(r->c.g)))
+            return diag_error(r->c.d, (Loc){0}, "out of memory");
+    }
     if (o->only)
-        return each_name(o->only, run_pass, &r);
+        return each_name(o->only, run_pass, r);
     for (int i = 0; i < pass_count; i++)
-        if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, &r))
+        if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, r))
             return -1;
     return 0;
+}
+
+int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
+    Run r = {{g, weights, weights->n, d}, o, 0, {0}, NULL};
+    int rc = run_passes(&r);
+    check_free(&r.check);
+    free(r.text);
+    return rc;
 }
 
 static int is_name(const char *name, void *ctx) {
