@@ -18,8 +18,9 @@ static const char usage[] =
     "prints each output's name, type and first values. --target c (the default) compiles\n"
     "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
     "interp runs the reference interpreter. --check runs the interpreter on the inputs\n"
-    "before the passes and after each, and fails naming the first pass that changes an\n"
-    "output beyond 1e-4 + 1e-4|expected|.\n";
+    "before the passes and after each, and compares the target's outputs too; it fails\n"
+    "naming the first pass (or the target) that changes an output beyond\n"
+    "1e-4 + 1e-4|expected|.\n";
 
 static int find_binding(const Binding *b, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -162,6 +163,7 @@ static int run_model(const Options *o, Diag *d) {
     kiln_error err = {""};
     Signature sig;
     Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
+    Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
     bool interp = o->target && strcmp(o->target, "interp") == 0, inputs_read = false;
     int rc = 0;
     if (o->target && strcmp(o->target, "cuda") == 0)
@@ -179,6 +181,7 @@ static int run_model(const Options *o, Diag *d) {
         /* --check runs the unoptimized model on the given inputs, so they are read
            before the passes, against its signature */
         PipelineOptions pipeline = o->pipeline;
+        pipeline.check_result = &check;
         rc = load_model(o, true, d, &src, &g, &weights);
         if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
             pipeline.check_inputs = (const Tensor *const *)in;
@@ -213,6 +216,12 @@ static int run_model(const Options *o, Diag *d) {
         if (!rc && kiln_run(m, inputs, outputs, &err))
             rc = diag_error(d, (Loc){0}, "%s", err.message);
     }
+    if (!rc && o->pipeline.check) {
+        char name[64], what[64];
+        snprintf(name, sizeof name, "target %s", interp ? "interp" : "c");
+        snprintf(what, sizeof what, "target '%s'", interp ? "interp" : "c");
+        rc = check_outputs(&check, g, out, name, what, d);
+    }
     if (!rc && o->n_outputs > 0)
         rc = write_outputs(&sig, o, out, d);
     if (!rc && o->n_outputs == 0)
@@ -222,6 +231,7 @@ static int run_model(const Options *o, Diag *d) {
         tensor_free(in[i]);
         tensor_free(out[i]);
     }
+    check_free(&check);
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);

@@ -127,39 +127,46 @@ int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *con
     return rc;
 }
 
-int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d) {
+int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
+                  Diag *d) {
     if (g->n_outputs != k->n_outputs)
-        return diag_error(d, (Loc){0}, "check: pass '%s' changed the number of outputs from %d to %d", pass,
+        return diag_error(d, (Loc){0}, "check: %s changed the number of outputs from %d to %d", what,
                           k->n_outputs, g->n_outputs);
-    Tensor **got;
-    if (run_graph(k, g, w, &got, d))
-        return diag_error(d, (Loc){0}, "check: the interpreter cannot run the model after pass '%s'", pass);
-    int rc = 0;
     double worst = 0;
-    for (int i = 0; !rc && i < k->n_outputs; i++) {
-        const char *name = g->values[g->outputs[i]].name;
+    for (int i = 0; i < k->n_outputs; i++) {
+        const char *out = g->values[g->outputs[i]].name;
         char ty[160], want_ty[160];
-        if (!type_equal(&got[i]->type, &k->want[i]->type)) {
-            rc = diag_error(d, (Loc){0}, "check: pass '%s' changed the type of output '%s' from %s to %s",
-                            pass, name, type_str(&k->want[i]->type, want_ty, sizeof want_ty),
-                            type_str(&got[i]->type, ty, sizeof ty));
-            break;
-        }
+        if (!type_equal(&got[i]->type, &k->want[i]->type))
+            return diag_error(d, (Loc){0}, "check: %s changed the type of output '%s' from %s to %s", what,
+                              out, type_str(&k->want[i]->type, want_ty, sizeof want_ty),
+                              type_str(&got[i]->type, ty, sizeof ty));
         CheckDiff diff;
         check_compare(got[i], k->want[i], &diff);
         if (!diff.ok) {
             char where[256];
             index_str(&got[i]->type, diff.index, where, sizeof where);
-            rc = diag_error(d, (Loc){0},
-                            "check: pass '%s' changed output '%s': largest error %.3g at %s (element %lld): "
-                            "got %.9g, expected %.9g",
-                            pass, name, diff.max_error, where, (long long)diff.index, diff.got, diff.want);
+            return diag_error(d, (Loc){0},
+                              "check: %s changed output '%s': largest error %.3g at %s (element %lld): "
+                              "got %.9g, expected %.9g",
+                              what, out, diff.max_error, where, (long long)diff.index, diff.got, diff.want);
         }
         if (diff.max_error > worst)
             worst = diff.max_error;
     }
-    if (!rc)
-        fprintf(d->out, "check: %s ok (max error %.2g)\n", pass, worst);
+    fprintf(d->out, "check: %s ok (max error %.2g)\n", name, worst);
+    return 0;
+}
+
+int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d) {
+    char what[128];
+    snprintf(what, sizeof what, "pass '%s'", pass);
+    if (g->n_outputs != k->n_outputs)
+        return diag_error(d, (Loc){0}, "check: %s changed the number of outputs from %d to %d", what,
+                          k->n_outputs, g->n_outputs);
+    Tensor **got;
+    if (run_graph(k, g, w, &got, d))
+        return diag_error(d, (Loc){0}, "check: the interpreter cannot run the model after %s", what);
+    int rc = check_outputs(k, g, got, pass, what, d);
     free_tensors(got, k->n_outputs);
     return rc;
 }

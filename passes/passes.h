@@ -45,6 +45,9 @@ typedef struct {
     bool check;           /* --check: compare the outputs after every pass (check.c) */
     /* the inputs of --check in declaration order; NULL: deterministic random ones */
     const Tensor *const *check_inputs;
+    /* where the check's inputs and reference outputs go after the passes, for the
+       caller to compare the target's outputs with (check_outputs); NULL: freed */
+    struct Check *check_result;
 } PipelineOptions;
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */
@@ -82,7 +85,7 @@ typedef struct {
 void check_compare(const Tensor *got, const Tensor *want, CheckDiff *diff);
 
 /* The inputs of the check and the unoptimized model's outputs on them. */
-typedef struct {
+typedef struct Check {
     int n_inputs;
     const char **input_names;
     Tensor **inputs;
@@ -96,6 +99,11 @@ int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *con
 /* Runs g after pass `pass` and compares its outputs with the reference: a line on
  * d->out when they agree, else -1 after an error naming the output and the error. */
 int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d);
+/* Compares outputs computed some other way (by a target) with the reference,
+ * output i of g in got[i]: "check: NAME ok (max error E)" on d->out when they
+ * agree, else -1 after an error saying that WHAT ("the C target") changed an output. */
+int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
+                  Diag *d);
 void check_free(Check *k);
 
 /* The passes, one file each. */

@@ -176,7 +176,10 @@ static int run_passes(Run *r) {
 int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
     Run r = {{g, weights, weights->n, d}, o, 0, {0}, NULL};
     int rc = run_passes(&r);
-    check_free(&r.check);
+    if (!rc && o->check && o->check_result)
+        *o->check_result = r.check; /* the caller's now */
+    else
+        check_free(&r.check);
     free(r.text);
     return rc;
 }

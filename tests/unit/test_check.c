@@ -170,6 +170,39 @@ static void test_stage_wrong_op(void **state) {
     srcfile_free(src);
 }
 
+/* Outputs computed elsewhere (a target) against the reference. */
+static void test_target_outputs(void **state) {
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    Check k;
+    SrcFile *src;
+    Diag d;
+    Graph *g = start(&k, &src, &d, out);
+    Tensor *got[2] = {tensor_clone(k.want[0]), tensor_clone(k.want[1])};
+    got[1]->data[4] += 0.5f;
+    assert_int_equal(check_outputs(&k, g, got, "target c", "target 'c'", &d), -1);
+    got[1]->data[4] = k.want[1]->data[4];
+    assert_int_equal(check_outputs(&k, g, got, "target c", "target 'c'", &d), 0);
+    tensor_free(got[1]);
+    got[1] = tensor_new(&(Type){DT_F32, 1, {6}}); /* the right size, the wrong shape */
+    assert_int_equal(check_outputs(&k, g, got, "target c", "target 'c'", &d), -1);
+    fclose(out);
+    assert_non_null(strstr(text,
+                           "kiln: error: check: target 'c' changed output 'z': largest error 0.5 at [1, 1] "
+                           "(element 4)"));
+    assert_non_null(strstr(text, "check: target c ok (max error 0)\n"));
+    assert_non_null(
+        strstr(text, "check: target 'c' changed the type of output 'z' from f32[2, 3] to f32[6]"));
+    tensor_free(got[0]);
+    tensor_free(got[1]);
+    free(text);
+    check_free(&k);
+    graph_free(g);
+    srcfile_free(src);
+}
+
 /* The same random inputs every time. */
 static void test_inputs_deterministic(void **state) {
     (void)state;
@@ -190,10 +223,15 @@ static void test_inputs_deterministic(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compare_equal),     cmocka_unit_test(test_compare_nan_matches_nan),
-        cmocka_unit_test(test_compare_tolerance), cmocka_unit_test(test_compare_largest),
-        cmocka_unit_test(test_stage_ok),          cmocka_unit_test(test_stage_drift),
-        cmocka_unit_test(test_stage_wrong_op),    cmocka_unit_test(test_inputs_deterministic),
+        cmocka_unit_test(test_compare_equal),
+        cmocka_unit_test(test_compare_nan_matches_nan),
+        cmocka_unit_test(test_compare_tolerance),
+        cmocka_unit_test(test_compare_largest),
+        cmocka_unit_test(test_stage_ok),
+        cmocka_unit_test(test_stage_drift),
+        cmocka_unit_test(test_stage_wrong_op),
+        cmocka_unit_test(test_target_outputs),
+        cmocka_unit_test(test_inputs_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
