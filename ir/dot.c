@@ -438,8 +438,9 @@ static bool draw_fused(FILE *f, const Graph *g, int i, DotName *src) {
  * expression cannot be read. */
 static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
     const Node *n = g->nodes[i];
-    char buf[4096];
-    const char *expr = attr_text(n, "expr", buf, sizeof buf);
+    int a = op_attr_index(n->op, "expr");
+    AttrKind kind = a >= 0 ? op_table[n->op].attrs[a].kind : A_INT;
+    const char *expr = (kind == A_STRING || kind == A_ENUM) && n->attrs[a].set ? n->attrs[a].s : NULL;
     if (!expr || n->n_out != 1)
         return false;
     /* the expression's inputs are the dot nodes of the op's inputs */

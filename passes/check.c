@@ -67,17 +67,16 @@ void check_free(Check *k) {
     *k = (Check){0};
 }
 
-/* The graph's outputs on the check's inputs, in *out (n_outputs new tensors). */
-static int run_graph(const Check *k, const Graph *g, const TensorList *w, Tensor ***out, Diag *d) {
+int check_bind_inputs(const Check *k, const Graph *g, const Tensor **in, Diag *d) {
     int n_in = graph_inputs(g, NULL, 0);
     int *ids = ir_calloc((size_t)n_in + 1, sizeof *ids);
-    const Tensor **in = ir_calloc((size_t)n_in + 1, sizeof *in);
-    *out = ir_calloc((size_t)g->n_outputs + 1, sizeof **out);
-    int rc = ids && in && *out ? 0 : diag_error(d, (Loc){0}, "out of memory");
-    if (!rc)
-        graph_inputs(g, ids, n_in);
+    if (!ids)
+        return diag_error(d, (Loc){0}, "out of memory");
+    graph_inputs(g, ids, n_in);
+    int rc = 0;
     for (int i = 0; !rc && i < n_in; i++) {
         const char *name = g->values[ids[i]].name;
+        in[i] = NULL;
         for (int j = 0; j < k->n_inputs && !in[i]; j++)
             if (strcmp(k->input_names[j], name) == 0)
                 in[i] = k->inputs[j];
@@ -86,9 +85,19 @@ static int run_graph(const Check *k, const Graph *g, const TensorList *w, Tensor
         else if (!type_equal(&in[i]->type, &g->values[ids[i]].type))
             rc = diag_error(d, (Loc){0}, "check: input '%s' changed its type", name);
     }
+    ir_free(ids);
+    return rc;
+}
+
+/* The graph's outputs on the check's inputs, in *out (n_outputs new tensors). */
+static int run_graph(const Check *k, const Graph *g, const TensorList *w, Tensor ***out, Diag *d) {
+    const Tensor **in = ir_calloc((size_t)graph_inputs(g, NULL, 0) + 1, sizeof *in);
+    *out = ir_calloc((size_t)g->n_outputs + 1, sizeof **out);
+    int rc = in && *out ? 0 : diag_error(d, (Loc){0}, "out of memory");
+    if (!rc)
+        rc = check_bind_inputs(k, g, in, d);
     if (!rc)
         rc = interp_run(g, w, in, *out, d);
-    ir_free(ids);
     ir_free(in);
     if (rc) {
         ir_free(*out);

@@ -104,6 +104,9 @@ int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass,
  * agree, else -1 after an error saying that WHAT ("the C target") changed an output. */
 int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
                   Diag *d);
+/* The check's inputs for g's declared inputs, in declaration order (borrowed);
+ * -1 after a diagnostic when g declares an input the check does not have. */
+int check_bind_inputs(const Check *k, const Graph *g, const Tensor **in, Diag *d);
 void check_free(Check *k);
 
 /* The passes, one file each. */
