@@ -177,8 +177,9 @@ static int parse_call_args(ExprParser *e, ExprNode *call, int depth) {
             e->p++;
             return 0;
         }
-        if (*e->p++ != ',')
+        if (*e->p != ',')
             return -1;
+        e->p++;
     }
 }
 
@@ -254,7 +255,8 @@ int dot_expr(FILE *f, FILE *outside, const char *expr, const char *prefix, const
         return -1;
     ExprParser e = {expr, nodes, 0};
     int top = parse_expr(&e, 0);
-    skip_space(&e);
+    if (top >= 0)
+        skip_space(&e);
     bool ok = top >= 0 && *e.p == 0;
     for (int i = 0; ok && i < e.n; i++)
         ok = nodes[i].kind != E_INPUT || nodes[i].input < n_inputs;
@@ -401,14 +403,15 @@ static bool draw_fused(FILE *f, const Graph *g, int i, DotName *src) {
         const char *label = st->label[0] == '@' ? attr_text(n, st->label + 1, buf, sizeof buf) : st->label;
         fprintf(f, "    n%d_%d [label=\"", i, s);
         put_escaped(label ? label : "?", f);
-        for (size_t k = 0; label && k < sizeof activation_attrs / sizeof *activation_attrs; k++)
-            for (int j = 0;
-                 strcmp(label, activation_attrs[k].activation) == 0 && j < 3 && activation_attrs[k].attrs[j];
-                 j++) {
+        for (size_t k = 0; label && k < sizeof activation_attrs / sizeof *activation_attrs; k++) {
+            if (strcmp(label, activation_attrs[k].activation) != 0)
+                continue;
+            for (int j = 0; j < 3 && activation_attrs[k].attrs[j]; j++) {
                 char val[64];
                 if (attr_text(n, activation_attrs[k].attrs[j], val, sizeof val))
                     fprintf(f, "%s%s=%s", j ? ", " : "\\n", activation_attrs[k].attrs[j], val);
             }
+        }
         char flag[16];
         if (st->flag_attr && attr_text(n, st->flag_attr, flag, sizeof flag) && strcmp(flag, "true") == 0)
             fprintf(f, "\\n%s", st->flag_attr);
