@@ -30,7 +30,7 @@ if [ $# -lt 2 ]; then
 fi
 kiln=$1
 shift
-compare=$(dirname "$kiln")/tests/npy_compare
+compare=${NPY_COMPARE:-$(dirname "$kiln")/tests/npy_compare}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
