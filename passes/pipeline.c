@@ -145,10 +145,11 @@ static int run_pass(const char *name, void *ctx) {
         return diag_error(r->c.d, (Loc){0}, "out of memory");
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
         return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", name);
-    if (r->o->check && check_pass(r, name))
-        return -1;
     r->step++;
-    return r->o->dump_dir ? dump(r, name) : 0;
+    /* the stage is dumped before it is checked, so a drifting one can be looked at */
+    if (r->o->dump_dir && dump(r, name))
+        return -1;
+    return r->o->check ? check_pass(r, name) : 0;
 }
 
 static int run_passes(Run *r) {
