@@ -9,12 +9,14 @@
 
 static const char usage[] =
     "usage: kiln opt MODEL [-O0|-O1|-O2] [--passes=P1,P2,...] [--no-PASS] [-o OUT.kiln]\n"
-    "                      [--dump-dir DIR] [--weights FILE.safetensors]...\n"
+    "                      [--dump-dir DIR] [--weights FILE.safetensors]... [--check]\n"
     "       kiln opt --list-passes\n"
     "\n"
     "Prints MODEL after the passes --passes= lists, or else after the pipeline of the -O\n"
     "level (default -O2); -O0 prints the parsed, verified model unchanged. --dump-dir\n"
-    "writes DIR/00-input.kiln and DIR/NN-PASS.kiln after every pass.\n";
+    "writes DIR/00-input.kiln and DIR/NN-PASS.kiln after every pass. --check runs the\n"
+    "interpreter on random inputs before the passes and after each, and fails naming\n"
+    "the first pass that changes an output beyond 1e-4 + 1e-4|expected|.\n";
 
 int cmd_opt(int argc, char **argv) {
     Options o;
@@ -26,7 +28,8 @@ int cmd_opt(int argc, char **argv) {
         return 0;
     }
     int rc = parse_options(argc, argv, 2,
-                           "-o --weights --target -O --passes --no-PASS --dump-dir --list-passes", usage, &o);
+                           "-o --weights --target -O --passes --no-PASS --dump-dir --list-passes --check",
+                           usage, &o);
     if (rc)
         return rc;
     o.pipeline.lower = false; /* -O0 prints the model unchanged, grad and all */

@@ -12,13 +12,16 @@
 static const char usage[] =
     "usage: kiln run MODEL [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...\n"
     "                      [--weights FILE.safetensors]... [--target interp|c|cuda]\n"
-    "                      [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
+    "                      [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR] [--check]\n"
     "\n"
     "Runs MODEL (a .kiln file, or a .so made by kiln compile) once. Without --output,\n"
     "prints each output's name, type and first values. --target c (the default) compiles\n"
     "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
     "interp runs the reference interpreter. --dump-dir DIR writes the graph after every\n"
-    "pass and, for the C target, the generated C as DIR/model.c.\n";
+    "pass and, for the C target, the generated C as DIR/model.c. --check runs the\n"
+    "interpreter on the inputs before the passes and after each, and compares the\n"
+    "target's outputs too; it fails naming the first pass (or the target) that changes\n"
+    "an output beyond 1e-4 + 1e-4|expected|.\n";
 
 static int find_binding(const Binding *b, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -161,20 +164,31 @@ static int run_model(const Options *o, Diag *d) {
     kiln_error err = {""};
     Signature sig;
     Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
-    bool interp = o->target && strcmp(o->target, "interp") == 0;
+    Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
+    bool interp = o->target && strcmp(o->target, "interp") == 0, inputs_read = false;
     int rc = 0;
     if (o->target && strcmp(o->target, "cuda") == 0)
         rc = diag_error(d, (Loc){0}, "target 'cuda' is not available in this version of kiln");
     else if (is_shared_object(o->model)) {
-        if (interp)
+        if (o->pipeline.check)
+            rc = diag_error(d, (Loc){0}, "'%s' is compiled; --check needs the .kiln model", o->model);
+        else if (interp)
             rc = diag_error(d, (Loc){0}, "'%s' is compiled; the interpreter runs .kiln models", o->model);
         else if (!(m = kiln_load(o->model, &err)))
             rc = diag_error(d, (Loc){0}, "%s", err.message);
         else
             rc = compiled_signature(o->model, kiln_def(m), &sig, d);
     } else {
-        rc = load_model(o, true, d, &src, &g, &weights) || pipeline_run(g, &weights, &o->pipeline, d) ||
-             graph_signature(g, &sig, d);
+        /* --check runs the unoptimized model on the given inputs, so they are read
+           before the passes, against its signature */
+        PipelineOptions pipeline = o->pipeline;
+        pipeline.check_result = &check;
+        rc = load_model(o, true, d, &src, &g, &weights);
+        if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
+            pipeline.check_inputs = (const Tensor *const *)in;
+            inputs_read = true;
+        }
+        rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, &sig, d);
         JitOptions jo = jit_options(o);
         if (!rc && !interp && !(m = jit_graph(g, &weights, &jo, d, &err)))
             rc = -1;
@@ -187,7 +201,7 @@ static int run_model(const Options *o, Diag *d) {
             rc = diag_error(d, (Loc){0}, "--output %s: the model has no output named '%s'",
                             o->outputs[i].file, o->outputs[i].name);
     }
-    if (!rc)
+    if (!rc && !inputs_read)
         rc = read_inputs(&sig, o, in, d);
     if (!rc && interp)
         rc = interp_run(g, &weights, (const Tensor *const *)in, out, d);
@@ -204,6 +218,12 @@ static int run_model(const Options *o, Diag *d) {
         if (!rc && kiln_run(m, inputs, outputs, &err))
             rc = diag_error(d, (Loc){0}, "%s", err.message);
     }
+    if (!rc && o->pipeline.check) {
+        char name[64], what[64];
+        snprintf(name, sizeof name, "target %s", interp ? "interp" : "c");
+        snprintf(what, sizeof what, "target '%s'", interp ? "interp" : "c");
+        rc = check_outputs(&check, g, out, name, what, d);
+    }
     if (!rc && o->n_outputs > 0)
         rc = write_outputs(&sig, o, out, d);
     if (!rc && o->n_outputs == 0)
@@ -213,6 +233,7 @@ static int run_model(const Options *o, Diag *d) {
         tensor_free(in[i]);
         tensor_free(out[i]);
     }
+    check_free(&check);
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);
@@ -227,7 +248,8 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     int rc = parse_options(argc, argv, 2,
-                           "--weights --input --output --target -O --passes --no-PASS --dump-dir", usage, &o);
+                           "--weights --input --output --target -O --passes --no-PASS --dump-dir --check",
+                           usage, &o);
     if (rc)
         return rc;
     if (has_duplicate(o.inputs, o.n_inputs, "--input") || has_duplicate(o.outputs, o.n_outputs, "--output"))

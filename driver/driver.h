@@ -53,5 +53,6 @@ int cmd_run(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_opt(int argc, char **argv);
+int cmd_dot(int argc, char **argv);
 
 #endif

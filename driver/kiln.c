@@ -3,6 +3,7 @@
  *   kiln run MODEL ...    run a model (the reference interpreter for now)
  *   kiln opt MODEL ...    parse, verify, optimize and print a model
  *   kiln bench MODEL ...  time a compiled model's runs, per kernel with --profile
+ *   kiln dot MODEL ...    draw the graph after the passes, as Graphviz text
  *
  * This file dispatches to the commands and holds what they share: option parsing
  * and loading a model with its weights. */
@@ -19,6 +20,7 @@ static const char usage_main[] =
     "  compile  compile a model into a shared object\n"
     "  bench    time a model's runs, and with --profile each kernel's share\n"
     "  opt      parse, verify and optimize a model, and print it\n"
+    "  dot      draw a model after the passes as a Graphviz graph\n"
     "\n"
     "`kiln COMMAND --help` describes a command's options.\n"
     "Exit status: 0 success, 1 bad model/weights/inputs, 2 bad command line, 3 internal error.\n";
@@ -117,6 +119,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             o->list_passes = true;
         else if (strcmp(key, "--memory-report") == 0)
             o->memory_report = true;
+        else if (strcmp(key, "--check") == 0)
+            o->pipeline.check = true;
         else if (is_no_pass)
             o->disabled[o->pipeline.n_disabled++] = arg + 5;
     }
@@ -193,7 +197,9 @@ int main(int argc, char **argv) {
         return cmd_compile(argc, argv);
     if (strcmp(argv[1], "bench") == 0)
         return cmd_bench(argc, argv);
-    if (!strcmp(argv[1], "import") || !strcmp(argv[1], "dot")) {
+    if (strcmp(argv[1], "dot") == 0)
+        return cmd_dot(argc, argv);
+    if (strcmp(argv[1], "import") == 0) {
         fprintf(stderr, "kiln: error: 'kiln %s' is not available in this version of kiln\n", argv[1]);
         return EXIT_USER;
     }

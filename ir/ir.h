@@ -287,6 +287,15 @@ int attrs_normalize(Graph *g, Node *n, Diag *d);
 int infer_node(Graph *g, Node *n, Diag *d);
 int verify_graph(Graph *g, Diag *d);
 void print_graph(const Graph *g, FILE *f);
+/* The graph as Graphviz text (dot.c): declarations, ops and outputs as nodes, a
+ * fused op as a cluster of the ops it stands for. */
+void print_dot(const Graph *g, FILE *f);
+/* The dot nodes of an elementwise expression ("relu(add($0, 1))"), named PREFIX_K,
+ * with their edges to f and the edges from inputs[k] (a dot node per $k) to
+ * `outside`; *root gets the node computing the result. -1, with nothing written,
+ * when the expression is malformed or names an input >= n_inputs. */
+int dot_expr(FILE *f, FILE *outside, const char *expr, const char *prefix, const char *const *inputs,
+             int n_inputs, char *root, size_t root_cap);
 /* Shortest text that reads back to the same double / float. */
 void format_double(double v, char *buf, size_t n);
 void format_float(float v, char *buf, size_t n);

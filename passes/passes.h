@@ -43,6 +43,12 @@ typedef struct {
     const char *dump_dir; /* --dump-dir */
     bool verify;          /* run the verifier after every pass */
     bool lower;           /* the graph is to run or be compiled: autodiff runs whatever else does */
+    bool check;           /* --check: compare the outputs after every pass (check.c) */
+    /* the inputs of --check in declaration order; NULL: deterministic random ones */
+    const Tensor *const *check_inputs;
+    /* where the check's inputs and reference outputs go after the passes, for the
+       caller to compare the target's outputs with (check_outputs); NULL: freed */
+    struct Check *check_result;
 } PipelineOptions;
 
 /* Checks that every name in `only` and `disabled` is a pass; -1 after a diagnostic. */
@@ -74,6 +80,44 @@ void pass_set_float(Node *n, const char *attr, double v);
 int pass_set_enum(PassContext *c, Node *n, const char *attr, const char *word);
 int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, int count);
 int pass_finish(PassContext *c, Node *n);
+/* ---- --check (check.c) ---- */
+
+/* How one tensor differs from the reference: the largest error |got - want| (NaN
+ * against a number counts as infinite), where, and whether every element is
+ * within |a - b| <= 1e-4 + 1e-4 |b| (NaN matching NaN). index < 0: no element differs. */
+typedef struct {
+    double max_error;
+    int64_t index;
+    double got, want;
+    bool ok;
+} CheckDiff;
+
+void check_compare(const Tensor *got, const Tensor *want, CheckDiff *diff);
+
+/* The inputs of the check and the unoptimized model's outputs on them. */
+typedef struct Check {
+    int n_inputs;
+    const char **input_names;
+    Tensor **inputs;
+    int n_outputs;
+    Tensor **want;
+} Check;
+
+/* Runs the unoptimized graph on the given inputs (declaration order), or on random
+ * ones when `given` is NULL, and keeps its outputs. -1 after a diagnostic. */
+int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *const *given, Diag *d);
+/* Runs g after pass `pass` and compares its outputs with the reference: a line on
+ * d->out when they agree, else -1 after an error naming the output and the error. */
+int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d);
+/* Compares outputs computed some other way (by a target) with the reference,
+ * output i of g in got[i]: "check: NAME ok (max error E)" on d->out when they
+ * agree, else -1 after an error saying that WHAT ("the C target") changed an output. */
+int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
+                  Diag *d);
+/* The check's inputs for g's declared inputs, in declaration order (borrowed);
+ * -1 after a diagnostic when g declares an input the check does not have. */
+int check_bind_inputs(const Check *k, const Graph *g, const Tensor **in, Diag *d);
+void check_free(Check *k);
 
 /* The passes, one file each. */
 int pass_autodiff(PassContext *c);

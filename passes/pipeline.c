@@ -62,7 +62,54 @@ typedef struct {
     PassContext c;
     const PipelineOptions *o;
     int step;
+    Check check;   /* with --check: the reference outputs */
+    char *text;    /* with --check: the graph as printed after the last stage */
+    bool expanded; /* grad was expanded before the passes the options select */
 } Run;
+
+/* The graph as text; NULL when out of memory. */
+static char *graph_text(const Graph *g) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    print_graph(g, f);
+    fclose(f);
+    return text;
+}
+
+static bool has_grad(const Graph *g) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->op == OP_GRAD)
+            return true;
+    return false;
+}
+
+/* --check's reference: the interpreter's outputs on the graph as it is now. */
+static int check_start(Run *r) {
+    if (check_begin(&r->check, r->c.g, r->c.weights, r->o->check_inputs, r->c.d))
+        return -1;
+    if (!(r->text = graph_text(r->c.g)))
+        return diag_error(r->c.d, (Loc){0}, "out of memory");
+    return 0;
+}
+
+/* --check after pass `name`: a pass that left the printed graph as it was (same
+ * nodes, same params, whose weights never change in place) needs no run. */
+static int check_pass(Run *r, const char *name) {
+    char *text = graph_text(r->c.g);
+    if (!text)
+        return diag_error(r->c.d, (Loc){0}, "out of memory");
+    int rc = 0;
+    if (strcmp(text, r->text) == 0)
+        fprintf(r->c.d->out, "check: %s ok (unchanged)\n", name);
+    else
+        rc = check_stage(&r->check, r->c.g, r->c.weights, name, r->c.d);
+    free(r->text);
+    r->text = text;
+    return rc;
+}
 
 /* DIR/NN-STAGE.kiln, and DIR/NN-STAGE.safetensors with the params the passes made
  * that this stage uses (none: no file). Both written together or neither. */
@@ -118,33 +165,54 @@ static int run_step(Run *r, const Pass *p) {
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
         return diag_error(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", p->name);
     r->step++;
-    return r->o->dump_dir ? dump(r, p->name) : 0;
+    /* the stage is dumped before it is checked, so a drifting one can be looked at */
+    if (r->o->dump_dir && dump(r, p->name))
+        return -1;
+    return r->text ? check_pass(r, p->name) : 0;
 }
 
 static int run_pass(const char *name, void *ctx) {
     Run *r = ctx;
     const Pass *p = pass_find(name);
     KILN_ASSERT(p);
-    return disabled(r->o, name) ? 0 : run_step(r, p);
+    bool expanded = p->run == pass_autodiff && r->expanded;
+    return disabled(r->o, name) || expanded ? 0 : run_step(r, p);
+}
+
+static int run_passes(Run *r) {
+    const PipelineOptions *o = r->o;
+    if (o->dump_dir) {
+        if (mkdir(o->dump_dir, 0777) != 0 && errno != EEXIST)
+            return diag_error(r->c.d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
+        if (dump(r, "input"))
+            return -1;
+    }
+    /* grad has no kernel: a graph that is to run or be checked has it expanded first,
+       at every level */
+    if ((o->lower || o->check) && has_grad(r->c.g)) {
+        if (run_step(r, pass_find("autodiff")))
+            return -1;
+        r->expanded = true;
+    }
+    if (o->check && check_start(r))
+        return -1;
+    if (o->only)
+        return each_name(o->only, run_pass, r);
+    for (int i = 0; i < pass_count; i++)
+        if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, r))
+            return -1;
+    return 0;
 }
 
 int pipeline_run(Graph *g, TensorList *weights, const PipelineOptions *o, Diag *d) {
-    Run r = {{g, weights, weights->n, d}, o, 0};
-    if (o->dump_dir) {
-        if (mkdir(o->dump_dir, 0777) != 0 && errno != EEXIST)
-            return diag_error(d, (Loc){0}, "cannot create '%s': %s", o->dump_dir, strerror(errno));
-        if (dump(&r, "input"))
-            return -1;
-    }
-    /* grad has no kernel: a graph that is to run has it expanded at every level */
-    if (o->lower && !pipeline_selects(o, "autodiff") && run_step(&r, pass_find("autodiff")))
-        return -1;
-    if (o->only)
-        return each_name(o->only, run_pass, &r);
-    for (int i = 0; i < pass_count; i++)
-        if (o->level >= pass_list[i].level && run_pass(pass_list[i].name, &r))
-            return -1;
-    return 0;
+    Run r = {{g, weights, weights->n, d}, o, 0, {0}, NULL, false};
+    int rc = run_passes(&r);
+    if (!rc && o->check && o->check_result)
+        *o->check_result = r.check; /* the caller's now */
+    else
+        check_free(&r.check);
+    free(r.text);
+    return rc;
 }
 
 static int is_name(const char *name, void *ctx) {
