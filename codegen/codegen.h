@@ -159,6 +159,7 @@ typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 /* The lowerings the op table names, one family per file (lower_*.c). */
 int lower_unary(Program *p, const Node *n, Diag *d);
 int lower_binary(Program *p, const Node *n, Diag *d);
+int lower_elementwise(Program *p, const Node *n, Diag *d);
 int lower_copy(Program *p, const Node *n, Diag *d);
 int lower_reduce(Program *p, const Node *n, Diag *d);
 int lower_softmax(Program *p, const Node *n, Diag *d);
@@ -209,7 +210,7 @@ int emit_c_model(const Program *p, Str *out, Diag *d);
 /* ---- Compilers ---- */
 
 /* The flags kiln gives the C compiler, also part of the compile cache's key. */
-extern const char *const cc_flags[7];
+extern const char *const cc_flags[8];
 /* Compiles generated C and its weights blob into a shared object at out_path
  * with the system C compiler; nothing is left behind on failure. */
 int cc_compile_so(const Str *src, const unsigned char *weights, int64_t weights_bytes, const char *out_path,

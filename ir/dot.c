@@ -72,198 +72,66 @@ static const char *attr_text(const Node *n, const char *name, char *buf, size_t 
 
 /* ---- Expressions: `relu(add($0, mul($1, 0.5)))` ----
  *
- *   expr := NAME '(' [arg {',' arg}] ')' | '$' DIGITS | NUMBER | NAME
- *   arg  := NAME '=' (NUMBER | NAME) | expr
- *
- * The tree is kept in a fixed array: an expression that is malformed, too deep or
- * too large for it is drawn as a plain node instead. */
+ * Read with the language's own expression parser (ir/op_elementwise_expr.c); the
+ * tree's nodes are numbered in preorder, inputs included. */
 
-enum { EXPR_MAX = 256, EXPR_DEPTH = 64 };
-
-typedef enum { E_CALL, E_INPUT, E_LEAF } ExprKind;
-
-typedef struct {
-    ExprKind kind;
-    const char *text; /* the op name, or the leaf's text */
-    int len;
-    int input;         /* E_INPUT: k of $k */
-    const char *attrs; /* E_CALL: "alpha=0.1, ..." as written, or NULL */
-    int attrs_len;
-    int args[EXPR_MAX / 4 + 1]; /* E_CALL: the operands' tree indices */
-    int n_args;
-} ExprNode;
-
-typedef struct {
-    const char *p;
-    ExprNode *nodes;
-    int n;
-} ExprParser;
-
-static void skip_space(ExprParser *e) {
-    while (*e->p == ' ' || *e->p == '\t' || *e->p == '\n')
-        e->p++;
-}
-
-static bool is_name_start(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
-static bool is_name_char(char c) {
-    return is_name_start(c) || (c >= '0' && c <= '9') || c == '.';
-}
-
-/* A name or a number; its length, 0 when there is none. */
-static int scan_word(const char *p) {
-    int k = 0;
-    if (is_name_start(p[0])) {
-        while (is_name_char(p[k]))
-            k++;
-        return k;
-    }
-    if (p[k] == '-' || p[k] == '+')
-        k++;
-    int digits = 0;
-    while ((p[k] >= '0' && p[k] <= '9') || p[k] == '.')
-        k++, digits++;
-    if (!digits)
-        return 0;
-    if (p[k] == 'e' || p[k] == 'E') {
-        int m = k + 1 + (p[k + 1] == '-' || p[k + 1] == '+');
-        if (p[m] >= '0' && p[m] <= '9') {
-            k = m;
-            while (p[k] >= '0' && p[k] <= '9')
-                k++;
-        }
-    }
-    return k;
-}
-
-static int parse_expr(ExprParser *e, int depth);
-
-/* After the '(' of a call: the operands and attributes up to ')'. */
-static int parse_call_args(ExprParser *e, ExprNode *call, int depth) {
-    skip_space(e);
-    if (*e->p == ')') {
-        e->p++;
-        return 0;
-    }
-    for (;;) {
-        skip_space(e);
-        const char *start = e->p;
-        int len = scan_word(start);
-        const char *after = start + len;
-        while (*after == ' ' || *after == '\t')
-            after++;
-        if (len && is_name_start(*start) && *after == '=') {
-            e->p = after + 1;
-            skip_space(e);
-            int vlen = scan_word(e->p);
-            if (!vlen)
-                return -1;
-            e->p += vlen;
-            if (!call->attrs)
-                call->attrs = start;
-            call->attrs_len = (int)(e->p - call->attrs);
-        } else {
-            if (call->attrs) /* operands come before attributes */
-                return -1;
-            int arg = parse_expr(e, depth + 1);
-            if (arg < 0 || call->n_args == (int)(sizeof call->args / sizeof call->args[0]))
-                return -1;
-            call->args[call->n_args++] = arg;
-        }
-        skip_space(e);
-        if (*e->p == ')') {
-            e->p++;
-            return 0;
-        }
-        if (*e->p != ',')
-            return -1;
-        e->p++;
-    }
-}
-
-/* One expression; its tree index, or -1 when malformed. */
-static int parse_expr(ExprParser *e, int depth) {
-    skip_space(e);
-    if (depth > EXPR_DEPTH || e->n == EXPR_MAX)
-        return -1;
-    int id = e->n++;
-    ExprNode *x = &e->nodes[id];
-    *x = (ExprNode){.text = e->p};
-    if (*e->p == '$') {
-        int k = 0, digits = 0;
-        for (e->p++; *e->p >= '0' && *e->p <= '9' && k < 100000; e->p++, digits++)
-            k = 10 * k + (*e->p - '0');
-        if (!digits)
-            return -1;
-        x->kind = E_INPUT;
-        x->input = k;
-        x->len = (int)(e->p - x->text);
-        return id;
-    }
-    x->len = scan_word(e->p);
-    if (!x->len)
-        return -1;
-    e->p += x->len;
-    skip_space(e);
-    if (*e->p != '(' || !is_name_start(*x->text)) {
-        x->kind = E_LEAF;
-        return id;
-    }
-    e->p++;
-    x->kind = E_CALL;
-    return parse_call_args(e, x, depth) ? -1 : id;
-}
-
-/* Writes the dot nodes and inner edges of tree node `id` to f, the edges from the
+/* Writes the dot nodes and inner edges of e (number *next) to f, the edges from the
  * inputs to `outside` (an edge written inside a cluster would pull its tail into
  * the cluster), and returns through `root` the dot name of the node computing it. */
-static void emit_expr(const ExprNode *nodes, int id, const char *prefix, const char *const *inputs, FILE *f,
+static void emit_expr(const Expr *e, int *next, const char *prefix, const char *const *inputs, FILE *f,
                       FILE *outside, char *root, size_t cap) {
-    const ExprNode *x = &nodes[id];
-    if (x->kind == E_INPUT) {
-        snprintf(root, cap, "%s", inputs[x->input]);
+    int id = (*next)++;
+    char num[64];
+    if (e->kind == EXPR_INPUT) {
+        snprintf(root, cap, "%s", inputs[e->input]);
         return;
     }
     snprintf(root, cap, "%s_%d", prefix, id);
-    fprintf(f, "    %s [label=\"", root);
-    put_escaped_n(x->text, (size_t)x->len, f);
-    if (x->kind == E_LEAF) {
-        fputs("\", shape=plaintext];\n", f);
+    if (e->kind == EXPR_NUMBER) {
+        format_float((float)e->number, num, sizeof num);
+        fprintf(f, "    %s [label=\"%s\", shape=plaintext];\n", root, num);
         return;
     }
-    if (x->attrs) {
-        fputs("\\n", f);
-        put_escaped_n(x->attrs, (size_t)x->attrs_len, f);
+    const OpInfo *o = &op_table[e->call.op];
+    fprintf(f, "    %s [label=\"%s", root, o->name);
+    const char *sep = "\\n";
+    for (int k = 0; k < o->n_attrs; k++) {
+        const Attr *a = &e->call.attrs[k];
+        if (!a->set)
+            continue;
+        if (o->attrs[k].kind == A_FLOAT)
+            format_double(a->f, num, sizeof num);
+        else
+            snprintf(num, sizeof num, "%s", a->s ? a->s : "");
+        fprintf(f, "%s%s=%s", sep, o->attrs[k].name, num);
+        sep = ", ";
     }
     fputs("\"];\n", f);
-    for (int k = 0; k < x->n_args; k++) {
+    for (int k = 0; k < e->call.n_in; k++) {
         char from[128];
-        emit_expr(nodes, x->args[k], prefix, inputs, f, outside, from, sizeof from);
-        if (nodes[x->args[k]].kind == E_INPUT)
-            fprintf(outside, "  %s -> %s;\n", from, root);
-        else
-            fprintf(f, "    %s -> %s;\n", from, root);
+        emit_expr(e->arg[k], next, prefix, inputs, f, outside, from, sizeof from);
+        fprintf(e->arg[k]->kind == EXPR_INPUT ? outside : f, "%s%s -> %s;\n",
+                e->arg[k]->kind == EXPR_INPUT ? "  " : "    ", from, root);
     }
 }
 
 int dot_expr(FILE *f, FILE *outside, const char *expr, const char *prefix, const char *const *inputs,
              int n_inputs, char *root, size_t root_cap) {
-    ExprNode *nodes = ir_calloc(EXPR_MAX, sizeof *nodes);
-    if (!nodes)
-        return -1;
-    ExprParser e = {expr, nodes, 0};
-    int top = parse_expr(&e, 0);
-    if (top >= 0)
-        skip_space(&e);
-    bool ok = top >= 0 && *e.p == 0;
-    for (int i = 0; ok && i < e.n; i++)
-        ok = nodes[i].kind != E_INPUT || nodes[i].input < n_inputs;
-    if (ok)
-        emit_expr(nodes, top, prefix, inputs, f, outside, root, root_cap);
-    ir_free(nodes);
-    return ok ? 0 : -1;
+    Arena arena = {0};
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *quiet = open_memstream(&msg, &len); /* a malformed expression is drawn as a plain node */
+    Diag d;
+    diag_init(&d, quiet);
+    const Expr *e = quiet ? expr_parse(&arena, expr, n_inputs, (Loc){0}, &d) : NULL;
+    if (quiet)
+        fclose(quiet);
+    free(msg);
+    int next = 0;
+    if (e)
+        emit_expr(e, &next, prefix, inputs, f, outside, root, root_cap);
+    arena_free(&arena);
+    return e ? 0 : -1;
 }
 
 /* ---- Fused ops ---- */

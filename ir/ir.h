@@ -282,6 +282,32 @@ int node_floats(const Node *n, const char *name, double *out, int cap, int count
  * their default, so that equal graphs print the same. Needs the input types. */
 int attrs_normalize(Graph *g, Node *n, Diag *d);
 
+/* ---- Elementwise expressions (the `expr` of the `elementwise` op) ---- */
+
+/* An expression over the inputs $0, $1, ... whose calls are elementwise ops of the
+ * language (expr_callable), with their attributes as name=value after the operands:
+ * "clip(add(mul($0, $1), $2), min=0, max=6)". Numbers are f32 literals. */
+typedef enum { EXPR_INPUT, EXPR_NUMBER, EXPR_CALL } ExprKind;
+
+typedef struct Expr {
+    ExprKind kind;
+    int input;           /* EXPR_INPUT: k of $k */
+    double number;       /* EXPR_NUMBER */
+    Node call;           /* EXPR_CALL: op, n_in operands and attrs (read with node_float, ...) */
+    struct Expr *arg[2]; /* EXPR_CALL: the operands */
+} Expr;
+
+/* Whether op may be called in an expression: the unary and binary elementwise ops. */
+bool expr_callable(OpId op);
+/* Parses `text` with n_inputs inputs into nodes from arena a; NULL after a
+ * diagnostic at `loc` (the attribute; moved to the offending character when loc is
+ * the opening quote of the string as written in its source file). */
+Expr *expr_parse(Arena *a, const char *text, int n_inputs, Loc loc, Diag *d);
+/* The canonical text of e (ir_malloc'ed), or NULL when out of memory. */
+char *expr_format(const Expr *e);
+/* The number of calls in e. */
+int expr_calls(const Expr *e);
+
 /* ---- Shape inference, verification, printing ---- */
 
 int infer_node(Graph *g, Node *n, Diag *d);

@@ -92,3 +92,72 @@ int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     }
     return 0;
 }
+
+/* ---- elementwise: a fused expression over broadcast inputs ---- */
+
+int infer_elementwise(Graph *g, Node *n, Diag *d) {
+    const Attr *a = node_attr(n, "expr");
+    if (!a->set)
+        return diag_error(d, n->loc, "elementwise needs the attribute 'expr'");
+    Type out = *in_type(g, n, 0);
+    for (int k = 1; k < n->n_in; k++) {
+        Type t = out;
+        if (!broadcast_types(&t, in_type(g, n, k), &out))
+            return diag_error(d, n->loc, "elementwise: input $%d of type %s cannot be broadcast with %s", k,
+                              tstr(in_type(g, n, k)), tstr(&t));
+    }
+    if (check_size(n, &out, d))
+        return -1;
+    Arena arena = {0};
+    Expr *e = expr_parse(&arena, a->s, n->n_in, attr_loc(n, "expr"), d);
+    arena_free(&arena);
+    if (!e)
+        return -1;
+    set_out_type(g, n, 0, out);
+    return 0;
+}
+
+/* Every call's result is rounded to f32 as its own op's kernel rounds it, so a
+ * fused expression gives exactly what the ops it replaces give one by one. */
+static double eval_expr(const Expr *e, const double *in) {
+    switch (e->kind) {
+    case EXPR_INPUT: return in[e->input];
+    case EXPR_NUMBER: return (float)e->number;
+    case EXPR_CALL: break;
+    }
+    double a = eval_expr(e->arg[0], in);
+    if (e->call.n_in == 1)
+        return isnan(a) ? a : (float)unary(&e->call, a);
+    return (float)binary(e->call.op, a, eval_expr(e->arg[1], in));
+}
+
+int eval_elementwise(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    Arena arena = {0};
+    const Type *to = &out[0]->type;
+    Expr *e = expr_parse(&arena, node_attr(n, "expr")->s, n->n_in, attr_loc(n, "expr"), d);
+    int64_t(*strides)[KILN_MAX_RANK] = ir_malloc(sizeof *strides * (size_t)n->n_in);
+    double *x = ir_malloc(sizeof *x * (size_t)n->n_in);
+    int rc = -1;
+    if (e && (!strides || !x))
+        diag_error(d, n->loc, "out of memory");
+    else if (e) {
+        for (int k = 0; k < n->n_in; k++)
+            broadcast_strides(&in[k]->type, to, strides[k]);
+        int64_t idx[KILN_MAX_RANK] = {0}, count = type_numel(to);
+        for (int64_t i = 0; i < count; i++) {
+            for (int k = 0; k < n->n_in; k++) {
+                int64_t at = 0;
+                for (int r = 0; r < to->rank; r++)
+                    at += idx[r] * strides[k][r];
+                x[k] = in[k]->data[at];
+            }
+            out[0]->data[i] = (float)eval_expr(e, x);
+            next_index(idx, to->dims, to->rank);
+        }
+        rc = 0;
+    }
+    ir_free(strides);
+    ir_free(x);
+    arena_free(&arena);
+    return rc;
+}

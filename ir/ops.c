@@ -16,6 +16,7 @@
 #define FLOAT(nm, d) {nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
 #define BOOL(nm, d) {nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY}
 #define ENUM(nm, d, choices) {nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY}
+#define STRING_REQ(nm) {nm, A_STRING, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY}
 #define INTS(nm, fill, len) {nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len}
 #define INTS_REQ(nm, len) {nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len}
 #define INTS_OPT(nm, shown, len) {nm, A_INTS, DEF_NONE, 0, shown, NULL, len}
@@ -28,6 +29,7 @@ static const AttrSpec attrs_leaky_relu[] = {FLOAT("alpha", 0.01), END};
 static const AttrSpec attrs_clip[] = {FLOAT("min", -INFINITY), FLOAT("max", INFINITY), END};
 static const AttrSpec attrs_gelu[] = {ENUM("approximate", "none", "none|tanh"), END};
 static const AttrSpec attrs_hardsigmoid[] = {FLOAT("alpha", 0.2), FLOAT("beta", 0.5), END};
+static const AttrSpec attrs_elementwise[] = {STRING_REQ("expr"), END};
 static const AttrSpec attrs_reduce[] = {INTS_OPT("axes", "all", LEN_ANY), BOOL("keepdims", 0), END};
 static const AttrSpec attrs_softmax[] = {INT("axis", -1), END};
 static const AttrSpec attrs_batch_norm[] = {FLOAT("epsilon", 1e-5), LAYOUT, END};

@@ -13,6 +13,7 @@
 /* The reference kernels (NULL in the table has no prototype to declare). */
 int eval_unary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_elementwise(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_reduce(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_softmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_batch_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

@@ -4,7 +4,7 @@
  * after every `,` and `:`. Attributes in the op table's order, only those set (the
  * parser has dropped those equal to their default). Floats in the shortest form
  * that reads back to the same value; names quoted when they are not identifiers or
- * are keywords. Printing a parsed printed graph gives the identical bytes. */
+ * are keywords, strings always. Printing a parsed printed graph gives the identical bytes. */
 #include "ir.h"
 
 #include <string.h>
@@ -24,11 +24,7 @@ static bool needs_quotes(const char *s) {
     return false;
 }
 
-static void print_name(const char *s, FILE *f) {
-    if (!needs_quotes(s)) {
-        fputs(s, f);
-        return;
-    }
+static void print_quoted(const char *s, FILE *f) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
@@ -36,6 +32,13 @@ static void print_name(const char *s, FILE *f) {
         fputc(*s, f);
     }
     fputc('"', f);
+}
+
+static void print_name(const char *s, FILE *f) {
+    if (needs_quotes(s))
+        print_quoted(s, f);
+    else
+        fputs(s, f);
 }
 
 static void print_type(const Type *t, FILE *f) {
@@ -55,8 +58,8 @@ static void print_attr(const AttrSpec *s, const Attr *a, FILE *f) {
     case A_INT: fprintf(f, "%lld", (long long)a->i); break;
     case A_FLOAT: print_double(a->f, f); break;
     case A_BOOL: fputs(a->i ? "true" : "false", f); break;
-    case A_ENUM:
-    case A_STRING: print_name(a->s, f); break;
+    case A_ENUM: print_name(a->s, f); break;
+    case A_STRING: print_quoted(a->s, f); break; /* a string is always quoted, as its op expects */
     case A_INTS:
         fputc('[', f);
         for (int k = 0; k < a->n; k++)

@@ -123,6 +123,7 @@ void check_free(Check *k);
 int pass_autodiff(PassContext *c);
 int pass_cse(PassContext *c);
 int pass_fold(PassContext *c);
+int pass_fuse_elementwise(PassContext *c);
 int pass_dce(PassContext *c);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generates the numerical reference batteries for kiln's interpreter.
 
-For each battery NAME (unary, binary, reduce, softmax, norm, linalg, conv,
+For each battery NAME (unary, binary, fused, reduce, softmax, norm, linalg, conv,
 conv_transpose, pool, shape) this writes, next to this script:
 
   NAME.kiln                  one model: every test input is a `param` without an
@@ -219,6 +219,52 @@ def gen_binary(b):
     a = np.array([0.0, 0.0, 0.0, -0.0, 2.0, -2.0, 1.0, NAN, 4.0, INF], dtype=np.float32)
     e = np.array([0.0, -1.0, 2.0, -1.0, INF, 0.5, NAN, 0.0, -0.5, -1.0], dtype=np.float32)
     b.case("pow edge cases", "pow", [("a", a), ("b", e)], torch.pow(T(a), T(e)))
+
+
+def gen_fused(b):
+    """The fused `elementwise` op: each call rounds to float32, as its op does."""
+
+    def r(t):
+        return t.float().double()
+
+    def case(desc, expr, inputs, fn):
+        args = [(f"x{i}", x) for i, x in enumerate(inputs)]
+        b.case(desc, "elementwise", args, fn(*[T(x) for x in inputs]), expr=f'"{expr}"')
+
+    edge = np.array([0.0, -0.0, INF, -INF, NAN, 1.0, -1.0, 3.0], dtype=np.float32)
+    case("relu6 of a multiply-add, three broadcast shapes", "clip(add(mul($0, $1), $2), min=0, max=6)",
+         [b.rand(2, 3, 4, lo=-4, hi=4), b.rand(4), b.rand(3, 1)],
+         lambda a, w, c: torch.clamp(r(r(a * w) + c), 0.0, 6.0))
+    case("residual add + relu", "relu(add($0, $1))", [b.rand(1, 4, 5, 5), b.rand(1, 4, 5, 5)],
+         lambda a, c: torch.relu(r(a + c)))
+    case("silu with an input read twice", "mul(sigmoid($0), $0)", [b.rand(3, 7, lo=-6, hi=6)],
+         lambda a: r(torch.sigmoid(a)) * a)
+    case("normalization with a literal", "div(sub($0, $1), sqrt(add($2, 0.001)))",
+         [b.rand(2, 3, 4), b.rand(3, 1), b.rand(3, 1, lo=0.1, hi=2)],
+         lambda x, m, v: r(x - m) / r(torch.sqrt(r(v + np.float32(0.001)))))
+    case("gelu tanh of a scaled input", "gelu(mul($0, 0.5), approximate=tanh)", [b.rand(4, 6, lo=-5, hi=5)],
+         lambda x: F.gelu(r(x * 0.5), approximate="tanh"))
+    case("leaky_relu and min, broadcast from rank 1", "max(leaky_relu($0, alpha=0.1), min($1, 2))",
+         [b.rand(5), b.rand(2, 5, lo=-3, hi=3)],
+         lambda x, y: torch.maximum(r(torch.where(x < 0, 0.1 * x, x)), torch.minimum(y, T(2.0))))
+    case("hardswish of a power, outer broadcast", "hardswish(pow(abs($0), $1))",
+         [b.rand(4, 1, lo=-3, hi=3), b.rand(1, 3, lo=-1, hi=2)],
+         lambda x, e: F.hardswish(r(torch.pow(torch.abs(x), e))))
+    case("hardsigmoid of erf, tanh of log", "add(hardsigmoid(erf($0), alpha=0.3, beta=0.6), tanh(log($1)))",
+         [b.rand(3, 4), b.rand(3, 4, lo=0.05, hi=5)],
+         lambda x, y: r(torch.clamp(0.3 * r(torch.erf(x)) + 0.6, 0.0, 1.0)) + r(torch.tanh(r(torch.log(y)))))
+    case("zeros, infinities and NaN", "sub(relu($0), exp(neg($1)))", [edge, edge[::-1].copy()],
+         lambda x, y: r(torch.relu(x)) - r(torch.exp(-y)))
+    case("max and min with NaN", "min(max($0, $1), 2)", [edge, np.roll(edge, 3)],
+         lambda x, y: torch.minimum(r(torch.maximum(x, y)), T(2.0)))
+    case("scalar and vector", "mul(exp($0), $1)", [np.array(0.25, dtype=np.float32), b.rand(6)],
+         lambda x, y: r(torch.exp(x)) * y)
+    case("an input the expression does not read still broadcasts", "exp($0)", [b.rand(3), b.rand(2, 3)],
+         lambda x, y: torch.exp(x).expand(2, 3))
+    case("rank 5 broadcast", "add(mul($0, $1), abs($2))",
+         [b.rand(2, 1, 1, 3, 2), b.rand(4, 1, 2), b.rand(2, 1, 1, 1, lo=-1, hi=1)],
+         lambda x, y, z: r(x * y) + r(torch.abs(z)))
+    case("a number alone", "add($0, 0)", [b.rand(2, 2)], lambda x: x)
 
 
 # ---- reductions, softmax, normalizations ----
@@ -806,7 +852,7 @@ def gen_shape(b):
 BATTERIES = {
     "unary": gen_unary, "binary": gen_binary, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
     "linalg": gen_linalg, "conv": gen_conv, "conv_transpose": gen_conv_transpose, "pool": gen_pool,
-    "shape": gen_shape,
+    "shape": gen_shape, "fused": gen_fused,
 }
 
 
