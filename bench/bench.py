@@ -184,6 +184,34 @@ def compile_times(kiln, name, run_ms):
     return compile_s, cold_s - run_ms / 1e3, cached_s - run_ms / 1e3
 
 
+PEAK_RE = re.compile(r"^peak: +([0-9]+) bytes", re.M)
+BOUND_RE = re.compile(r"^lower bound: +([0-9]+) bytes", re.M)
+
+
+def memory_report(kiln, name, *options):
+    """(kernels, workspace peak bytes, lower bound bytes) from kiln compile --memory-report."""
+    model = os.path.join(EXAMPLES, name + ".kiln")
+    with tempfile.TemporaryDirectory() as tmp:
+        _, out = run_kiln([kiln, "compile", model, "-o", os.path.join(tmp, "m.so"), "--memory-report", *options])
+    kernels = out.split("\nkernels:\n", 1)[1].split("\nbuffers:\n", 1)[0].count("\n") + 1
+    return kernels, int(PEAK_RE.search(out).group(1)), int(BOUND_RE.search(out).group(1))
+
+
+def print_plans(kiln, models):
+    """Kernels before and after fusion, and the workspace before and after planning."""
+    print("\nkernels and workspace (kiln compile --memory-report; MiB)\n")
+    print("%-12s %9s %9s %10s %10s %10s %10s" % ("model", "unfused", "fused", "unplanned", "planned", "bound",
+                                              "peak/bound"), flush=True)
+    for name in models:
+        unfused, _, _ = memory_report(kiln, name, "--no-fuse_elementwise", "--no-fuse_epilogue")
+        fused, peak, bound = memory_report(kiln, name)
+        _, unplanned, _ = memory_report(kiln, name, "--no-memplan")
+        mib = 1 << 20
+        print("%-12s %9d %9d %10.2f %10.2f %10.2f %10.3f" % (name, unfused, fused, unplanned / mib, peak / mib,
+                                                            bound / mib, peak / bound if bound else 1.0),
+              flush=True)
+
+
 # ---- Report ----
 
 
@@ -251,6 +279,7 @@ def main():
                 print(line, flush=True)
             if not args.no_compile_times:
                 default_run_ms[name] = kiln_bench(kiln, name, None, max(3, iters // 4), cache)["median"]
+        print_plans(kiln, models)
         if args.no_compile_times:
             return
         print("\ncompile times, seconds (JIT: one `kiln run --target c` less the run's own time)\n")

@@ -139,6 +139,8 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
+/* Appends ": text" to k's comment (left as it is when memory runs out). */
+void kernel_annotate(Kernel *k, const char *text);
 void kernel_writes(Kernel *k, int value);
 /* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`). */
 const char *value_name(const Program *p, int id);
@@ -153,6 +155,11 @@ void broadcast_offset(const Type *from, const Type *to, const char *prefix, char
 void append_term(char *e, size_t cap, const char *var, int64_t stride);
 /* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
 void float_literal(double v, char *buf, size_t n);
+
+/* Emits the statements computing expression e over the floats x0, x1, ... (its
+ * $0, $1, ...), each call as its op's own kernel computes it, and writes into r the
+ * C expression of the result: a variable tN (*next counts them), an xK or a literal. */
+void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap);
 
 typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 

@@ -161,6 +161,17 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
     return k;
 }
 
+void kernel_annotate(Kernel *k, const char *text) {
+    Str comment = {0};
+    str_printf(&comment, "%s: %s", k->comment, text);
+    if (comment.oom) {
+        str_free(&comment);
+        return;
+    }
+    ir_free(k->comment);
+    k->comment = comment.s;
+}
+
 void kernel_reads(Kernel *k, int value) {
     k->reads[k->n_reads++] = value;
 }

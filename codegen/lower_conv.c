@@ -16,6 +16,10 @@
  * padding per element). conv_transpose is a direct LOOP over the output elements,
  * written as a gather: output position p meets, through tap k, the input position
  * (p + pad - k * dilation) / stride when that divides exactly.
+ * fused_conv is a conv whose kernels finish each tile of the result, while it is
+ * still in cache, with its epilogue expression (relu, clip, a residual add, ...),
+ * where a conv adds only its bias; its other inputs have the result's type or one
+ * element, so each is read at the offset of the element being finished.
  * The GEMM and depthwise kernels count their FLOPs (2 per multiply-add) for kiln
  * bench. */
 #include "codegen.h"
@@ -35,11 +39,13 @@ typedef struct {
     int64_t taps;                        /* kernel elements per channel */
     int64_t positions;                   /* output elements per channel and batch item */
     char xn[80], wn[80], bn[80], yn[80]; /* value names; bn empty without bias */
+    const Node *node;
+    const Expr *epilogue; /* fused_conv's expr, else NULL */
 } Conv;
 
 static Conv conv_of(const Program *p, const Node *n) {
     const Graph *g = p->g;
-    Conv c = {.nhwc = layout_is_nhwc(n)};
+    Conv c = {.nhwc = layout_is_nhwc(n), .node = n};
     c.x = view_of(&g->values[n->in[0]].type, c.nhwc);
     c.w = view_of(&g->values[n->in[1]].type, c.nhwc);
     c.y = view_of(&g->values[n->out[0]].type, c.nhwc);
@@ -59,6 +65,51 @@ static Conv conv_of(const Program *p, const Node *n) {
     if (n->n_in > 2 && n->in[2] >= 0)
         snprintf(c.bn, sizeof c.bn, "%s", value_name(p, n->in[2]));
     return c;
+}
+
+/* Emits the loop finishing a tile of `rows` x `cols` elements of y at `tile`, element
+ * (r, q) at tile[r * ld + q * step]: adds the bias at index `bias_at` (an expression
+ * of r and q; NULL: none here), then computes the epilogue with $0 the element and
+ * each other input read at the element's offset in y. Nothing when there is neither. */
+static void emit_finish(Str *s, const Program *p, const Conv *c, const char *rows, const char *cols, int64_t ld,
+                        int64_t step, const char *bias_at) {
+    bool bias = bias_at && c->bn[0];
+    if (!bias && !c->epilogue)
+        return;
+    const Node *n = c->node;
+    int first = expr_first_input(n);
+    bool located = false; /* some input is read at the element's offset in y */
+    for (int k = first; c->epilogue && k < n->n_in; k++)
+        located |= type_numel(&p->g->values[n->in[k]].type) != 1;
+    char at[96] = "", plus_bias[160] = "";
+    if (ld)
+        append_term(at, sizeof at, "r", ld);
+    append_term(at, sizeof at, "q", step);
+    if (bias)
+        snprintf(plus_bias, sizeof plus_bias, " + %s[%s]", c->bn, bias_at);
+    if (located)
+        str_printf(s, "int64_t at0 = tile - %s;\n", c->yn);
+    str_printf(s, "for (int r = 0; r < %s; r++)\n    for (int q = 0; q < %s; q++) {\n", rows, cols);
+    str_printf(s, "        float x0 = tile[%s]%s;\n", at, plus_bias);
+    char res[48] = "x0";
+    if (c->epilogue) {
+        int next = 0;
+        for (int k = first; k < n->n_in; k++) {
+            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
+            str_printf(s, "        float x%d = %s[%s%s];\n", k - first + 1, value_name(p, n->in[k]),
+                       one ? "0" : "at0 + ", one ? "" : at);
+        }
+        Str calc = {0};
+        emit_expr(&calc, c->epilogue, &next, res, sizeof res);
+        for (const char *line = calc.s ? calc.s : ""; *line;) {
+            size_t len = strcspn(line, "\n");
+            str_printf(s, "        %.*s\n", (int)len, line);
+            line += len + (line[len] == '\n');
+        }
+        s->oom |= calc.oom;
+        str_free(&calc);
+    }
+    str_printf(s, "        tile[%s] = %s;\n    }\n", at, res);
 }
 
 static int64_t grain_for(int64_t work) {
@@ -299,12 +350,9 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
                    (long long)depth, src, (long long)(c->groups * depth), (long long)depth,
                    (long long)(c->groups * depth), c->wn, (long long)og, (long long)depth, (long long)depth,
                    (long long)c->y.c);
-        if (c->bn[0])
-            str_printf(s,
-                       "for (int r = 0; r < m; r++)\n"
-                       "    for (int o = 0; o < n; o++)\n"
-                       "        tile[r * %lld + o] += %s[g * %lld + c0 + o];\n",
-                       (long long)c->y.c, c->bn, (long long)og);
+        char bias_at[64];
+        snprintf(bias_at, sizeof bias_at, "g * %lld + c0 + q", (long long)og);
+        emit_finish(s, p, c, "m", "n", c->y.c, 1, bias_at);
     } else {
         /* y[og, positions] = w[og, depth] x cols[depth, positions], per batch item and group */
         int64_t src_batch = pointwise ? c->x.sn : c->groups * depth * c->positions;
@@ -316,12 +364,9 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
                    "            %s + b * %lld + g * %lld + c0, %lld, 0.0f, tile, %lld);\n",
                    (long long)depth, c->wn, (long long)og, (long long)depth, (long long)depth, src,
                    (long long)src_batch, (long long)(depth * c->positions), (long long)cols, (long long)cols);
-        if (c->bn[0])
-            str_printf(s,
-                       "for (int o = 0; o < m; o++)\n"
-                       "    for (int q = 0; q < n; q++)\n"
-                       "        tile[o * %lld + q] += %s[g * %lld + r0 + o];\n",
-                       (long long)cols, c->bn, (long long)og);
+        char bias_at[64];
+        snprintf(bias_at, sizeof bias_at, "g * %lld + r0 + r", (long long)og);
+        emit_finish(s, p, c, "m", "n", cols, 1, bias_at);
     }
     return 0;
 }
@@ -389,21 +434,37 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
                ind, "", last, last, last, ind, "", last, ps, c->xn, last, xs);
     for (int i = c->ns - 1; i >= 0; i--)
         str_printf(s, "%*s}\n", 4 * i, "");
+    if (c->epilogue) {
+        char cols[32];
+        snprintf(cols, sizeof cols, "%lld", run);
+        str_printf(s, "float *tile = row;\n");
+        emit_finish(s, p, c, "1", cols, 0, ys, NULL);
+    }
     return 0;
 }
 
 int lower_conv(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
-    int64_t cg = c.x.c / c.groups;
-    if (cg == 1 && c.groups > 1)
-        return depthwise(p, n, &c, d);
-    bool pointwise = c.taps == 1;
-    for (int s = 0; s < c.ns; s++)
-        pointwise = pointwise && c.strides[s] == 1 && c.pads[s] == 0 && c.pads[c.ns + s] == 0;
-    int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
-    if (!pointwise && im2col(p, n, &c, bytes, d))
+    Arena arena = {0};
+    if (n->op == OP_FUSED_CONV && !(c.epilogue = node_expr(&arena, n, d)))
         return -1;
-    return gemm(p, n, &c, pointwise, bytes, d);
+    int64_t cg = c.x.c / c.groups;
+    int rc;
+    if (cg == 1 && c.groups > 1) {
+        rc = depthwise(p, n, &c, d);
+    } else {
+        bool pointwise = c.taps == 1;
+        for (int s = 0; s < c.ns; s++)
+            pointwise = pointwise && c.strides[s] == 1 && c.pads[s] == 0 && c.pads[c.ns + s] == 0;
+        int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
+        rc = !pointwise && im2col(p, n, &c, bytes, d) ? -1 : gemm(p, n, &c, pointwise, bytes, d);
+    }
+    if (!rc && c.epilogue) {
+        /* the kernel that finishes the result names what it fused */
+        kernel_annotate(&p->kernels[p->n_kernels - 1], node_attr(n, "expr")->s);
+    }
+    arena_free(&arena);
+    return rc;
 }
 
 /* One iteration per output element, gathering over the input channels of its group

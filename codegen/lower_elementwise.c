@@ -135,7 +135,7 @@ int lower_copy(Program *p, const Node *n, Diag *d) {
  * variable `tN`, an input `xK` or a literal) into r. Each call is a block that
  * binds the operands to the names its op's expression uses (`x`, or `a` and `b`),
  * so a fused op computes exactly what its own kernel computes. */
-static void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap) {
+void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap) {
     char a[48], b[48], body[512];
     switch (e->kind) {
     case EXPR_INPUT: snprintf(r, cap, "x%d", e->input); return;
@@ -220,7 +220,7 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     const char *text = node_attr(n, "expr")->s;
     const Type *to = &p->g->values[n->out[0]].type;
     Arena arena = {0};
-    Expr *e = expr_parse(&arena, text, n->n_in, attr_loc(n, "expr"), d);
+    Expr *e = node_expr(&arena, n, d);
     bool *used = ir_calloc((size_t)n->n_in + 1, sizeof *used);
     Str calc = {0};
     if (!e || !used) {
@@ -260,14 +260,7 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     }
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
-    Str comment = {0};
-    str_printf(&comment, "%s: %s", k->comment, text);
-    if (comment.oom) {
-        str_free(&comment);
-    } else {
-        ir_free(k->comment);
-        k->comment = comment.s;
-    }
+    kernel_annotate(k, text);
     const char *y = value_name(p, n->out[0]);
     if (indexed)
         emit_unravel(&k->body, "i", blocked ? &outer : to, "o");

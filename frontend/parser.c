@@ -451,7 +451,7 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
         return signature_note(p, (OpId)op);
     }
     for (int i = 0; i < n_args; i++)
-        if (args[i] < 0 && (i < lo || hi < 0)) {
+        if (args[i] < 0 && !op_input_optional((OpId)op, i)) {
             diag_error(p->d, arg_locs[i], "input %d of %s is required and cannot be '_'", i + 1, info->name);
             return signature_note(p, (OpId)op);
         }

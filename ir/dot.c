@@ -8,11 +8,10 @@
  * type of a fused op's result.
  *
  * A fused op is drawn as a cluster of the ops it stands for, so that a reader sees
- * what a fusion pass did. What a fused op stands for is read from its attributes,
- * by its name, from the table `fused_forms` (a conv or matmul with an optional
- * bias, residual add and activation), or, for any op with an `expr` attribute,
- * from its expression, which a small parser reads into a tree. Ops are found by
- * name, so the drawing needs no change when such an op joins the op table. */
+ * what a fusion pass did: the tree of its `expr` attribute, read by the language's
+ * expression parser, and for a fused op with a head (fused_conv) the head op, whose
+ * result is the expression's $0. Ops are found by their `expr` attribute, so the
+ * drawing needs no change when such an op joins the op table. */
 #include "ir.h"
 
 #include <stdlib.h>
@@ -123,7 +122,7 @@ int dot_expr(FILE *f, FILE *outside, const char *expr, const char *prefix, const
     FILE *quiet = open_memstream(&msg, &len); /* a malformed expression is drawn as a plain node */
     Diag d;
     diag_init(&d, quiet);
-    const Expr *e = quiet ? expr_parse(&arena, expr, n_inputs, (Loc){0}, &d) : NULL;
+    const Expr *e = quiet ? expr_parse(&arena, OP_ELEMENTWISE, expr, n_inputs, (Loc){0}, &d) : NULL;
     if (quiet)
         fclose(quiet);
     free(msg);
@@ -132,71 +131,6 @@ int dot_expr(FILE *f, FILE *outside, const char *expr, const char *prefix, const
         emit_expr(e, &next, prefix, inputs, f, outside, root, root_cap);
     arena_free(&arena);
     return e ? 0 : -1;
-}
-
-/* ---- Fused ops ---- */
-
-/* One op a fused op stands for: its label (a word starting with '@' names the
- * attribute holding it), the fused op's inputs it takes (by the names of the op
- * table's input list), and the input or attribute without which it is absent. */
-typedef struct {
-    const char *label;
-    const char *inputs; /* "x, w, b" */
-    const char *if_input;
-    const char *if_attr;   /* present unless this attribute is "none" */
-    const char *flag_attr; /* a bool attribute shown under the label when true */
-} Stage;
-
-typedef struct {
-    const char *op;
-    Stage stages[4];
-} FusedForm;
-
-static const FusedForm fused_forms[] = {
-    {"fused_conv",
-     {{"conv", "x, w, b", NULL, NULL, NULL},
-      {"add", "residual", "residual", NULL, NULL},
-      {"@activation", "", NULL, "activation", NULL}}},
-    {"fused_matmul",
-     {{"matmul", "a, b", NULL, NULL, "trans_b"},
-      {"add", "bias", "bias", NULL, NULL},
-      {"add", "residual", "residual", NULL, NULL},
-      {"@activation", "", NULL, "activation", NULL}}},
-};
-
-/* The activations' parameters, shown under their name. */
-static const struct {
-    const char *activation;
-    const char *attrs[3];
-} activation_attrs[] = {
-    {"leaky_relu", {"alpha"}},
-    {"clip", {"min", "max"}},
-};
-
-/* Whether `name` is in the comma-separated list. */
-static bool in_list(const char *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        size_t len = strcspn(p, ", ");
-        if (len == n && strncmp(p, name, n) == 0)
-            return true;
-        p += len;
-    }
-    return false;
-}
-
-/* The name of the op's input k, from the op table's "x, w, b?" (no '?'). */
-static void input_name(OpId op, int k, char *buf, size_t cap) {
-    const char *p = op_table[op].inputs;
-    for (int i = 0; i < k && p; i++)
-        if ((p = strchr(p, ',')))
-            p++;
-    while (p && *p == ' ')
-        p++;
-    size_t len = p ? strcspn(p, ",?") : 0;
-    snprintf(buf, cap, "%.*s", (int)len, p ? p : "");
 }
 
 /* What every node's results are drawn from: the dot node, per graph node. */
@@ -230,81 +164,6 @@ static void node_results(FILE *f, const Graph *g, const Node *n) {
     }
 }
 
-/* The cluster of a fused op from its table row; false when it is not one. */
-static bool draw_fused(FILE *f, const Graph *g, int i, DotName *src) {
-    const Node *n = g->nodes[i];
-    const FusedForm *form = NULL;
-    for (size_t k = 0; k < sizeof fused_forms / sizeof *fused_forms; k++)
-        if (strcmp(fused_forms[k].op, op_table[n->op].name) == 0)
-            form = &fused_forms[k];
-    if (!form)
-        return false;
-    /* which stages are there, and where each input goes (unclaimed: the first) */
-    bool present[4] = {0};
-    int last = 0;
-    char buf[256], name[64];
-    for (int s = 0; s < 4 && form->stages[s].label; s++) {
-        const Stage *st = &form->stages[s];
-        present[s] = !st->if_input;
-        for (int k = 0; st->if_input && k < n->n_in; k++) {
-            input_name(n->op, k, name, sizeof name);
-            if (strcmp(name, st->if_input) == 0)
-                present[s] = n->in[k] >= 0;
-        }
-        if (st->if_attr) {
-            const char *a = attr_text(n, st->if_attr, buf, sizeof buf);
-            present[s] = a && *a && strcmp(a, "none") != 0;
-        }
-        if (present[s])
-            last = s;
-    }
-    fprintf(
-        f,
-        "  subgraph cluster_%d {\n    style=\"rounded,dashed\"; color=\"#6c757d\"; fontsize=10; label=\"%s",
-        i, op_table[n->op].name);
-    node_results(f, g, n);
-    fputs("\";\n", f);
-    for (int s = 0, prev = -1; s < 4 && form->stages[s].label; s++) {
-        if (!present[s])
-            continue;
-        const Stage *st = &form->stages[s];
-        const char *label = st->label[0] == '@' ? attr_text(n, st->label + 1, buf, sizeof buf) : st->label;
-        fprintf(f, "    n%d_%d [label=\"", i, s);
-        put_escaped(label ? label : "?", f);
-        for (size_t k = 0; label && k < sizeof activation_attrs / sizeof *activation_attrs; k++) {
-            if (strcmp(label, activation_attrs[k].activation) != 0)
-                continue;
-            for (int j = 0; j < 3 && activation_attrs[k].attrs[j]; j++) {
-                char val[64];
-                if (attr_text(n, activation_attrs[k].attrs[j], val, sizeof val))
-                    fprintf(f, "%s%s=%s", j ? ", " : "\\n", activation_attrs[k].attrs[j], val);
-            }
-        }
-        char flag[16];
-        if (st->flag_attr && attr_text(n, st->flag_attr, flag, sizeof flag) && strcmp(flag, "true") == 0)
-            fprintf(f, "\\n%s", st->flag_attr);
-        fputs("\"];\n", f);
-        if (prev >= 0)
-            fprintf(f, "    n%d_%d -> n%d_%d;\n", i, prev, i, s);
-        prev = s;
-    }
-    fputs("  }\n", f);
-    for (int k = 0; k < n->n_in; k++) {
-        if (n->in[k] < 0)
-            continue;
-        input_name(n->op, k, name, sizeof name);
-        int to = 0;
-        for (int s = 0; s < 4 && form->stages[s].label; s++)
-            if (present[s] && in_list(form->stages[s].inputs, name))
-                to = s;
-        char dst[64];
-        snprintf(dst, sizeof dst, "n%d_%d", i, to);
-        edge(f, g, src, n->in[k], dst);
-    }
-    snprintf(src[i], sizeof src[i], "n%d_%d", i, last);
-    return true;
-}
-
 /* The cluster of an op with an `expr` attribute; false when it has none or the
  * expression cannot be read. */
 static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
@@ -322,15 +181,20 @@ static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
     FILE *body = inputs && names ? open_memstream(&inner, &inner_len) : NULL;
     FILE *edges = body ? open_memstream(&outer, &outer_len) : NULL;
     bool ok = body && edges;
-    for (int k = 0; ok && k < n->n_in; k++) {
-        ok = n->in[k] >= 0;
-        if (ok)
-            snprintf(names[k], sizeof names[k], "%s", src[g->values[n->in[k]].node]);
-        inputs[k] = names[k];
-    }
+    /* $0 is the head's result (fused_conv's conv), or input 0 */
+    int first = expr_first_input(n), n_expr = first ? 1 + (n->n_in > first ? n->n_in - first : 0) : n->n_in;
     char prefix[32], root[64] = "";
     snprintf(prefix, sizeof prefix, "n%d", i);
-    ok = ok && dot_expr(body, edges, expr, prefix, inputs, n->n_in, root, sizeof root) == 0;
+    if (first)
+        snprintf(names[0], sizeof names[0], "%s_head", prefix);
+    for (int k = 0; ok && k < n_expr; k++) {
+        int in = first ? (k ? first + k - 1 : -1) : k;
+        ok = in < 0 || n->in[in] >= 0;
+        if (ok && in >= 0)
+            snprintf(names[k], sizeof names[k], "%s", src[g->values[n->in[in]].node]);
+        inputs[k] = names[k];
+    }
+    ok = ok && dot_expr(body, edges, expr, prefix, inputs, n_expr, root, sizeof root) == 0;
     if (body)
         fclose(body);
     if (edges)
@@ -343,7 +207,25 @@ static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
                 "label=\"%s",
                 i, op_table[n->op].name);
         node_results(f, g, n);
-        fprintf(f, "\";\n%s  }\n%s", inner, outer);
+        fputs("\";\n", f);
+        if (first) { /* "fused_conv" stands for "conv", with the attributes given */
+            fprintf(f, "    %s [label=\"%s", names[0], op_table[n->op].name + strlen("fused_"));
+            for (int j = 0; j < op_table[n->op].n_attrs; j++) {
+                char val[256];
+                const char *name = op_table[n->op].attrs[j].name;
+                if (n->attrs[j].set && strcmp(name, "expr") != 0 && attr_text(n, name, val, sizeof val)) {
+                    fputs("\\n", f);
+                    put_escaped(name, f);
+                    fputc('=', f);
+                    put_escaped(val, f);
+                }
+            }
+            fputs("\"];\n", f);
+        }
+        fprintf(f, "%s  }\n%s", inner, outer);
+        for (int k = 0; k < first && k < n->n_in; k++)
+            if (n->in[k] >= 0)
+                edge(f, g, src, n->in[k], names[0]);
         snprintf(src[i], sizeof src[i], "%s", root);
     }
     free(inner);
@@ -380,7 +262,7 @@ void print_dot(const Graph *g, FILE *f) {
             fprintf(f, "\\n%s\"];\n", type_str(&v->type, ty, sizeof ty));
             continue;
         }
-        if (draw_fused(f, g, i, src) || draw_expr(f, g, i, src))
+        if (draw_expr(f, g, i, src))
             continue;
         fprintf(f, "  n%d [label=\"%s", i, op_table[n->op].name);
         node_results(f, g, n);

@@ -190,6 +190,8 @@ extern const OpInfo op_table[OP_COUNT];
 int op_lookup(const char *name);
 /* Fewest and most inputs (most < 0: any number). */
 void op_arity(OpId op, int *min, int *max);
+/* Whether input i of op may be absent (`_`): its name in the op table ends in '?'. */
+bool op_input_optional(OpId op, int i);
 bool op_is_decl(OpId op);
 /* "conv(x, w, b?, strides: ints = 1, ...)" into buf. */
 void op_signature(OpId op, char *buf, size_t n);
@@ -300,9 +302,21 @@ typedef struct Expr {
 /* Whether op may be called in an expression: the unary and binary elementwise ops. */
 bool expr_callable(OpId op);
 /* Parses `text` with n_inputs inputs into nodes from arena a; NULL after a
- * diagnostic at `loc` (the attribute; moved to the offending character when loc is
- * the opening quote of the string as written in its source file). */
-Expr *expr_parse(Arena *a, const char *text, int n_inputs, Loc loc, Diag *d);
+ * diagnostic naming op's expr at `loc` (the attribute; moved to the offending
+ * character when loc is the opening quote of the string as written in its source
+ * file). */
+Expr *expr_parse(Arena *a, OpId op, const char *text, int n_inputs, Loc loc, Diag *d);
+/* Node n's `expr`, parsed into arena a: an `elementwise` node's over its inputs, a
+ * fused op's over $0, its head op's result, and $1 ..., its inputs from
+ * expr_first_input(n) on. NULL after a diagnostic. */
+Expr *node_expr(Arena *a, const Node *n, Diag *d);
+/* The input of node n that $1 stands for in its expr (a fused op), or 0 when $k is
+ * input k (elementwise). */
+int expr_first_input(const Node *n);
+/* Computes e at every element of out, its inputs in[0 .. n_in) read by broadcasting
+ * into out's type, each call rounded to f32 as its op rounds it; out may be an input
+ * of its own type. -1 when out of memory. */
+int expr_eval(const Expr *e, int n_in, const Tensor *const *in, Tensor *out);
 /* The canonical text of e (ir_malloc'ed), or NULL when out of memory. */
 char *expr_format(const Expr *e);
 /* The number of calls in e. */

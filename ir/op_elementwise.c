@@ -109,7 +109,7 @@ int infer_elementwise(Graph *g, Node *n, Diag *d) {
     if (check_size(n, &out, d))
         return -1;
     Arena arena = {0};
-    Expr *e = expr_parse(&arena, a->s, n->n_in, attr_loc(n, "expr"), d);
+    Expr *e = node_expr(&arena, n, d);
     arena_free(&arena);
     if (!e)
         return -1;
@@ -131,33 +131,37 @@ static double eval_expr(const Expr *e, const double *in) {
     return (float)binary(e->call.op, a, eval_expr(e->arg[1], in));
 }
 
-int eval_elementwise(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
-    Arena arena = {0};
-    const Type *to = &out[0]->type;
-    Expr *e = expr_parse(&arena, node_attr(n, "expr")->s, n->n_in, attr_loc(n, "expr"), d);
-    int64_t(*strides)[KILN_MAX_RANK] = ir_malloc(sizeof *strides * (size_t)n->n_in);
-    double *x = ir_malloc(sizeof *x * (size_t)n->n_in);
-    int rc = -1;
-    if (e && (!strides || !x))
-        diag_error(d, n->loc, "out of memory");
-    else if (e) {
-        for (int k = 0; k < n->n_in; k++)
-            broadcast_strides(&in[k]->type, to, strides[k]);
-        int64_t idx[KILN_MAX_RANK] = {0}, count = type_numel(to);
-        for (int64_t i = 0; i < count; i++) {
-            for (int k = 0; k < n->n_in; k++) {
-                int64_t at = 0;
-                for (int r = 0; r < to->rank; r++)
-                    at += idx[r] * strides[k][r];
-                x[k] = in[k]->data[at];
-            }
-            out[0]->data[i] = (float)eval_expr(e, x);
-            next_index(idx, to->dims, to->rank);
+int expr_eval(const Expr *e, int n_in, const Tensor *const *in, Tensor *out) {
+    const Type *to = &out->type;
+    int64_t(*strides)[KILN_MAX_RANK] = ir_malloc(sizeof *strides * (size_t)n_in);
+    double *x = ir_malloc(sizeof *x * (size_t)n_in);
+    if (!strides || !x) {
+        ir_free(strides);
+        ir_free(x);
+        return -1;
+    }
+    for (int k = 0; k < n_in; k++)
+        broadcast_strides(&in[k]->type, to, strides[k]);
+    int64_t idx[KILN_MAX_RANK] = {0}, count = type_numel(to);
+    for (int64_t i = 0; i < count; i++) {
+        for (int k = 0; k < n_in; k++) {
+            int64_t at = 0;
+            for (int r = 0; r < to->rank; r++)
+                at += idx[r] * strides[k][r];
+            x[k] = in[k]->data[at];
         }
-        rc = 0;
+        out->data[i] = (float)eval_expr(e, x);
+        next_index(idx, to->dims, to->rank);
     }
     ir_free(strides);
     ir_free(x);
+    return 0;
+}
+
+int eval_elementwise(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    Arena arena = {0};
+    Expr *e = node_expr(&arena, n, d);
+    int rc = !e ? -1 : expr_eval(e, n->n_in, in, out[0]) ? diag_error(d, n->loc, "out of memory") : 0;
     arena_free(&arena);
     return rc;
 }

@@ -26,6 +26,7 @@ bool expr_callable(OpId op) {
 
 typedef struct {
     Arena *a;
+    OpId op; /* whose expr it is, for messages */
     const char *text, *p;
     int n_inputs;
     Loc loc;    /* the attribute */
@@ -62,7 +63,7 @@ static int error_at(ExprParser *ps, const char *at, const char *fmt, ...) {
     Loc loc = ps->loc;
     if (ps->exact)
         loc.col += 1 + (int)(at - ps->text);
-    diag_error(ps->d, loc, "elementwise's expr: %s", msg);
+    diag_error(ps->d, loc, "%s's expr: %s", op_table[ps->op].name, msg);
     diag_note(ps->d, "expr calls relu, clip, add, ... (the elementwise ops) on $0, $1, ... and numbers, "
                      "with attributes as name=value after the operands");
     return -1;
@@ -325,8 +326,8 @@ static Expr *parse_expr(ExprParser *ps) {
     return e;
 }
 
-Expr *expr_parse(Arena *a, const char *text, int n_inputs, Loc loc, Diag *d) {
-    ExprParser ps = {a, text, text, n_inputs, loc, at_quote(loc), d, 0};
+Expr *expr_parse(Arena *a, OpId op, const char *text, int n_inputs, Loc loc, Diag *d) {
+    ExprParser ps = {a, op, text, text, n_inputs, loc, at_quote(loc), d, 0};
     Expr *e = parse_expr(&ps);
     if (!e)
         return NULL;
@@ -336,6 +337,15 @@ Expr *expr_parse(Arena *a, const char *text, int n_inputs, Loc loc, Diag *d) {
         return error_at(&ps, ps.p, "unexpected %s after the expression", met(ps.p, buf, sizeof buf)), NULL;
     }
     return e;
+}
+
+int expr_first_input(const Node *n) {
+    return n->op == OP_ELEMENTWISE ? 0 : 3;
+}
+
+Expr *node_expr(Arena *a, const Node *n, Diag *d) {
+    int first = expr_first_input(n), n_inputs = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
+    return expr_parse(a, n->op, node_attr(n, "expr")->s, n_inputs, attr_loc(n, "expr"), d);
 }
 
 int expr_calls(const Expr *e) {

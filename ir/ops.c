@@ -39,6 +39,9 @@ static const AttrSpec attrs_gemm[] = {FLOAT("alpha", 1), FLOAT("beta", 1), BOOL(
 static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
                                       INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
                                       END};
+static const AttrSpec attrs_fused_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
+                                            INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
+                                            STRING_REQ("expr"), END};
 static const AttrSpec attrs_conv_transpose[] = {
     INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
     INTS("output_padding", 0, LEN_SPATIAL), INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1),
@@ -137,6 +140,14 @@ void op_arity(OpId op, int *min, int *max) {
     }
     *min = names - optional;
     *max = variadic ? -1 : names;
+}
+
+bool op_input_optional(OpId op, int i) {
+    const char *p = op_table[op].inputs;
+    for (int k = 0; k < i && p; k++)
+        if ((p = strchr(p, ',')))
+            p++;
+    return p && memchr(p, '?', strcspn(p, ",")) != NULL;
 }
 
 static const char *kind_name(AttrKind k) {

@@ -22,6 +22,7 @@ int eval_matmul(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_fused_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_conv_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

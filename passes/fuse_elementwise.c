@@ -47,7 +47,7 @@ static bool fusable(const Node *n) {
 
 /* An `elementwise` node's expression, parsed (it was checked by inference). */
 static Expr *parse_node_expr(Fuser *f, const Node *n) {
-    return expr_parse(&f->arena, node_attr(n, "expr")->s, n->n_in, (Loc){0}, f->c->d);
+    return node_expr(&f->arena, n, f->c->d);
 }
 
 static Expr *new_expr(Fuser *f, ExprKind kind) {

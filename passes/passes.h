@@ -124,6 +124,7 @@ int pass_autodiff(PassContext *c);
 int pass_cse(PassContext *c);
 int pass_fold(PassContext *c);
 int pass_fuse_elementwise(PassContext *c);
+int pass_fuse_epilogue(PassContext *c);
 int pass_dce(PassContext *c);
 
 #endif

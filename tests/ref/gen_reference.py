@@ -222,7 +222,7 @@ def gen_binary(b):
 
 
 def gen_fused(b):
-    """The fused `elementwise` op: each call rounds to float32, as its op does."""
+    """The fused ops, `elementwise` and `fused_conv`: each call rounds to float32, as its op does."""
 
     def r(t):
         return t.float().double()
@@ -265,6 +265,37 @@ def gen_fused(b):
          [b.rand(2, 1, 1, 3, 2), b.rand(4, 1, 2), b.rand(2, 1, 1, 1, lo=-1, hi=1)],
          lambda x, y, z: r(x * y) + r(torch.abs(z)))
     case("a number alone", "add($0, 0)", [b.rand(2, 2)], lambda x: x)
+
+    def conv(desc, expr, extras, fn, n, c, size, o, k, groups=None, strides=None, pads=None, bias=True,
+             layout=None):
+        """fused_conv: the conv's result rounded to float32, then the epilogue; extras(shape)
+        makes the epilogue's other inputs for the conv's result shape."""
+        x, w, bb, y = make_conv(b, n, c, size, o, k, groups, strides, pads, None, bias, layout)
+        es = extras(tuple(y.shape))
+        args = [("x", x), ("w", w), ("b", bb)] + [(f"e{i + 1}", e) for i, e in enumerate(es)]
+        b.case(f"fused_conv {desc}", "fused_conv", args, fn(r(y), *[T(e) for e in es]), strides=strides,
+               pads=pads, groups=groups, layout=layout, expr=f'"{expr}"')
+
+    none = lambda shape: []  # noqa: E731
+    same = lambda shape: [b.rand(*shape)]  # noqa: E731
+    scalar = lambda shape: [np.array(0.75, dtype=np.float32)]  # noqa: E731
+    for L in (None, "nhwc"):
+        conv("relu, 3x3 pad 1", "relu($0)", none, torch.relu, 2, 3, (6, 5), 4, (3, 3), pads=1, layout=L)
+        conv("residual add + relu, stride 2", "relu(add($0, $1))", same, lambda y, e: torch.relu(r(y + e)),
+             1, 4, (7, 7), 6, (3, 3), strides=2, pads=1, layout=L)
+        conv("relu6 of a depthwise conv", "clip($0, min=0, max=6)", none, lambda y: torch.clamp(y, 0.0, 6.0),
+             1, 4, (6, 6), 4, (3, 3), groups=4, pads=1, layout=L)
+        conv("hardswish of a 1x1 conv (no column matrix)", "hardswish($0)", none, F.hardswish, 2, 5, (3, 4), 3,
+             (1, 1), layout=L)
+        conv("leaky_relu, 1-D, no bias", "leaky_relu($0, alpha=0.1)", none, lambda y: F.leaky_relu(y, 0.1),
+             1, 2, (9,), 3, (3,), bias=False, layout=L)
+        conv("sigmoid times a scalar, groups 2", "mul(sigmoid($0), $1)", scalar,
+             lambda y, s: r(torch.sigmoid(y)) * s, 1, 4, (5, 5), 6, (3, 3), groups=2, layout=L)
+        conv("silu, 3-D", "mul(sigmoid($0), $0)", none, lambda y: r(torch.sigmoid(y)) * y, 1, 2, (4, 4, 4), 2,
+             (2, 2, 2), layout=L)
+        conv("residual and scalar, depthwise multiplier 2", "relu(add(mul($0, $2), $1))",
+             lambda shape: same(shape) + scalar(shape), lambda y, e, s: torch.relu(r(r(y * s) + e)), 1, 3, (7, 7),
+             6, (3, 3), groups=3, strides=2, layout=L)
 
 
 # ---- reductions, softmax, normalizations ----
@@ -453,8 +484,9 @@ CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-def conv_case(b, desc, n, c, size, o, k, groups=None, strides=None, pads=None, dilations=None, bias=True,
+def make_conv(b, n, c, size, o, k, groups=None, strides=None, pads=None, dilations=None, bias=True,
               layout=None):
+    """A conv's random inputs x, w, b (or None) and PyTorch's result."""
     nd = len(size)
     g = groups or 1
     s, p, d = spatial(strides, nd, 1), spatial(pads, 2 * nd, 0), spatial(dilations, nd, 1)
@@ -470,6 +502,12 @@ def conv_case(b, desc, n, c, size, o, k, groups=None, strides=None, pads=None, d
         y = CONV[nd](F.pad(xt, torch_pads(p, nd)), wt, bt, stride=s, dilation=d, groups=g)
     if nhwc:
         y = to_nhwc(y, nd)
+    return x, w, bb, y
+
+
+def conv_case(b, desc, n, c, size, o, k, groups=None, strides=None, pads=None, dilations=None, bias=True,
+              layout=None):
+    x, w, bb, y = make_conv(b, n, c, size, o, k, groups, strides, pads, dilations, bias, layout)
     b.case(f"conv {desc}", "conv", [("x", x), ("w", w), ("b", bb)], y, strides=strides, pads=pads,
            dilations=dilations, groups=groups, layout=layout)
 
