@@ -173,7 +173,8 @@ int infer_fused_conv(Graph *g, Node *n, Diag *d) {
 }
 
 int eval_fused_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
-    if (eval_conv(n, in, out, d))
+    const Tensor *conv_in[3] = {in[0], in[1], n->n_in > 2 ? in[2] : NULL}; /* in[] has n_in entries */
+    if (eval_conv(n, conv_in, out, d))
         return -1;
     int first = expr_first_input(n), n_expr = n->n_in > first ? 1 + n->n_in - first : 1;
     Arena arena = {0};

@@ -105,10 +105,11 @@ static int fuse(PassContext *c, Node *conv, Node *u, int k, bool *dead) {
     Node *n = text ? graph_add_node(g, OP_FUSED_CONV, n_in, 1, u->loc) : NULL;
     char *copy = n ? arena_strdup(&g->arena, text) : NULL;
     ir_free(text);
+    if (copy)
+        memcpy(n->in, in, sizeof *in * (size_t)n_in);
     arena_free(&arena);
     if (!copy)
         return diag_error(c->d, u->loc, "out of memory");
-    memcpy(n->in, in, sizeof *in * (size_t)n_in);
     for (int a = 0; a < op_table[OP_CONV].n_attrs; a++)
         n->attrs[op_attr_index(OP_FUSED_CONV, op_table[OP_CONV].attrs[a].name)] = conv->attrs[a];
     n->attrs[op_attr_index(OP_FUSED_CONV, "expr")] = (Attr){.set = true, .s = copy, .loc = u->loc};
