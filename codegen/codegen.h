@@ -161,6 +161,15 @@ void float_literal(double v, char *buf, size_t n);
  * C expression of the result: a variable tN (*next counts them), an xK or a literal. */
 void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap);
 
+/* Emits the loop finishing a tile of `rows` x `cols` elements of fused op n's result
+ * at the float pointer `tile`, element (r, q) at tile[r * ld + q * step]: adds
+ * bias[bias_at] (an expression of r and q; bias_at NULL: none), then computes the
+ * epilogue (NULL: none) with $0 the element and each of n's inputs from
+ * expr_first_input(n) on read at the element's offset in the result. Nothing when
+ * there is neither. */
+void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step);
+
 typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 
 /* The lowerings the op table names, one family per file (lower_*.c). */

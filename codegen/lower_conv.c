@@ -67,51 +67,6 @@ static Conv conv_of(const Program *p, const Node *n) {
     return c;
 }
 
-/* Emits the loop finishing a tile of `rows` x `cols` elements of y at `tile`, element
- * (r, q) at tile[r * ld + q * step]: adds the bias at index `bias_at` (an expression
- * of r and q; NULL: none here), then computes the epilogue with $0 the element and
- * each other input read at the element's offset in y. Nothing when there is neither. */
-static void emit_finish(Str *s, const Program *p, const Conv *c, const char *rows, const char *cols, int64_t ld,
-                        int64_t step, const char *bias_at) {
-    bool bias = bias_at && c->bn[0];
-    if (!bias && !c->epilogue)
-        return;
-    const Node *n = c->node;
-    int first = expr_first_input(n);
-    bool located = false; /* some input is read at the element's offset in y */
-    for (int k = first; c->epilogue && k < n->n_in; k++)
-        located |= type_numel(&p->g->values[n->in[k]].type) != 1;
-    char at[96] = "", plus_bias[160] = "";
-    if (ld)
-        append_term(at, sizeof at, "r", ld);
-    append_term(at, sizeof at, "q", step);
-    if (bias)
-        snprintf(plus_bias, sizeof plus_bias, " + %s[%s]", c->bn, bias_at);
-    if (located)
-        str_printf(s, "int64_t at0 = tile - %s;\n", c->yn);
-    str_printf(s, "for (int r = 0; r < %s; r++)\n    for (int q = 0; q < %s; q++) {\n", rows, cols);
-    str_printf(s, "        float x0 = tile[%s]%s;\n", at, plus_bias);
-    char res[48] = "x0";
-    if (c->epilogue) {
-        int next = 0;
-        for (int k = first; k < n->n_in; k++) {
-            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
-            str_printf(s, "        float x%d = %s[%s%s];\n", k - first + 1, value_name(p, n->in[k]),
-                       one ? "0" : "at0 + ", one ? "" : at);
-        }
-        Str calc = {0};
-        emit_expr(&calc, c->epilogue, &next, res, sizeof res);
-        for (const char *line = calc.s ? calc.s : ""; *line;) {
-            size_t len = strcspn(line, "\n");
-            str_printf(s, "        %.*s\n", (int)len, line);
-            line += len + (line[len] == '\n');
-        }
-        s->oom |= calc.oom;
-        str_free(&calc);
-    }
-    str_printf(s, "        tile[%s] = %s;\n    }\n", at, res);
-}
-
 static int64_t grain_for(int64_t work) {
     return work >= WORK_PER_THREAD ? 1 : WORK_PER_THREAD / work;
 }
@@ -352,7 +307,7 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
                    (long long)c->y.c);
         char bias_at[64];
         snprintf(bias_at, sizeof bias_at, "g * %lld + c0 + q", (long long)og);
-        emit_finish(s, p, c, "m", "n", c->y.c, 1, bias_at);
+        emit_tile_epilogue(s, p, c->node, c->epilogue, c->bn, bias_at, "m", "n", c->y.c, 1);
     } else {
         /* y[og, positions] = w[og, depth] x cols[depth, positions], per batch item and group */
         int64_t src_batch = pointwise ? c->x.sn : c->groups * depth * c->positions;
@@ -366,7 +321,7 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
                    (long long)src_batch, (long long)(depth * c->positions), (long long)cols, (long long)cols);
         char bias_at[64];
         snprintf(bias_at, sizeof bias_at, "g * %lld + r0 + r", (long long)og);
-        emit_finish(s, p, c, "m", "n", cols, 1, bias_at);
+        emit_tile_epilogue(s, p, c->node, c->epilogue, c->bn, bias_at, "m", "n", cols, 1);
     }
     return 0;
 }
@@ -438,7 +393,7 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
         char cols[32];
         snprintf(cols, sizeof cols, "%lld", run);
         str_printf(s, "float *tile = row;\n");
-        emit_finish(s, p, c, "1", cols, 0, ys, NULL);
+        emit_tile_epilogue(s, p, c->node, c->epilogue, "", NULL, "1", cols, 0, ys);
     }
     return 0;
 }

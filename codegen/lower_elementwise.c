@@ -155,6 +155,51 @@ void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap) {
     }
 }
 
+/* Appends text with every line indented by `indent`. */
+static void append_indented(Str *dst, const char *text, const char *indent) {
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        int len = nl ? (int)(nl - line) : (int)strlen(line);
+        str_printf(dst, "%s%.*s\n", indent, len, line);
+        line += len + (nl != NULL);
+    }
+}
+
+void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step) {
+    bool biased = bias_at && bias[0];
+    if (!biased && !epilogue)
+        return;
+    int first = expr_first_input(n);
+    bool located = false; /* some input is read at the element's offset in y */
+    for (int k = first; epilogue && k < n->n_in; k++)
+        located |= type_numel(&p->g->values[n->in[k]].type) != 1;
+    char at[96] = "", plus_bias[160] = "", res[48] = "x0";
+    if (ld)
+        append_term(at, sizeof at, "r", ld);
+    append_term(at, sizeof at, "q", step);
+    if (biased)
+        snprintf(plus_bias, sizeof plus_bias, " + %s[%s]", bias, bias_at);
+    if (located)
+        str_printf(s, "int64_t at0 = tile - %s;\n", value_name(p, n->out[0]));
+    str_printf(s, "for (int64_t r = 0; r < %s; r++)\n    for (int64_t q = 0; q < %s; q++) {\n", rows, cols);
+    str_printf(s, "        float x0 = tile[%s]%s;\n", at, plus_bias);
+    if (epilogue) {
+        int next = 0;
+        for (int k = first; k < n->n_in; k++) {
+            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
+            str_printf(s, "        float x%d = %s[%s%s];\n", k - first + 1, value_name(p, n->in[k]),
+                       one ? "0" : "at0 + ", one ? "" : at);
+        }
+        Str calc = {0};
+        emit_expr(&calc, epilogue, &next, res, sizeof res);
+        append_indented(s, calc.s ? calc.s : "", "        ");
+        s->oom |= calc.oom;
+        str_free(&calc);
+    }
+    str_printf(s, "        tile[%s] = %s;\n    }\n", at, res);
+}
+
 /* How an input is read inside a block of the output's last dims: FULL when
  * it has those dims as the output does (contiguous in the block), CONST when they
  * are all 1 for it (one value for the whole block). */
@@ -186,16 +231,6 @@ static int block_dims(const Program *p, const Node *n, const bool *used, const T
         }
     }
     return s;
-}
-
-/* Appends text with every line indented by `indent`. */
-static void append_indented(Str *dst, const char *text, const char *indent) {
-    for (const char *line = text; *line;) {
-        const char *nl = strchr(line, '\n');
-        int len = nl ? (int)(nl - line) : (int)strlen(line);
-        str_printf(dst, "%s%.*s\n", indent, len, line);
-        line += len + (nl != NULL);
-    }
 }
 
 static void mark_used(const Expr *e, bool *used) {

@@ -8,7 +8,9 @@
  * a single sgemm. gemm's trans_a and trans_b are sgemm's own flags; its c, broadcast
  * to the result, is written first as beta * c and sgemm adds alpha op(a) op(b) to
  * it. linear is x, as [prod(leading dims), in], times w transposed, then the bias
- * added row by row. Each kernel counts its FLOPs, 2 M N K per GEMM, for kiln bench. */
+ * added row by row; fused_linear computes its epilogue in that same loop, each
+ * element finished as the bias reaches it. Each kernel counts its FLOPs, 2 M N K per
+ * GEMM, for kiln bench. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
@@ -163,11 +165,20 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
         "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, "
         "0.0f, %s, %lld);\n",
         rows, out_len, in_len, value_name(p, n->in[0]), in_len, value_name(p, n->in[1]), in_len, y, out_len);
-    if (b >= 0)
-        str_printf(&k->body,
-                   "for (int64_t r = 0; r < %lld; r++)\n"
-                   "    for (int64_t o = 0; o < %lld; o++)\n"
-                   "        %s[r * %lld + o] += %s[o];\n",
-                   rows, out_len, y, out_len, value_name(p, b));
+    Arena arena = {0};
+    const Expr *epilogue = NULL;
+    if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
+        return -1;
+    /* the bias and the epilogue, the whole result as one tile */
+    char rows_text[32], cols_text[32];
+    snprintf(rows_text, sizeof rows_text, "%lld", rows);
+    snprintf(cols_text, sizeof cols_text, "%lld", out_len);
+    if (b >= 0 || epilogue)
+        str_printf(&k->body, "float *tile = %s;\n", y);
+    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", "q", rows_text, cols_text,
+                       out_len, 1);
+    if (epilogue)
+        kernel_annotate(k, node_attr(n, "expr")->s);
+    arena_free(&arena);
     return 0;
 }

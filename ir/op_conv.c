@@ -150,49 +150,13 @@ int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 
 /* ---- fused_conv: conv, then an elementwise epilogue ---- */
 
-/* The epilogue's inputs e1 ... have the conv's result type or one element, so that
- * a kernel finds each where it writes the result, whatever its tiling. */
 int infer_fused_conv(Graph *g, Node *n, Diag *d) {
-    if (infer_conv(g, n, d))
-        return -1;
-    const Type *y = &g->values[n->out[0]].type;
-    for (int k = expr_first_input(n); k < n->n_in; k++) {
-        const Type *e = in_type(g, n, k);
-        if (!e)
-            return diag_error(d, n->loc, "fused_conv: e%d may not be absent", k - 2);
-        if (!type_equal(e, y) && type_numel(e) != 1)
-            return diag_error(d, n->loc,
-                              "fused_conv: e%d ($%d of expr) must have the conv's result type %s or one "
-                              "element, got %s",
-                              k - 2, k - 2, tstr(y), tstr(e));
-    }
-    Arena arena = {0};
-    Expr *e = node_expr(&arena, n, d);
-    arena_free(&arena);
-    return e ? 0 : -1;
+    return infer_conv(g, n, d) ? -1 : infer_epilogue(g, n, d);
 }
 
 int eval_fused_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Tensor *conv_in[3] = {in[0], in[1], n->n_in > 2 ? in[2] : NULL}; /* in[] has n_in entries */
-    if (eval_conv(n, conv_in, out, d))
-        return -1;
-    int first = expr_first_input(n), n_expr = n->n_in > first ? 1 + n->n_in - first : 1;
-    Arena arena = {0};
-    Expr *e = node_expr(&arena, n, d);
-    const Tensor **args = ir_calloc((size_t)n_expr, sizeof *args);
-    int rc = e ? 0 : -1;
-    if (e && !args)
-        rc = diag_error(d, n->loc, "out of memory");
-    if (!rc) {
-        args[0] = out[0];
-        for (int k = 1; k < n_expr; k++)
-            args[k] = in[first + k - 1];
-        if (expr_eval(e, n_expr, args, out[0]))
-            rc = diag_error(d, n->loc, "out of memory");
-    }
-    ir_free(args);
-    arena_free(&arena);
-    return rc;
+    return eval_conv(n, conv_in, out, d) ? -1 : eval_epilogue(n, in, out[0], d);
 }
 
 /* ---- conv_transpose ---- */

@@ -165,3 +165,47 @@ int eval_elementwise(const Node *n, const Tensor *const *in, Tensor **out, Diag 
     arena_free(&arena);
     return rc;
 }
+
+/* ---- The epilogues of the fused ops (fused_conv, fused_linear) ---- */
+
+/* The inputs e1 ... have the head op's result type or one element, so that a kernel
+ * finds each where it writes the result, whatever its tiling. */
+int infer_epilogue(Graph *g, Node *n, Diag *d) {
+    const char *op = op_table[n->op].name;
+    const Type *y = &g->values[n->out[0]].type;
+    int first = expr_first_input(n);
+    for (int k = first; k < n->n_in; k++) {
+        const Type *e = in_type(g, n, k);
+        int j = k - first + 1;
+        if (!e)
+            return diag_error(d, n->loc, "%s: e%d may not be absent", op, j);
+        if (!type_equal(e, y) && type_numel(e) != 1)
+            return diag_error(d, n->loc,
+                              "%s: e%d ($%d of expr) must have the result type %s or one element, got %s", op,
+                              j, j, tstr(y), tstr(e));
+    }
+    Arena arena = {0};
+    Expr *e = node_expr(&arena, n, d);
+    arena_free(&arena);
+    return e ? 0 : -1;
+}
+
+int eval_epilogue(const Node *n, const Tensor *const *in, Tensor *y, Diag *d) {
+    int first = expr_first_input(n), n_expr = n->n_in > first ? 1 + n->n_in - first : 1;
+    Arena arena = {0};
+    Expr *e = node_expr(&arena, n, d);
+    const Tensor **args = ir_calloc((size_t)n_expr, sizeof *args);
+    int rc = e ? 0 : -1;
+    if (e && !args)
+        rc = diag_error(d, n->loc, "out of memory");
+    if (!rc) {
+        args[0] = y;
+        for (int k = 1; k < n_expr; k++)
+            args[k] = in[first + k - 1];
+        if (expr_eval(e, n_expr, args, y))
+            rc = diag_error(d, n->loc, "out of memory");
+    }
+    ir_free(args);
+    arena_free(&arena);
+    return rc;
+}

@@ -344,7 +344,8 @@ int expr_first_input(const Node *n) {
 }
 
 Expr *node_expr(Arena *a, const Node *n, Diag *d) {
-    int first = expr_first_input(n), n_inputs = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
+    int first = expr_first_input(n),
+        n_inputs = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
     return expr_parse(a, n->op, node_attr(n, "expr")->s, n_inputs, attr_loc(n, "expr"), d);
 }
 

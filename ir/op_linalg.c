@@ -157,3 +157,14 @@ int eval_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
         }
     return 0;
 }
+
+/* ---- fused_linear: linear, then an elementwise epilogue ---- */
+
+int infer_fused_linear(Graph *g, Node *n, Diag *d) {
+    return infer_linear(g, n, d) ? -1 : infer_epilogue(g, n, d);
+}
+
+int eval_fused_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Tensor *linear_in[3] = {in[0], in[1], n->n_in > 2 ? in[2] : NULL}; /* in[] has n_in entries */
+    return eval_linear(n, linear_in, out, d) ? -1 : eval_epilogue(n, in, out[0], d);
+}

@@ -39,6 +39,7 @@ static const AttrSpec attrs_gemm[] = {FLOAT("alpha", 1), FLOAT("beta", 1), BOOL(
 static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
                                       INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
                                       END};
+static const AttrSpec attrs_fused_linear[] = {STRING_REQ("expr"), END};
 static const AttrSpec attrs_fused_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
                                             INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
                                             STRING_REQ("expr"), END};

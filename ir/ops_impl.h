@@ -23,6 +23,11 @@ int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_fused_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_fused_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+/* What the fused ops share: their epilogue's checks, after the head op's inference,
+ * and its evaluation over the head's result y (in: the node's inputs). */
+int infer_epilogue(Graph *g, Node *n, Diag *d);
+int eval_epilogue(const Node *n, const Tensor *const *in, Tensor *y, Diag *d);
 int eval_conv_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

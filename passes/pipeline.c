@@ -18,7 +18,7 @@ const Pass pass_list[] = {
     {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
     {"fuse_elementwise", 1, pass_fuse_elementwise, "fuse trees of elementwise ops into one kernel"},
-    {"fuse_epilogue", 1, pass_fuse_epilogue, "apply the elementwise op after a conv to its tiles (fused_conv)"},
+    {"fuse_epilogue", 1, pass_fuse_epilogue, "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},
     {"memplan", 1, NULL, "plan the workspace: buffers with disjoint lifetimes share memory (codegen)"},
 };
 const int pass_count = (int)(sizeof pass_list / sizeof pass_list[0]);

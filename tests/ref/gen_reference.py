@@ -297,6 +297,21 @@ def gen_fused(b):
              lambda shape: same(shape) + scalar(shape), lambda y, e, s: torch.relu(r(r(y * s) + e)), 1, 3, (7, 7),
              6, (3, 3), groups=3, strides=2, layout=L)
 
+    def linear(desc, expr, x_shape, out, bias, extras, fn):
+        """fused_linear: linear's result rounded to float32, then the epilogue."""
+        x, w = b.rand(*x_shape), b.rand(out, x_shape[-1])
+        bb = b.rand(out) if bias else None
+        y = F.linear(T(x), T(w), None if bb is None else T(bb))
+        es = extras(tuple(y.shape))
+        args = [("x", x), ("w", w), ("b", bb)] + [(f"e{i + 1}", e) for i, e in enumerate(es)]
+        b.case(f"fused_linear {desc}", "fused_linear", args, fn(r(y), *[T(e) for e in es]), expr=f'"{expr}"')
+
+    linear("relu", "relu($0)", (3, 5), 4, True, none, torch.relu)
+    linear("residual + tanh, batched, no bias", "tanh(add($0, $1))", (2, 3, 5), 6, False, same,
+           lambda y, e: torch.tanh(r(y + e)))
+    linear("hardsigmoid of a scaled result, one row", "hardsigmoid(mul($0, $1))", (1, 7), 9, True, scalar,
+           lambda y, s: torch.clamp(0.2 * r(y * s) + 0.5, 0.0, 1.0))  # ONNX HardSigmoid, alpha 0.2
+
 
 # ---- reductions, softmax, normalizations ----
 
