@@ -68,6 +68,11 @@ typedef struct {
        one node that name scratch share it (one fills it, the next reads it). */
     int64_t scratch_bytes;
     int64_t scratch;
+    /* Constant data of the kernel's own (a resampling's index and weight tables), at
+       byte offset `table` of the weights blob when table_bytes > 0; program_table
+       puts it there. */
+    int64_t table_bytes;
+    int64_t table;
     /* Elementwise: every read of the written value's type is read only at the element
        being written, so the result may overwrite such a read where it dies (plan.c).
        The lowering sets it. */
@@ -114,7 +119,7 @@ typedef struct {
     bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
 } Program;
 
-/* Lowers a verified graph (no grad, resize or interpolate left) with its weights;
+/* Lowers a verified graph (no grad left) with its weights;
  * memplan: plan the workspace with reuse (plan.c), else every value its own offset.
  * NULL after a diagnostic (an op with no lowering, a missing weight). */
 Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *d);
@@ -139,6 +144,9 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
+/* Appends `bytes` of data to the weights blob as kernel k's table; -1 after a
+ * diagnostic when memory runs out. */
+int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *d);
 /* Appends ": text" to k's comment (left as it is when memory runs out). */
 void kernel_annotate(Kernel *k, const char *text);
 void kernel_writes(Kernel *k, int value);
@@ -198,6 +206,8 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d);
 int lower_expand(Program *p, const Node *n, Diag *d);
 int lower_unary_grad(Program *p, const Node *n, Diag *d);
 int lower_binary_grad(Program *p, const Node *n, Diag *d);
+int lower_resample(Program *p, const Node *n, Diag *d);
+int lower_resample_grad(Program *p, const Node *n, Diag *d);
 
 /* ---- Emission ---- */
 

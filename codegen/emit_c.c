@@ -93,6 +93,8 @@ static void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *o
     }
     if (k->scratch_bytes)
         str_printf(out, "    float *restrict scratch = %sws + %lld;\n", l->args, (long long)(k->scratch / 4));
+    if (k->table_bytes)
+        str_printf(out, "    const float *restrict table = %swt + %lld;\n", l->args, (long long)(k->table / 4));
     if (k->kind == K_LOOP) {
         str_printf(out, "    %s\n", l->loop_open);
         indent_lines(out, k->body.s, 8);
@@ -199,7 +201,7 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
                "                 const float *a, int lda, const float *b, int ldb, float beta, float *c,\n"
                "                 int ldc);\n"
                "void openblas_set_num_threads(int n);\n\n");
-    str_printf(out, "/* The weights: %lld bytes of params and consts. */\n", (long long)p->weights_bytes);
+    str_printf(out, "/* The weights: %lld bytes of params, consts and kernel tables. */\n", (long long)p->weights_bytes);
     str_printf(
         out,
         "#ifdef KILN_WEIGHTS_EXTERN\n"

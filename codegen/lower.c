@@ -175,6 +175,20 @@ void kernel_annotate(Kernel *k, const char *text) {
 void kernel_reads(Kernel *k, int value) {
     k->reads[k->n_reads++] = value;
 }
+int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *d) {
+    int64_t at = (p->weights_bytes + 63) & ~(int64_t)63;
+    unsigned char *w = ir_realloc(p->weights, (size_t)(at + bytes) + 1);
+    if (!w)
+        return diag_error(d, k->node->loc, "out of memory for a table of %lld bytes", (long long)bytes);
+    memset(w + p->weights_bytes, 0, (size_t)(at - p->weights_bytes));
+    memcpy(w + at, data, (size_t)bytes);
+    p->weights = w;
+    p->weights_bytes = at + bytes;
+    k->table = at;
+    k->table_bytes = bytes;
+    return 0;
+}
+
 void kernel_writes(Kernel *k, int value) {
     k->writes[k->n_writes++] = value;
 }

@@ -164,3 +164,15 @@ int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag 
     }
     return 0;
 }
+
+int infer_grad(Graph *g, Node *n, Diag *d) {
+    const Type *y = in_type(g, n, 0);
+    if (y->rank != 0 || y->dtype != DT_F32)
+        return diag_error(d, n->loc, "grad: y must be a scalar f32[], got %s", tstr(y));
+    if (n->n_in < 2)
+        return diag_error(d, n->loc, "grad needs at least one value to differentiate y with respect to");
+    KILN_ASSERT(n->n_out == n->n_in - 1);
+    for (int i = 1; i < n->n_in; i++)
+        set_out_type(g, n, i - 1, *in_type(g, n, i));
+    return 0;
+}

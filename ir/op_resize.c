@@ -1,18 +1,38 @@
-/* Shape inference for resampling (resize, interpolate) and for grad.
+/* Resampling: resize (ONNX Resize, opset 13), interpolate (torch.nn.functional
+ * .interpolate) and their gradients resize_grad and interpolate_grad.
  *
- * resize follows ONNX Resize (opset 13) and interpolate torch.nn.functional
- * .interpolate, including each one's arithmetic for the output size: ONNX stores
- * scales as float32, so a resize scale is rounded to float before the length is
- * floor(length * scale), taken exactly (in double, as ONNX's reference does);
- * torch takes floor(length * scale_factor) in double from the scale as given. Both
- * reject a result dim below 1, since kiln shapes are positive. grad only checks
- * that it differentiates a scalar: each result has the type of the value it is the
- * gradient for, and the autodiff pass replaces the node before anything runs it. */
+ * Sizes. resize stores its scales as float32, as ONNX does, so a scale is rounded
+ * to float before the length is floor(length * scale), taken exactly in double (as
+ * ONNX's reference does); interpolate takes floor(length * scale_factor) in double
+ * from the factor as given, as torch does. A result dim below 1 is an error.
+ *
+ * Values. Every mode of both ops is separable: along each resized axis, output
+ * index o reads a few input indices with weights (nearest 1, linear 2, cubic 4,
+ * area a window), and the whole op is those 1-D maps applied one axis after the
+ * other. resample_plan builds the tables, one per axis that is not the identity,
+ * with each framework's own arithmetic, so the interpreter and every target share
+ * one definition of the index math:
+ *   - resize follows onnx/backend/test/case/node/resize.py (the reference the
+ *     conformance data comes from): the source coordinate in double from the
+ *     float32 scale (or out/in for sizes) and output width scale * in, the taps
+ *     nearest to it with edge clamping, exclude_outside renormalizing the taps
+ *     inside, and tf_crop_and_resize marking outputs outside the input, which take
+ *     extrapolation_value.
+ *   - interpolate follows ATen's CPU kernels (torch 1.13): scales are float
+ *     (1 / scale_factor when a factor is given and not recomputed, else in / out);
+ *     nearest and nearest-exact take floorf of a float product, with no special
+ *     case for out = in (a factor of 1.1 on 5 elements moves them); linear computes
+ *     the source index in double and is the identity when out = in; cubic computes
+ *     it in float (A = -0.75, taps clamped); area is adaptive average pooling.
+ * The interpreter applies the tables in double; the gradient is their adjoint,
+ * applied in the opposite order. Outputs outside the input have no gradient. */
 #include "ops_impl.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
+
+/* ---- Shapes ---- */
 
 /* floor(length * scale) for entry k of the scale list a, called `what`, or -1 after
  * a diagnostic when that is not a positive size. resize rounds the scale to float32
@@ -23,7 +43,7 @@ static int64_t scaled_length(const Node *n, const Attr *a, const char *what, int
     double scale = a->floats[k];
     if (!(scale > 0))
         return diag_error(d, a->loc, "%s: %s[%d] is %g; it must be positive", op, what, k, scale);
-    if (n->op == OP_RESIZE && scale <= FLT_MAX)
+    if (strstr(op, "resize") && scale <= FLT_MAX)
         scale = (float)scale;
     double v = floor((double)length * scale);
     if (v < 1)
@@ -35,36 +55,33 @@ static int64_t scaled_length(const Node *n, const Attr *a, const char *what, int
     return (int64_t)v;
 }
 
-int infer_resize(Graph *g, Node *n, Diag *d) {
-    const Type *x = in_type(g, n, 0);
+static int resize_type(const Node *n, const Type *x, Type *out, Diag *d) {
+    const char *op = op_table[n->op].name;
     const Attr *sizes = node_attr(n, "sizes"), *scales = node_attr(n, "scales"), *roi = node_attr(n, "roi");
     if (sizes->set == scales->set)
-        return diag_error(d, n->loc, "resize needs exactly one of 'sizes' and 'scales', got %s",
+        return diag_error(d, n->loc, "%s needs exactly one of 'sizes' and 'scales', got %s", op,
                           sizes->set ? "both" : "neither");
     bool crop = strcmp(node_enum(n, "coordinate_transformation_mode"), "tf_crop_and_resize") == 0;
     if (roi->set && !crop)
         return diag_error(d, roi->loc,
-                          "resize: roi is only used with coordinate_transformation_mode=tf_crop_and_resize");
+                          "%s: roi is only used with coordinate_transformation_mode=tf_crop_and_resize", op);
     if (crop && !roi->set)
         return diag_error(d, attr_loc(n, "coordinate_transformation_mode"),
-                          "resize: coordinate_transformation_mode=tf_crop_and_resize needs roi");
-    Type out = *x;
+                          "%s: coordinate_transformation_mode=tf_crop_and_resize needs roi", op);
+    *out = *x;
     for (int k = 0; k < x->rank; k++) {
         if (sizes->set) {
             if (sizes->ints[k] < 1)
-                return diag_error(d, sizes->loc, "resize: sizes[%d] is %lld; sizes must be positive", k,
+                return diag_error(d, sizes->loc, "%s: sizes[%d] is %lld; sizes must be positive", op, k,
                                   (long long)sizes->ints[k]);
-            out.dims[k] = sizes->ints[k];
+            out->dims[k] = sizes->ints[k];
             continue;
         }
-        out.dims[k] = scaled_length(n, scales, "scales", k, x->dims[k], d);
-        if (out.dims[k] < 0)
+        out->dims[k] = scaled_length(n, scales, "scales", k, x->dims[k], d);
+        if (out->dims[k] < 0)
             return -1;
     }
-    if (check_size(n, &out, d))
-        return -1;
-    set_out_type(g, n, 0, out);
-    return 0;
+    return check_size(n, out, d);
 }
 
 /* The rank of input a torch interpolation mode needs, or 0 for any of 3 to 5. */
@@ -78,57 +95,383 @@ static int mode_rank(const char *mode) {
     return 0;
 }
 
-int infer_interpolate(Graph *g, Node *n, Diag *d) {
-    const Type *x = in_type(g, n, 0);
+static int interpolate_type(const Node *n, const Type *x, Type *out, Diag *d) {
+    const char *op = op_table[n->op].name;
     const Attr *size = node_attr(n, "size"), *scale = node_attr(n, "scale_factor");
     const char *mode = node_enum(n, "mode");
     if (x->rank < 3 || x->rank > 5)
         return diag_error(
-            d, n->loc,
-            "interpolate: x of type %s needs rank 3, 4 or 5 (batch, channels and 1 to 3 spatial dimensions)",
-            tstr(x));
+            d, n->loc, "%s: x of type %s needs rank 3, 4 or 5 (batch, channels and 1 to 3 spatial dimensions)",
+            op, tstr(x));
     int want = mode_rank(mode);
     if (want && x->rank != want)
-        return diag_error(d, attr_loc(n, "mode"), "interpolate: mode %s needs a %dD input, got x of type %s",
-                          mode, want, tstr(x));
+        return diag_error(d, attr_loc(n, "mode"), "%s: mode %s needs a %dD input, got x of type %s", op, mode,
+                          want, tstr(x));
     if (node_bool(n, "align_corners") && !want)
         return diag_error(d, attr_loc(n, "align_corners"),
-                          "interpolate: align_corners can only be set with the modes linear, bilinear, "
+                          "%s: align_corners can only be set with the modes linear, bilinear, "
                           "bicubic and trilinear, not %s",
-                          mode);
+                          op, mode);
     if (size->set == scale->set)
-        return diag_error(d, n->loc, "interpolate needs exactly one of 'size' and 'scale_factor', got %s",
+        return diag_error(d, n->loc, "%s needs exactly one of 'size' and 'scale_factor', got %s", op,
                           size->set ? "both" : "neither");
     if (size->set && node_bool(n, "recompute_scale_factor"))
         return diag_error(d, attr_loc(n, "recompute_scale_factor"),
-                          "interpolate: recompute_scale_factor is not meaningful with an explicit size");
-    Type out = *x;
+                          "%s: recompute_scale_factor is not meaningful with an explicit size", op);
+    *out = *x;
     for (int k = 0; k < x->rank - 2; k++) {
         if (size->set) {
             if (size->ints[k] < 1)
-                return diag_error(d, size->loc, "interpolate: size[%d] is %lld; sizes must be positive", k,
+                return diag_error(d, size->loc, "%s: size[%d] is %lld; sizes must be positive", op, k,
                                   (long long)size->ints[k]);
-            out.dims[k + 2] = size->ints[k];
+            out->dims[k + 2] = size->ints[k];
             continue;
         }
-        out.dims[k + 2] = scaled_length(n, scale, "scale_factor", k, x->dims[k + 2], d);
-        if (out.dims[k + 2] < 0)
+        out->dims[k + 2] = scaled_length(n, scale, "scale_factor", k, x->dims[k + 2], d);
+        if (out->dims[k + 2] < 0)
             return -1;
     }
-    if (check_size(n, &out, d))
+    return check_size(n, out, d);
+}
+
+static bool is_resize(const Node *n) {
+    return n->op == OP_RESIZE || n->op == OP_RESIZE_GRAD;
+}
+
+/* The result type of resize or interpolate (or of the op a grad node differentiates)
+ * for input type x. */
+static int resampled_type(const Node *n, const Type *x, Type *out, Diag *d) {
+    return is_resize(n) ? resize_type(n, x, out, d) : interpolate_type(n, x, out, d);
+}
+
+int infer_resample(Graph *g, Node *n, Diag *d) {
+    Type out;
+    if (resampled_type(n, in_type(g, n, 0), &out, d))
         return -1;
     set_out_type(g, n, 0, out);
     return 0;
 }
 
-int infer_grad(Graph *g, Node *n, Diag *d) {
-    const Type *y = in_type(g, n, 0);
-    if (y->rank != 0 || y->dtype != DT_F32)
-        return diag_error(d, n->loc, "grad: y must be a scalar f32[], got %s", tstr(y));
-    if (n->n_in < 2)
-        return diag_error(d, n->loc, "grad needs at least one value to differentiate y with respect to");
-    KILN_ASSERT(n->n_out == n->n_in - 1);
-    for (int i = 1; i < n->n_in; i++)
-        set_out_type(g, n, i - 1, *in_type(g, n, i));
+int infer_resample_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
+    Type y;
+    if (resampled_type(n, x, &y, d))
+        return -1;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc, "%s: dy must be %s, the result for x %s, got %s", op_table[n->op].name,
+                          tstr(&y), tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
     return 0;
+}
+
+/* ---- The tables ---- */
+
+/* The taps of one output position, written into its table row: input indices (not
+ * yet clamped) and weights; returns how many. */
+typedef struct {
+    int64_t *at;
+    double *w;
+    bool outside; /* tf_crop_and_resize: beyond the input; takes extrapolation_value */
+} Row;
+
+/* Keys cubic convolution with coefficient A at distance t in [0, 1) of the left
+ * middle tap: weights of the taps at -1, 0, 1, 2 (ONNX's cubic_coeffs). */
+static void cubic_weights(double t, double a, double *w) {
+    double s = t + 1, u = 1 - t, v = 2 - t;
+    w[0] = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a;
+    w[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
+    w[2] = ((a + 2) * u - (a + 3)) * u * u + 1;
+    w[3] = ((a * v - 5 * a) * v + 8 * a) * v - 4 * a;
+}
+
+/* The same in float with A = -0.75, as ATen computes it. */
+static void cubic_weights_f(float t, float *w) {
+    const float a = -0.75f;
+    float s = t + 1.0f, u = 1.0f - t, v = u + 1.0f;
+    w[0] = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a;
+    w[1] = ((a + 2) * t - (a + 3)) * t * t + 1;
+    w[2] = ((a + 2) * u - (a + 3)) * u * u + 1;
+    w[3] = ((a * v - 5 * a) * v + 8 * a) * v - 4 * a;
+}
+
+/* ONNX Resize along axis k: output o of out_len from in_len. */
+static int resize_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t out_len, Row *r) {
+    const Attr *scales = node_attr(n, "scales");
+    double scale = scales->set ? (double)(float)scales->floats[k] : (double)out_len / (double)in_len;
+    double width = scale * (double)in_len; /* the reference's output width, not floored */
+    const char *ctm = node_enum(n, "coordinate_transformation_mode"), *mode = node_enum(n, "mode");
+    double x = (double)o, src;
+    if (strcmp(ctm, "align_corners") == 0)
+        src = width == 1 ? 0 : x * (double)(in_len - 1) / (width - 1);
+    else if (strcmp(ctm, "asymmetric") == 0)
+        src = x / scale;
+    else if (strcmp(ctm, "tf_half_pixel_for_nn") == 0)
+        src = (x + 0.5) / scale;
+    else if (strcmp(ctm, "pytorch_half_pixel") == 0)
+        src = width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+    else if (strcmp(ctm, "half_pixel") == 0)
+        src = (x + 0.5) / scale - 0.5;
+    else { /* tf_crop_and_resize, with the roi in float32 as ONNX stores it */
+        const Attr *roi = node_attr(n, "roi");
+        float start = (float)roi->floats[k], end = (float)roi->floats[k + roi->n / 2];
+        double extent = (double)(end - start);
+        src = width == 1 ? extent * (double)(in_len - 1) / 2 : x * extent * (double)(in_len - 1) / (width - 1);
+        src += (double)start * (double)(in_len - 1);
+        r->outside = src < 0 || src > (double)(in_len - 1);
+    }
+    double base = floor(src), frac = src - base;
+    int64_t b = (int64_t)base;
+    if (strcmp(mode, "nearest") == 0) {
+        const char *nm = node_enum(n, "nearest_mode");
+        bool up = frac > 0 && (strcmp(nm, "ceil") == 0 || (strcmp(nm, "round_prefer_floor") == 0 && frac > 0.5) ||
+                               (strcmp(nm, "round_prefer_ceil") == 0 && frac >= 0.5));
+        r->at[0] = b + up, r->w[0] = 1;
+        return 1;
+    }
+    int taps = 2;
+    if (strcmp(mode, "linear") == 0) {
+        r->at[0] = b, r->at[1] = b + 1, r->w[0] = 1 - frac, r->w[1] = frac;
+    } else {
+        taps = 4;
+        for (int j = 0; j < 4; j++)
+            r->at[j] = b - 1 + j;
+        cubic_weights(frac, (double)(float)node_float(n, "cubic_coeff_a"), r->w);
+    }
+    if (node_bool(n, "exclude_outside")) {
+        double sum = 0;
+        for (int j = 0; j < taps; j++) {
+            if (r->at[j] < 0 || r->at[j] >= in_len)
+                r->w[j] = 0;
+            sum += r->w[j];
+        }
+        for (int j = 0; j < taps; j++)
+            r->w[j] /= sum;
+    }
+    return taps;
+}
+
+/* torch's float scale of an axis (ATen's area_pixel_compute_scale): how far a source
+ * index moves per output index. */
+static float torch_scale(const Node *n, int k, int64_t in_len, int64_t out_len, bool align) {
+    const Attr *factor = node_attr(n, "scale_factor");
+    if (align)
+        return out_len > 1 ? (float)(in_len - 1) / (float)(out_len - 1) : 0.0f;
+    if (factor->set && !node_bool(n, "recompute_scale_factor"))
+        return (float)(1.0 / factor->floats[k]);
+    return (float)in_len / (float)out_len;
+}
+
+/* torch interpolate along spatial axis k: output o of out_len from in_len. */
+static int interpolate_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t out_len, Row *r) {
+    const char *mode = node_enum(n, "mode");
+    bool align = node_bool(n, "align_corners");
+    r->at[0] = o, r->w[0] = 1;
+    if (strcmp(mode, "nearest") == 0) {
+        r->at[0] = (int64_t)floorf((float)o * torch_scale(n, k, in_len, out_len, false));
+    } else if (strcmp(mode, "nearest-exact") == 0) {
+        r->at[0] = (int64_t)floorf((float)(((double)o + 0.5) * torch_scale(n, k, in_len, out_len, false)));
+    } else if (strcmp(mode, "area") == 0) { /* adaptive average pooling's windows */
+        int64_t start = o * in_len / out_len, end = ((o + 1) * in_len + out_len - 1) / out_len;
+        for (int64_t j = 0; j < end - start; j++)
+            r->at[j] = start + j, r->w[j] = 1.0 / (double)(end - start);
+        return (int)(end - start);
+    } else if (strcmp(mode, "bicubic") == 0) {
+        float scale = torch_scale(n, k, in_len, out_len, align), w[4];
+        float src = align ? scale * (float)o : scale * ((float)o + 0.5f) - 0.5f;
+        float base = floorf(src);
+        cubic_weights_f(src - base, w);
+        for (int j = 0; j < 4; j++)
+            r->at[j] = (int64_t)base - 1 + j, r->w[j] = w[j];
+        return 4;
+    } else if (out_len != in_len) { /* linear, bilinear, trilinear */
+        double scale = torch_scale(n, k, in_len, out_len, align);
+        double src = align ? scale * (double)o : scale * ((double)o + 0.5) - 0.5;
+        if (src < 0)
+            src = 0;
+        float frac = (float)(src - floor(src));
+        r->at[0] = (int64_t)src, r->at[1] = r->at[0] + 1;
+        r->w[0] = 1.0f - frac, r->w[1] = frac;
+        return 2;
+    }
+    return 1;
+}
+
+/* The most taps an output position of the axis needs. */
+static int max_taps(const Node *n, int64_t in_len, int64_t out_len) {
+    const char *mode = node_enum(n, "mode");
+    if (strstr(mode, "linear"))
+        return 2;
+    if (strstr(mode, "cubic"))
+        return 4;
+    int64_t most = 1;
+    for (int64_t o = 0; strcmp(mode, "area") == 0 && o < out_len; o++) {
+        int64_t start = o * in_len / out_len, end = ((o + 1) * in_len + out_len - 1) / out_len;
+        most = end - start > most ? end - start : most;
+    }
+    return (int)most;
+}
+
+static bool is_identity(const ResampleAxis *a) {
+    if (a->in_len != a->out_len)
+        return false;
+    for (int64_t o = 0; o < a->out_len; o++)
+        for (int j = 0; j < a->taps; j++)
+            if (a->weight[o * a->taps + j] != (j == 0) || (j == 0 && a->index[o * a->taps] != o))
+                return false;
+    return true;
+}
+
+/* Fills axis `axis` of r; false when memory runs out. */
+static bool build_axis(const Node *n, int axis, int64_t in_len, int64_t out_len, ResampleAxis *a) {
+    int k = is_resize(n) ? axis : axis - 2;
+    *a = (ResampleAxis){.axis = axis, .in_len = in_len, .out_len = out_len, .taps = max_taps(n, in_len, out_len)};
+    size_t count = (size_t)out_len * (size_t)a->taps;
+    a->index = ir_malloc(count * sizeof *a->index);
+    a->weight = ir_malloc(count * sizeof *a->weight);
+    if (!a->index || !a->weight)
+        return false;
+    for (int64_t o = 0; o < out_len; o++) {
+        Row r = {a->index + o * a->taps, a->weight + o * a->taps, false};
+        int used = is_resize(n) ? resize_taps(n, k, o, in_len, out_len, &r)
+                                : interpolate_taps(n, k, o, in_len, out_len, &r);
+        for (int j = 0; j < a->taps; j++) {
+            if (j >= used) /* a shorter window: pad with taps of weight 0 */
+                r.at[j] = r.at[0], r.w[j] = 0;
+            r.at[j] = r.at[j] < 0 ? 0 : r.at[j] >= in_len ? in_len - 1 : r.at[j];
+        }
+        if (r.outside) {
+            for (int j = 0; j < a->taps; j++)
+                r.at[j] = 0, r.w[j] = 0;
+            r.at[0] = -1;
+        }
+    }
+    return true;
+}
+
+/* Shrinking axes first keeps the intermediates small; among equals the innermost
+ * first, whose pass reads scattered elements, while the others move whole rows. */
+static bool applied_before(const ResampleAxis *a, const ResampleAxis *b) {
+    double ra = (double)a->out_len / (double)a->in_len, rb = (double)b->out_len / (double)b->in_len;
+    return ra != rb ? ra < rb : a->axis > b->axis;
+}
+
+int resample_plan(const Node *n, const Type *x, const Type *y, Resampling *r) {
+    *r = (Resampling){.extrapolation = is_resize(n) ? node_float(n, "extrapolation_value") : 0};
+    for (int axis = is_resize(n) ? 0 : 2; axis < x->rank; axis++) {
+        ResampleAxis a;
+        bool ok = build_axis(n, axis, x->dims[axis], y->dims[axis], &a);
+        if (ok && !is_identity(&a)) {
+            int at = r->n_axes++;
+            for (; at > 0 && applied_before(&a, &r->axes[at - 1]); at--)
+                r->axes[at] = r->axes[at - 1];
+            r->axes[at] = a;
+            continue;
+        }
+        ir_free(a.index);
+        ir_free(a.weight);
+        if (!ok) {
+            resample_free(r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void resample_free(Resampling *r) {
+    for (int i = 0; i < r->n_axes; i++) {
+        ir_free(r->axes[i].index);
+        ir_free(r->axes[i].weight);
+    }
+    r->n_axes = 0;
+}
+
+void resample_pass_shape(const Resampling *r, const Type *x, int pass, int64_t *outer, int64_t *inner) {
+    const ResampleAxis *a = &r->axes[pass];
+    Type t = *x;
+    for (int i = 0; i < pass; i++)
+        t.dims[r->axes[i].axis] = r->axes[i].out_len;
+    split_at_axis(&t, a->axis, outer, inner);
+}
+
+/* ---- The reference kernels ---- */
+
+/* One pass: y[b, o, q] = sum_j w[o, j] x[b, index[o, j], q], or the extrapolation
+ * value where o lies outside; adjoint: x[b, index[o, j], q] += w[o, j] y[b, o, q]. */
+static void apply_axis(const ResampleAxis *a, int64_t outer, int64_t inner, double e, bool adjoint,
+                       const double *from, double *to) {
+    int64_t in_len = a->in_len, out_len = a->out_len, taps = a->taps;
+    if (adjoint)
+        memset(to, 0, sizeof *to * (size_t)(outer * in_len * inner));
+    for (int64_t b = 0; b < outer; b++)
+        for (int64_t o = 0; o < out_len; o++) {
+            const int64_t *at = a->index + o * taps;
+            const double *w = a->weight + o * taps;
+            for (int64_t q = 0; q < inner; q++) {
+                int64_t yi = (b * out_len + o) * inner + q;
+                if (at[0] < 0) {
+                    if (!adjoint)
+                        to[yi] = e;
+                    continue;
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < taps; j++) {
+                    int64_t xi = (b * in_len + at[j]) * inner + q;
+                    if (adjoint)
+                        to[xi] += w[j] * from[yi];
+                    else
+                        sum += w[j] * from[xi];
+                }
+                if (!adjoint)
+                    to[yi] = sum;
+            }
+        }
+}
+
+/* Runs the passes over `from` (of type `start`), forward or adjoint, into out. */
+static int run_passes(const Resampling *r, const Type *x, const Tensor *from, bool adjoint, Tensor *out,
+                      const Node *n, Diag *d) {
+    int64_t most = type_numel(x) > type_numel(&out->type) ? type_numel(x) : type_numel(&out->type);
+    for (int i = 0; i < r->n_axes; i++) {
+        int64_t outer, inner;
+        resample_pass_shape(r, x, i, &outer, &inner);
+        int64_t size = outer * inner * (r->axes[i].out_len > r->axes[i].in_len ? r->axes[i].out_len : r->axes[i].in_len);
+        most = size > most ? size : most;
+    }
+    double *buf[2] = {ir_malloc(sizeof(double) * (size_t)most), ir_malloc(sizeof(double) * (size_t)most)};
+    if (!buf[0] || !buf[1]) {
+        ir_free(buf[0]), ir_free(buf[1]);
+        return diag_error(d, n->loc, "out of memory");
+    }
+    int64_t count = type_numel(&from->type);
+    for (int64_t i = 0; i < count; i++)
+        buf[0][i] = from->data[i];
+    int cur = 0;
+    for (int step = 0; step < r->n_axes; step++, cur ^= 1) {
+        int pass = adjoint ? r->n_axes - 1 - step : step;
+        int64_t outer, inner;
+        resample_pass_shape(r, x, pass, &outer, &inner);
+        apply_axis(&r->axes[pass], outer, inner, r->extrapolation, adjoint, buf[cur], buf[cur ^ 1]);
+    }
+    for (int64_t i = 0; i < type_numel(&out->type); i++)
+        out->data[i] = (float)buf[cur][i];
+    ir_free(buf[0]), ir_free(buf[1]);
+    return 0;
+}
+
+int eval_resample(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    Resampling r;
+    if (resample_plan(n, &in[0]->type, &out[0]->type, &r))
+        return diag_error(d, n->loc, "out of memory");
+    int rc = run_passes(&r, &in[0]->type, in[0], false, out[0], n, d);
+    resample_free(&r);
+    return rc;
+}
+
+int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    Resampling r;
+    if (resample_plan(n, &in[1]->type, &in[0]->type, &r))
+        return diag_error(d, n->loc, "out of memory");
+    int rc = run_passes(&r, &in[1]->type, in[0], true, out[0], n, d);
+    resample_free(&r);
+    return rc;
 }

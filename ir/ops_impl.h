@@ -39,6 +39,8 @@ int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_conv_weight_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_resample(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
@@ -75,6 +77,34 @@ bool too_large(double numel);
 /* slice's first index and step per dim of x (0 and 1 where not sliced), and its
  * result type; -1 after a diagnostic (ir/op_shape.c). */
 int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Type *out, Diag *d);
+
+/* ---- Resampling (ir/op_resize.c) ---- */
+
+/* One axis of a resampling: output index o along it reads input indices
+ * index[o * taps + j] with weights weight[o * taps + j], j < taps; index[o * taps]
+ * is -1 where o lies outside the input (tf_crop_and_resize), which then takes the
+ * extrapolation value. Indices are clamped into [0, in_len). */
+typedef struct {
+    int axis;
+    int64_t in_len, out_len;
+    int taps;
+    int64_t *index;
+    double *weight;
+} ResampleAxis;
+
+/* What a resize or interpolate (or its grad) computes: the axes it changes, in the
+ * order they are applied, each a 1-D map over the result of the one before. */
+typedef struct {
+    int n_axes;
+    ResampleAxis axes[KILN_MAX_RANK];
+    double extrapolation;
+} Resampling;
+
+/* The resampling of node n from type x to type y; -1 when memory runs out. */
+int resample_plan(const Node *n, const Type *x, const Type *y, Resampling *r);
+void resample_free(Resampling *r);
+/* The data that pass `pass` (applied to x's resampling) sees as [outer, len, inner]. */
+void resample_pass_shape(const Resampling *r, const Type *x, int pass, int64_t *outer, int64_t *inner);
 
 /* ---- Helpers for kernels ---- */
 

@@ -407,13 +407,14 @@ static int conv_rule(AD *a, const Node *n, int dy) {
     return b >= 0 && a->wanted[b] ? bias_grad(a, b, dy, nhwc) : 0;
 }
 
-static int pool_rule(AD *a, const Node *n, int dy) {
+/* The gradient as an op of its own, grad_op(dy, x), sharing the forward op's schema. */
+static int grad_op_rule(AD *a, const Node *n, int dy, OpId grad_op) {
     int x = n->in[0];
-    Node *m = start(a, n->op == OP_MAX_POOL ? OP_MAX_POOL_GRAD : OP_AVG_POOL_GRAD, x, 2, (int[]){dy, x});
+    Node *m = start(a, grad_op, x, 2, (int[]){dy, x});
     if (!m)
         return -1;
     for (int k = 0; k < op_table[n->op].n_attrs; k++)
-        m->attrs[k] = n->attrs[k]; /* the grad ops share their pool's schema */
+        m->attrs[k] = n->attrs[k];
     return accumulate(a, x, pass_finish(a->c, m));
 }
 
@@ -583,8 +584,10 @@ static int backprop(AD *a, const Node *n, int dy) {
         return accumulate(a, n->in[0], reshape_to(a, n->in[0], dy, vtype(a, n->in[0])));
     case OP_CONV:
     case OP_CONV_TRANSPOSE: return conv_rule(a, n, dy);
-    case OP_MAX_POOL:
-    case OP_AVG_POOL: return pool_rule(a, n, dy);
+    case OP_MAX_POOL: return grad_op_rule(a, n, dy, OP_MAX_POOL_GRAD);
+    case OP_AVG_POOL: return grad_op_rule(a, n, dy, OP_AVG_POOL_GRAD);
+    case OP_RESIZE: return grad_op_rule(a, n, dy, OP_RESIZE_GRAD);
+    case OP_INTERPOLATE: return grad_op_rule(a, n, dy, OP_INTERPOLATE_GRAD);
     case OP_BATCH_NORM: return batch_norm_rule(a, n, dy);
     case OP_LAYER_NORM: return layer_norm_rule(a, n, dy);
     case OP_SLICE:

@@ -17,7 +17,7 @@
  *    batch_norm's value, so the name stays. The factors are computed in double and
  *    rounded once, like the kernels.
  *
- * Not folded: ops without a reference kernel (grad, resize while it has none); a
+ * Not folded: ops without a reference kernel (grad); a
  * node whose result is a model output (the output keeps its name; its inputs still
  * fold); anything that depends on a value a grad differentiates with respect to (the
  * gradient needs that dependence); and a result much larger than its inputs, such as
