@@ -6,8 +6,9 @@ interpreter before and after the pass, and the C target after it). They are made
 give the passes something to do: convolutions with random strides, pads, dilations
 and groups (depthwise too), batch_norm after conv, the activations a fused kernel
 takes (relu, clip, leaky_relu, sigmoid, hardswish), residual adds, linear with bias,
-matmul, elementwise chains with broadcasts, pools, transposes of params, reshapes,
-concat, several outputs, a dead value, and repeated or constant subexpressions.
+matmul, elementwise chains with broadcasts, pools, resize and interpolate,
+transposes of params, reshapes, concat, several outputs, a dead value, and repeated
+or constant subexpressions.
 
 Every param has an initializer, so the models run without weight files. The output
 is deterministic (one seed per model) and needs only the Python standard library:
@@ -17,7 +18,7 @@ import os
 import random
 import sys
 
-N_MODELS = 20
+N_MODELS = 24
 
 
 def ty(shape):
@@ -201,6 +202,26 @@ def pool(m, x):
     return x
 
 
+def resample(m, x):
+    """Up by an integer factor (a repeating pattern in the C kernel) or to an odd size."""
+    n, c, h, w = x[1]
+    rng = m.rng
+    kind = rng.choice(["nearest", "bilinear", "bicubic", "resize", "area"])
+    if kind == "resize":
+        mode = rng.choice(["nearest", "linear", "cubic"])
+        ctm = rng.choice(["half_pixel", "align_corners", "asymmetric"])
+        return m.op("rs", "resize", [x], (n, c, 2 * h, 2 * w), scales=[1.0, 1.0, 2.0, 2.0], mode=mode,
+                    coordinate_transformation_mode=ctm)
+    if kind == "area":
+        return m.op("area", "interpolate", [x], (n, c, h - h // 3, w - w // 3), size=[h - h // 3, w - w // 3],
+                    mode="area")
+    if rng.random() < 0.5:
+        return m.op("up", "interpolate", [x], (n, c, 2 * h, 2 * w), scale_factor=2.0, mode=kind)
+    size = [h + 3, w + 1]
+    align = kind != "nearest" and rng.random() < 0.5
+    return m.op("up", "interpolate", [x], (n, c, *size), size=size, mode=kind, align_corners=align)
+
+
 def elementwise_chain(m, x):
     """Binary ops with broadcast operands, and unary ones in between."""
     rng = m.rng
@@ -264,7 +285,7 @@ def fold_bait(m, x):
 
 
 BLOCKS_4D = [conv_block, conv_block, residual_block, pool, elementwise_chain, concat_block, token_mixer,
-             cse_bait, fold_bait]
+             cse_bait, fold_bait, resample]
 
 
 # ---- Blocks on an [N, K] matrix ----
