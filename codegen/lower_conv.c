@@ -398,6 +398,102 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
     return 0;
 }
 
+/* Depthwise with channels last (one channel per group): one iteration per output
+ * row along the last spatial dim, all channels of a position contiguous, so each
+ * tap adds weight x input over whole channel vectors. The weights, [C, k..., 1],
+ * are read tap-major: relaid at compile time into the kernel's table when they
+ * are known then (a param or const), else read with a stride. */
+static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
+    int last = c->ns - 1;
+    long long run = c->y.sp[last], ch = c->y.c, taps = c->taps;
+    Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
+    if (!k)
+        return -1;
+    k->flops = 2 * c->y.n * c->y.c * c->positions * c->taps;
+    Buffer wb = p->buf[n->in[1]];
+    const char *wt = "table";
+    if (wb.kind == BUF_WEIGHT) {
+        float *t = ir_malloc(sizeof(float) * (size_t)(taps * ch) + 1);
+        if (!t)
+            return diag_error(d, n->loc, "out of memory");
+        const float *w = (const float *)(p->weights + wb.offset);
+        for (long long o = 0; o < ch; o++)
+            for (long long tap = 0; tap < taps; tap++)
+                t[tap * ch + o] = w[o * taps + tap];
+        int rc = program_table(p, k, t, (int64_t)sizeof(float) * taps * ch, d);
+        ir_free(t);
+        if (rc)
+            return -1;
+    } else {
+        wt = c->wn;
+    }
+    Dim dims[KILN_MAX_RANK];
+    int nd = output_dims(c, dims) - 2; /* without the last spatial dim and the channels */
+    Str *s = &k->body;
+    emit_dims(s, dims, nd);
+    char e[256] = "", tap[256] = "";
+    if (c->y.n > 1)
+        append_term(e, sizeof e, "b", c->y.sn);
+    for (int i = 0; i < last; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "p%d", i);
+        append_term(e, sizeof e, v, c->y.ss[i]);
+    }
+    str_printf(s, "float *row = %s + %s;\n", c->yn, e[0] ? e : "0");
+    if (c->bn[0])
+        str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    for (int64_t o = 0; o < %lld; o++)\n"
+                      "        row[q * %lld + o] = %s[o];\n", run, ch, ch, c->bn);
+    else
+        str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    row[q] = 0.0f;\n", run * ch);
+    int64_t tap_stride = 1;
+    for (int i = c->ns - 1; i >= 0; i--) {
+        char kv[16];
+        snprintf(kv, sizeof kv, "k%d", i);
+        append_term(tap, sizeof tap, kv, tap_stride);
+        tap_stride *= c->w.sp[i];
+    }
+    for (int i = 0; i < c->ns; i++) {
+        int ind = 4 * i;
+        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
+                   i);
+        if (i == last)
+            break;
+        input_pos(c, i, e, sizeof e);
+        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
+        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
+                   (long long)c->x.sp[i], ind, "");
+    }
+    int ind = 4 * c->ns;
+    emit_row_range(s, c, ind);
+    x_offset(c, NULL, 1, "off", e, sizeof e);
+    bool relaid = wb.kind == BUF_WEIGHT;
+    char wo[32] = "o";
+    if (!relaid && taps > 1)
+        snprintf(wo, sizeof wo, "o * %lld", taps);
+    if (relaid)
+        str_printf(s, "%*sconst float *wk = %s + (%s) * %lld;\n", ind, "", wt, tap, ch);
+    else
+        str_printf(s, "%*sconst float *wk = %s + %s;\n", ind, "", wt, tap);
+    str_printf(s,
+               "%*sfor (int64_t p%d = lo; p%d < hi; p%d++) {\n"
+               "%*s    const float *xr = %s + %s + p%d * %lld;\n"
+               "%*s    float *yr = row + p%d * %lld;\n"
+               "%*s    for (int64_t o = 0; o < %lld; o++)\n"
+               "%*s        yr[o] += xr[o] * wk[%s];\n"
+               "%*s}\n",
+               ind, "", last, last, last, ind, "", c->xn, e[0] ? e : "0", last,
+               (long long)(c->strides[last] * c->x.ss[last]), ind, "", last, ch, ind, "", ch, ind, "", wo, ind, "");
+    for (int i = c->ns - 1; i >= 0; i--)
+        str_printf(s, "%*s}\n", 4 * i, "");
+    if (c->epilogue) {
+        char cols[32];
+        snprintf(cols, sizeof cols, "%lld", run * ch);
+        str_printf(s, "float *tile = row;\n");
+        emit_tile_epilogue(s, p, c->node, c->epilogue, "", NULL, "1", cols, 0, 1);
+    }
+    return 0;
+}
+
 int lower_conv(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
     Arena arena = {0};
@@ -405,7 +501,9 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         return -1;
     int64_t cg = c.x.c / c.groups;
     int rc;
-    if (cg == 1 && c.groups > 1) {
+    if (cg == 1 && c.groups > 1 && c.nhwc && c.y.c == c.groups) {
+        rc = depthwise_nhwc(p, n, &c, d);
+    } else if (cg == 1 && c.groups > 1) {
         rc = depthwise(p, n, &c, d);
     } else {
         bool pointwise = c.taps == 1;

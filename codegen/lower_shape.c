@@ -2,8 +2,9 @@
  *
  * Each is one LOOP kernel over the result's elements that maps element i back to
  * the input element it copies, as the reference kernels in ir/op_shape.c do, with
- * every start, stride and bound a constant of the text. transpose and slice unravel
- * i and sum its coordinates times constant strides (a slice's start folded into one
+ * every start, stride and bound a constant of the text. transpose and slice copy a
+ * block of the result's last dims per iteration, unravelling the block's index and
+ * summing its coordinates times constant strides (a slice's start folded into one
  * base offset, its step into the strides); concat splits i into the positions
  * before, along and after the axis and picks its input with a chain of `if`s on the
  * axis position; pad maps each padded coordinate into the (cropped) input through
@@ -40,21 +41,45 @@ static void with_base(char *out, size_t cap, int64_t base, const char *terms) {
         snprintf(out, cap, "%lld + %s", (long long)base, terms);
 }
 
-/* The LOOP copying y[i] from x[base + o0 * coef[0] + ...], oJ the coordinates of
- * i in the result (transpose and slice); dims of size 1 are left out. */
+/* The LOOP copying y[o0, o1, ...] from x[base + o0 * coef[0] + ...] (transpose and
+ * slice). An iteration copies a block of the last two dims of y (the last one when
+ * that is long), so the index arithmetic is paid per block, and the inner loops
+ * walk the block with constant strides; dims of size 1 are left out. */
 static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *coef, Diag *d) {
     const Type *y = &p->g->values[n->out[0]].type;
-    Kernel *k = loop_over_output(p, n, d);
+    int r = y->rank, inner = r >= 2 && y->dims[r - 1] < 256 ? 2 : r >= 1 ? 1 : 0;
+    int64_t block = 1;
+    Type outer = *y;
+    for (int j = r - inner; j < r; j++) {
+        block *= y->dims[j];
+        outer.dims[j] = 1;
+    }
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(y) / block, block >= COPY_GRAIN ? 1 : COPY_GRAIN / block, d);
     if (!k)
         return -1;
-    emit_unravel(&k->body, "i", y, "o");
-    char terms[512] = "", at[600];
+    Str *s = &k->body;
+    emit_unravel(s, "i", &outer, "o");
+    char terms[512] = "", at[600], yn[80];
     size_t len = 0;
-    for (int j = 0; j < y->rank; j++)
+    for (int j = 0; j < r - inner; j++)
         if (y->dims[j] != 1)
             len = add_term(terms, len, sizeof terms, "o", j, coef[j]);
     with_base(at, sizeof at, base, terms);
-    str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
+    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
+    str_printf(s, "const float *src = %s + %s;\nfloat *dst = %s + i * %lld;\n", value_name(p, n->in[0]), at, yn,
+               (long long)block);
+    if (inner == 0)
+        str_printf(s, "dst[0] = src[0];\n");
+    else if (inner == 1)
+        str_printf(s, "for (int64_t b = 0; b < %lld; b++)\n    dst[b] = src[b * %lld];\n",
+                   (long long)y->dims[r - 1], (long long)coef[r - 1]);
+    else
+        str_printf(s,
+                   "for (int64_t a = 0; a < %lld; a++)\n"
+                   "    for (int64_t b = 0; b < %lld; b++)\n"
+                   "        dst[a * %lld + b] = src[a * %lld + b * %lld];\n",
+                   (long long)y->dims[r - 2], (long long)y->dims[r - 1], (long long)y->dims[r - 1],
+                   (long long)coef[r - 2], (long long)coef[r - 1]);
     return 0;
 }
 

@@ -1,0 +1,236 @@
+/* Layout: NCHW to NHWC. Convolutions, pools and batch_norm computed with channels
+ * last, and the elementwise ops and resizes between them with them, with a
+ * transpose only where a value crosses between the layouts.
+ *
+ * Walking the nodes in order, the pass keeps for each value v of the old graph the
+ * value holding the same data channels last, when there is one (nhwc[v]). A conv or
+ * conv_transpose with layout=nchw becomes the same op with layout=nhwc on
+ * nhwc[x] (made with a transpose when x has none yet) and on its weight transposed
+ * to [O, k..., I/groups] (a transpose of a param, which constant folding computes
+ * at compile time); a pool or batch_norm does so only when its input is channels
+ * last already, since for it alone the transposes would cost more than they save.
+ * An elementwise op, or a resize (with its per-dim attributes permuted), whose
+ * inputs are each channels last or small enough to transpose cheaply (a per-channel
+ * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to
+ * channels last too. The old value v then becomes transpose(nhwc[v]) back to NCHW,
+ * keeping its name and id: every reader not converted, and the outputs, read it as
+ * before, and dce drops the transposes nobody reads.
+ *
+ * Why it is correct: each rewritten op computes on the same elements in another
+ * order (the nhwc layout attribute, or a permuted resize, is defined as the
+ * original op on transposed operands), and every old value is either unchanged or
+ * recomputed as the inverse transpose of its channels-last twin, which holds the
+ * same numbers. Broadcasting is preserved because the same permutation is applied
+ * to every operand after aligning ranks. */
+#include "passes.h"
+
+#include <string.h>
+
+typedef struct {
+    PassContext *c;
+    int *nhwc;  /* per value of the old graph: its channels-last twin, or -1 */
+    bool *dead; /* per node of the old graph */
+} Layout;
+
+/* The permutation taking [N, C, s...] to [N, s..., C] (back: its inverse). */
+static int perm_of(int rank, bool back, int64_t *perm) {
+    for (int k = 0; k < rank; k++)
+        perm[k] = k;
+    for (int k = 1; k < rank; k++)
+        perm[k] = back ? (k == 1 ? rank - 1 : k - 1) : (k == rank - 1 ? 1 : k + 1);
+    return rank;
+}
+
+/* transpose(v) to channels last, named after value `name_of`. */
+static int transpose_node(Layout *l, int v, int name_of, Loc loc) {
+    Graph *g = l->c->g;
+    char base[256];
+    snprintf(base, sizeof base, "%s.nhwc", g->values[name_of].name);
+    Node *t = pass_new_node(l->c, OP_TRANSPOSE, 1, &v, base, loc);
+    int64_t perm[KILN_MAX_RANK];
+    int rank = perm_of(g->values[v].type.rank, false, perm);
+    if (!t || pass_set_ints(l->c, t, "perm", perm, rank))
+        return -1;
+    return pass_finish(l->c, t);
+}
+
+/* The channels-last twin of activation v, made when it has none. */
+static int to_nhwc(Layout *l, int v, Loc loc) {
+    if (l->nhwc[v] < 0)
+        l->nhwc[v] = transpose_node(l, v, v, loc);
+    return l->nhwc[v];
+}
+
+/* Operand v of an op whose result has rank `rank`, channels last: a scalar as it
+ * is, a smaller operand aligned to the rank (leading 1s) and transposed. */
+static int operand_nhwc(Layout *l, int v, int rank, Loc loc) {
+    Graph *g = l->c->g;
+    const Type *t = &g->values[v].type;
+    if (l->nhwc[v] >= 0 || type_numel(t) == 1)
+        return l->nhwc[v] >= 0 ? l->nhwc[v] : v;
+    int x = v;
+    if (t->rank < rank) {
+        int64_t dims[KILN_MAX_RANK];
+        for (int k = 0; k < rank; k++)
+            dims[k] = k < rank - t->rank ? 1 : t->dims[k - (rank - t->rank)];
+        char base[256];
+        snprintf(base, sizeof base, "%s.aligned", g->values[v].name);
+        Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
+        if (!r || pass_set_ints(l->c, r, "shape", dims, rank) || (x = pass_finish(l->c, r)) < 0)
+            return -1;
+    }
+    return transpose_node(l, x, v, loc);
+}
+
+/* Replaces node i by `m` (its channels-last version, finished) and makes the old
+ * result the transpose of m's back to NCHW. */
+static int take_over(Layout *l, int i, int y_nhwc) {
+    Graph *g = l->c->g;
+    Node *n = g->nodes[i];
+    int y = n->out[0];
+    Node *t = graph_add_node(g, OP_TRANSPOSE, 1, 1, n->loc);
+    if (!t)
+        return diag_error(l->c->d, n->loc, "out of memory");
+    t->in[0] = y_nhwc;
+    int64_t perm[KILN_MAX_RANK];
+    if (pass_set_ints(l->c, t, "perm", perm, perm_of(g->values[y].type.rank, true, perm)))
+        return -1;
+    graph_redefine(g, y, t, 0);
+    if (pass_finish(l->c, t) < 0)
+        return -1;
+    l->nhwc[y] = y_nhwc;
+    l->dead[i] = true;
+    return 0;
+}
+
+/* A copy of node n's op on new inputs, with n's attributes. */
+static Node *twin(Layout *l, const Node *n, const int *in) {
+    Graph *g = l->c->g;
+    char base[256];
+    snprintf(base, sizeof base, "%s.nhwc", g->values[n->out[0]].name);
+    Node *m = pass_new_node(l->c, n->op, n->n_in, in, base, n->loc);
+    if (m)
+        memcpy(m->attrs, n->attrs, sizeof *m->attrs * (size_t)op_table[n->op].n_attrs);
+    return m;
+}
+
+static bool has_nchw_layout(const Node *n) {
+    int a = op_attr_index(n->op, "layout");
+    return a >= 0 && strcmp(node_enum(n, "layout"), "nchw") == 0;
+}
+
+/* conv, conv_transpose, pools and batch_norm. */
+static int convert_layout_op(Layout *l, int i) {
+    Node *n = l->c->g->nodes[i];
+    int in[5];
+    KILN_ASSERT(n->n_in <= 5);
+    memcpy(in, n->in, sizeof *in * (size_t)n->n_in);
+    if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0)
+        return -1;
+    if ((n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE) &&
+        (in[1] = transpose_node(l, n->in[1], n->in[1], n->loc)) < 0)
+        return -1;
+    Node *m = twin(l, n, in);
+    if (!m || pass_set_enum(l->c, m, "layout", "nhwc"))
+        return -1;
+    int y = pass_finish(l->c, m);
+    return y < 0 ? -1 : take_over(l, i, y);
+}
+
+/* resize's per-dim attributes in channels-last order. */
+static int permute_resize(Layout *l, Node *m, int rank) {
+    int64_t perm[KILN_MAX_RANK];
+    perm_of(rank, false, perm);
+    const char *lists[] = {"sizes", "scales", "roi"};
+    for (int a = 0; a < 3; a++) {
+        Attr *at = &m->attrs[op_attr_index(OP_RESIZE, lists[a])];
+        if (!at->set)
+            continue;
+        int64_t *ints = at->ints ? arena_alloc(&l->c->g->arena, sizeof *ints * (size_t)at->n) : NULL;
+        double *floats = at->floats ? arena_alloc(&l->c->g->arena, sizeof *floats * (size_t)at->n) : NULL;
+        if ((at->ints && !ints) || (at->floats && !floats))
+            return diag_error(l->c->d, m->loc, "out of memory");
+        for (int k = 0; k < at->n; k++) { /* roi: starts, then ends */
+            int from = (int)perm[k % rank] + (k >= rank ? rank : 0);
+            if (ints)
+                ints[k] = at->ints[from];
+            if (floats)
+                floats[k] = at->floats[from];
+        }
+        at->ints = ints, at->floats = floats;
+    }
+    return 0;
+}
+
+/* Whether an elementwise op or resize can follow its channels-last inputs: one of
+ * them has a twin, and each other one has too or is smaller than the result. */
+static bool movable(const Layout *l, const Node *n) {
+    const Graph *g = l->c->g;
+    if (!expr_callable(n->op) && n->op != OP_RESIZE)
+        return false;
+    const Type *y = &g->values[n->out[0]].type;
+    bool any = false;
+    for (int k = 0; k < n->n_in; k++) {
+        int v = n->in[k];
+        any = any || l->nhwc[v] >= 0;
+        if (l->nhwc[v] < 0 && type_numel(&g->values[v].type) >= type_numel(y))
+            return false;
+    }
+    return any && y->rank >= 3;
+}
+
+static int move_op(Layout *l, int i) {
+    Node *n = l->c->g->nodes[i];
+    int rank = l->c->g->values[n->out[0]].type.rank;
+    int in[8];
+    KILN_ASSERT(n->n_in <= 8);
+    for (int k = 0; k < n->n_in; k++)
+        if ((in[k] = operand_nhwc(l, n->in[k], rank, n->loc)) < 0)
+            return -1;
+    Node *m = twin(l, n, in);
+    if (!m || (n->op == OP_RESIZE && permute_resize(l, m, rank)))
+        return -1;
+    int y = pass_finish(l->c, m);
+    return y < 0 ? -1 : take_over(l, i, y);
+}
+
+int pass_layout(PassContext *c) {
+    Graph *g = c->g;
+    int n_nodes = g->n_nodes, n_values = g->n_values;
+    Layout l = {c, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)), ir_calloc((size_t)n_nodes + 1, 1)};
+    int rc = l.nhwc && l.dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
+    for (int v = 0; rc == 0 && v < g->n_values; v++)
+        l.nhwc[v] = -1;
+    for (int i = 0; rc == 0 && i < n_nodes; i++) {
+        Node *n = g->nodes[i];
+        int rank = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].type.rank : 0;
+        bool conv = n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE;
+        bool layout_op = conv || n->op == OP_MAX_POOL || n->op == OP_AVG_POOL || n->op == OP_GLOBAL_AVG_POOL ||
+                         n->op == OP_ADAPTIVE_AVG_POOL || n->op == OP_BATCH_NORM;
+        if (layout_op && has_nchw_layout(n) && rank >= 3 && (conv || l.nhwc[n->in[0]] >= 0))
+            rc = convert_layout_op(&l, i);
+        else if (movable(&l, n))
+            rc = move_op(&l, i);
+    }
+    bool *dead = rc == 0 ? ir_calloc((size_t)g->n_nodes + 1, 1) : NULL;
+    int *uses = dead ? ir_calloc((size_t)g->n_values + 1, sizeof *uses) : NULL;
+    if (rc == 0 && !uses)
+        rc = diag_error(c->d, (Loc){0}, "out of memory");
+    if (rc == 0) {
+        memcpy(dead, l.dead, (size_t)n_nodes);
+        graph_remove_nodes(g, dead);
+        /* The transposes back that nothing reads go too, so that the passes after
+           this one see each channels-last value with its real readers only. */
+        memset(dead, 0, (size_t)g->n_nodes);
+        graph_count_uses(g, uses);
+        for (int v = 0; v < n_values; v++)
+            if (l.nhwc[v] >= 0 && uses[v] == 0 && g->values[v].node >= 0 &&
+                g->nodes[g->values[v].node]->in[0] == l.nhwc[v])
+                dead[g->values[v].node] = true;
+        graph_remove_nodes(g, dead);
+        if (graph_sort(g))
+            rc = diag_error(c->d, (Loc){0}, "out of memory");
+    }
+    ir_free(l.nhwc), ir_free(l.dead), ir_free(dead), ir_free(uses);
+    return rc;
+}
