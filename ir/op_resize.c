@@ -22,8 +22,9 @@
  *     (1 / scale_factor when a factor is given and not recomputed, else in / out);
  *     nearest and nearest-exact take floorf of a float product, with no special
  *     case for out = in (a factor of 1.1 on 5 elements moves them); linear computes
- *     the source index in double and is the identity when out = in; cubic computes
- *     it in float (A = -0.75, taps clamped); area is adaptive average pooling.
+ *     the source index in double and is the identity when out = in; cubic too,
+ *     with its weights in float (A = -0.75, taps clamped, no identity case); area
+ *     is adaptive average pooling.
  * The interpreter applies the tables in double; the gradient is their adjoint,
  * applied in the opposite order. Outputs outside the input have no gradient. */
 #include "ops_impl.h"
@@ -276,10 +277,10 @@ static int interpolate_taps(const Node *n, int k, int64_t o, int64_t in_len, int
             r->at[j] = start + j, r->w[j] = 1.0 / (double)(end - start);
         return (int)(end - start);
     } else if (strcmp(mode, "bicubic") == 0) {
-        float scale = torch_scale(n, k, in_len, out_len, align), w[4];
-        float src = align ? scale * (float)o : scale * ((float)o + 0.5f) - 0.5f;
-        float base = floorf(src);
-        cubic_weights_f(src - base, w);
+        double scale = torch_scale(n, k, in_len, out_len, align);
+        double src = align ? scale * (double)o : scale * ((double)o + 0.5) - 0.5, base = floor(src);
+        float w[4];
+        cubic_weights_f((float)(src - base), w);
         for (int j = 0; j < 4; j++)
             r->at[j] = (int64_t)base - 1 + j, r->w[j] = w[j];
         return 4;

@@ -13,8 +13,9 @@
  * inputs are each channels last or small enough to transpose cheaply (a per-channel
  * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to
  * channels last too. The old value v then becomes transpose(nhwc[v]) back to NCHW,
- * keeping its name and id: every reader not converted, and the outputs, read it as
- * before, and dce drops the transposes nobody reads.
+ * keeping its name and id (a reshape when only dims of size 1 move): every reader
+ * not converted, and the outputs, read it as before; the transposes back that
+ * nobody reads are dropped.
  *
  * Why it is correct: each rewritten op computes on the same elements in another
  * order (the nhwc layout attribute, or a permuted resize, is defined as the
@@ -41,17 +42,35 @@ static int perm_of(int rank, bool back, int64_t *perm) {
     return rank;
 }
 
-/* transpose(v) to channels last, named after value `name_of`. */
+/* Whether permuting t by perm keeps its elements in memory order: only dims of size
+ * 1 move (a [1, C, 1, 1] value, a global pool's result). */
+static bool keeps_order(const Type *t, const int64_t *perm) {
+    int64_t last = -1;
+    for (int k = 0; k < t->rank; k++)
+        if (t->dims[perm[k]] != 1) {
+            if (perm[k] < last)
+                return false;
+            last = perm[k];
+        }
+    return true;
+}
+
+/* transpose(v) to channels last (a reshape when that keeps the memory order),
+ * named after value `name_of`. */
 static int transpose_node(Layout *l, int v, int name_of, Loc loc) {
     Graph *g = l->c->g;
+    const Type *t = &g->values[v].type;
+    int64_t perm[KILN_MAX_RANK], dims[KILN_MAX_RANK];
+    int rank = perm_of(t->rank, false, perm);
+    for (int k = 0; k < rank; k++)
+        dims[k] = t->dims[perm[k]];
+    bool view = keeps_order(t, perm);
     char base[256];
     snprintf(base, sizeof base, "%s.nhwc", g->values[name_of].name);
-    Node *t = pass_new_node(l->c, OP_TRANSPOSE, 1, &v, base, loc);
-    int64_t perm[KILN_MAX_RANK];
-    int rank = perm_of(g->values[v].type.rank, false, perm);
-    if (!t || pass_set_ints(l->c, t, "perm", perm, rank))
+    Node *n = pass_new_node(l->c, view ? OP_RESHAPE : OP_TRANSPOSE, 1, &v, base, loc);
+    if (!n || pass_set_ints(l->c, n, view ? "shape" : "perm", view ? dims : perm, rank))
         return -1;
-    return pass_finish(l->c, t);
+    return pass_finish(l->c, n);
 }
 
 /* The channels-last twin of activation v, made when it has none. */
@@ -62,41 +81,52 @@ static int to_nhwc(Layout *l, int v, Loc loc) {
 }
 
 /* Operand v of an op whose result has rank `rank`, channels last: a scalar as it
- * is, a smaller operand aligned to the rank (leading 1s) and transposed. */
+ * is, a smaller operand aligned to the rank (leading 1s) and transposed, or just
+ * reshaped when only dims of size 1 move (a per-channel [C, 1, 1]). */
 static int operand_nhwc(Layout *l, int v, int rank, Loc loc) {
     Graph *g = l->c->g;
     const Type *t = &g->values[v].type;
     if (l->nhwc[v] >= 0 || type_numel(t) == 1)
         return l->nhwc[v] >= 0 ? l->nhwc[v] : v;
-    int x = v;
-    if (t->rank < rank) {
-        int64_t dims[KILN_MAX_RANK];
-        for (int k = 0; k < rank; k++)
-            dims[k] = k < rank - t->rank ? 1 : t->dims[k - (rank - t->rank)];
-        char base[256];
-        snprintf(base, sizeof base, "%s.aligned", g->values[v].name);
-        Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
-        if (!r || pass_set_ints(l->c, r, "shape", dims, rank) || (x = pass_finish(l->c, r)) < 0)
-            return -1;
-    }
-    return transpose_node(l, x, v, loc);
+    int64_t aligned[KILN_MAX_RANK], perm[KILN_MAX_RANK], dims[KILN_MAX_RANK];
+    for (int k = 0; k < rank; k++)
+        aligned[k] = k < rank - t->rank ? 1 : t->dims[k - (rank - t->rank)];
+    perm_of(rank, false, perm);
+    for (int k = 0; k < rank; k++)
+        dims[k] = aligned[perm[k]];
+    Type at = type_make(rank, aligned);
+    bool view = keeps_order(&at, perm);
+    if (!view && t->rank == rank)
+        return transpose_node(l, v, v, loc);
+    char base[256];
+    snprintf(base, sizeof base, "%s.%s", g->values[v].name, view ? "nhwc" : "aligned");
+    Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
+    int x;
+    if (!r || pass_set_ints(l->c, r, "shape", view ? dims : aligned, rank) || (x = pass_finish(l->c, r)) < 0)
+        return -1;
+    return view ? x : transpose_node(l, x, v, loc);
 }
 
-/* Replaces node i by `m` (its channels-last version, finished) and makes the old
- * result the transpose of m's back to NCHW. */
+/* Replaces node i by its channels-last version, whose result is y_nhwc: the old
+ * result becomes the transpose of y_nhwc back to NCHW (a reshape, which costs
+ * nothing, when that keeps the memory order). */
 static int take_over(Layout *l, int i, int y_nhwc) {
     Graph *g = l->c->g;
     Node *n = g->nodes[i];
     int y = n->out[0];
-    Node *t = graph_add_node(g, OP_TRANSPOSE, 1, 1, n->loc);
-    if (!t)
-        return diag_error(l->c->d, n->loc, "out of memory");
-    t->in[0] = y_nhwc;
+    const Type *t = &g->values[y_nhwc].type;
     int64_t perm[KILN_MAX_RANK];
-    if (pass_set_ints(l->c, t, "perm", perm, perm_of(g->values[y].type.rank, true, perm)))
+    int rank = perm_of(t->rank, true, perm);
+    bool view = keeps_order(t, perm);
+    Node *back = graph_add_node(g, view ? OP_RESHAPE : OP_TRANSPOSE, 1, 1, n->loc);
+    if (!back)
+        return diag_error(l->c->d, n->loc, "out of memory");
+    back->in[0] = y_nhwc;
+    if (view ? pass_set_ints(l->c, back, "shape", g->values[y].type.dims, rank)
+             : pass_set_ints(l->c, back, "perm", perm, rank))
         return -1;
-    graph_redefine(g, y, t, 0);
-    if (pass_finish(l->c, t) < 0)
+    graph_redefine(g, y, back, 0);
+    if (pass_finish(l->c, back) < 0)
         return -1;
     l->nhwc[y] = y_nhwc;
     l->dead[i] = true;
