@@ -186,7 +186,8 @@ static int output_dims(const Conv *c, Dim *dims) {
 /* ---- conv as im2col and GEMM ---- */
 
 /* The LOOP filling the column matrix; nchw: one iteration per row of it (a run along
- * the last spatial dim); nhwc: one per (position, group, tap), copying C/g channels. */
+ * the last spatial dim); nhwc: one per (position, group, taps but the last dim's),
+ * copying C/g channels for each tap along the last dim. */
 static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag *d) {
     Kernel *k = kernel_new(p, n, K_LOOP, "im2col");
     if (!k)
@@ -206,19 +207,23 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
     } else {
         dims[nd++] = dim("c", -1, c->x.c);
     }
-    for (int s = 0; s < c->ns; s++)
+    /* nhwc: the taps along the last dim are a loop of the iteration, which copies
+       the run of taps x C/g columns they fill */
+    for (int s = 0; s < (c->nhwc ? last : c->ns); s++)
         if (c->w.sp[s] > 1)
             dims[nd++] = dim("k", s, c->w.sp[s]);
     for (int s = 0; !c->nhwc && s < last; s++)
         dims[nd++] = dim("p", s, c->y.sp[s]);
+    if (c->nhwc)
+        run *= c->w.sp[last];
     k->count = 1;
     for (int i = 0; i < nd; i++)
         k->count *= dims[i].size;
     k->grain = grain_for(run);
     Str *s = &k->body;
     emit_dims(s, dims, nd);
-    /* the dims the iteration fixes: nhwc all, nchw all but the last */
-    int fixed = c->nhwc ? c->ns : last;
+    /* the dims the iteration fixes: all but the last */
+    int fixed = last;
     char e[256], inside[512] = "", stride_suffix[32] = "";
     if (c->strides[last] > 1)
         snprintf(stride_suffix, sizeof stride_suffix, " * %lld", (long long)c->strides[last]);
@@ -232,11 +237,19 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
     if (fixed)
         str_printf(s, "int inside = %s;\n", inside);
     if (c->nhwc) {
-        /* the channels of group g at input position in0...: contiguous */
+        /* for each tap k{last}, the channels of group g at input position in0...: contiguous */
+        char kl[16];
+        snprintf(kl, sizeof kl, "k%d", last);
+        input_pos(c, last, e, sizeof e);
+        str_printf(s, "float *row = scratch + i * %lld;\n", (long long)run);
+        str_printf(s, "for (int64_t %s = 0; %s < %lld; %s++) {\n", kl, kl, (long long)c->w.sp[last], kl);
+        str_printf(s, "    int64_t in%d = %s;\n", last, e);
+        str_printf(s, "    int in_row = %sin%d >= 0 && in%d < %lld;\n", fixed ? "inside && " : "", last, last,
+                   (long long)c->x.sp[last]);
         x_offset(c, c->groups > 1 ? "g" : NULL, cg, NULL, e, sizeof e);
-        str_printf(s, "int64_t base = %s;\n", e);
-        str_printf(s, "for (int64_t c = 0; c < %lld; c++)\n", (long long)cg);
-        str_printf(s, "    scratch[i * %lld + c] = inside ? %s[base + c] : 0.0f;\n", (long long)cg, c->xn);
+        str_printf(s, "    const float *src = %s + %s;\n", c->xn, e);
+        str_printf(s, "    for (int64_t c = 0; c < %lld; c++)\n", (long long)cg);
+        str_printf(s, "        row[%s * %lld + c] = in_row ? src[c] : 0.0f;\n}\n", kl, (long long)cg);
         return 0;
     }
     /* a row of cols: zeros, the input positions inside x, zeros */

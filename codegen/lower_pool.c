@@ -2,7 +2,8 @@
  * in either layout.
  *
  * Each is one LOOP kernel. max_pool, avg_pool and adaptive_avg_pool take one
- * iteration per output element: the body unravels it into (b, c, p...), and loops
+ * iteration per output element (max_pool and avg_pool with channels last: per
+ * output position, each tap's channels a contiguous vector): the body unravels it into (b, c, p...), and loops
  * over its window with the kernel sizes, strides, dilations and pads baked in as
  * constants, skipping the positions outside the input. Windows start at
  * p * stride - pad_begin; max keeps the last NaN it meets (as the interpreter does)
@@ -99,14 +100,21 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     int64_t window = 1;
     for (int s = 0; s < ns; s++)
         window *= kernel[s];
-    Kernel *k = loop_over_output(p, n, window, d);
+    /* channels last: an iteration per output position, over all its channels */
+    bool vec = nhwc && x.c > 1;
+    View at = y;
+    if (vec)
+        at.c = 1;
+    int64_t numel = type_numel(&p->g->values[n->out[0]].type);
+    Kernel *k = vec ? kernel_loop(p, n, NULL, numel / y.c, grain_for(window * y.c), d)
+                    : loop_over_output(p, n, window, d);
     if (!k)
         return -1;
     char xn[80], yn[80], e[256];
     snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
     snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
     Str *b = &k->body;
-    emit_output_index(b, &y, nhwc);
+    emit_output_index(b, &at, nhwc);
     for (int s = 0; s < ns; s++) {
         char pos[16];
         snprintf(pos, sizeof pos, "p%d", s);
@@ -116,12 +124,18 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
             snprintf(e + strlen(e), sizeof e - strlen(e), " - %lld", (long long)pads[s]);
         str_printf(b, "int64_t start%d = %s;\n", s, e);
     }
-    if (is_max) {
-        float_literal(-INFINITY, e, sizeof e);
+    char acc[32] = "acc", top[384];
+    if (vec)
+        snprintf(acc, sizeof acc, "acc[q]");
+    float_literal(is_max ? -INFINITY : 0, e, sizeof e);
+    if (vec)
+        str_printf(b, "float *acc = %s + i * %lld;\nfor (int64_t q = 0; q < %lld; q++)\n    acc[q] = %s;\n", yn,
+                   (long long)y.c, (long long)y.c, e);
+    else
         str_printf(b, "float acc = %s;\n", e);
-    } else {
+    if (!is_max) {
         /* the divisor: the window clipped to the input, or to the padded input */
-        str_printf(b, "float acc = 0.0f;\nint64_t count = 1;\n");
+        str_printf(b, "int64_t count = 1;\n");
         for (int s = 0; s < ns; s++) {
             long long end = count_pad ? x.sp[s] + pads[ns + s] : x.sp[s], kn = kernel[s];
             if (count_pad)
@@ -148,17 +162,27 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     }
     x_offset(&x, e, sizeof e);
     int ind = 4 * ns;
+    if (vec) {
+        str_printf(b, "%*sconst float *row = %s + %s;\n%*sfor (int64_t q = 0; q < %lld; q++) {\n", ind, "", xn, e,
+                   ind, "", (long long)y.c);
+        snprintf(top, sizeof top, "row[q]");
+        ind += 4;
+    } else {
+        snprintf(top, sizeof top, "%s[%s]", xn, e);
+    }
     if (is_max)
-        str_printf(b,
-                   "%*sfloat v = %s[%s];\n"
-                   "%*sif (v != v || v > acc)\n"
-                   "%*s    acc = v;\n",
-                   ind, "", xn, e, ind, "", ind, "");
+        str_printf(b, "%*sfloat v = %s;\n%*s%s = v != v || v > %s ? v : %s;\n", ind, "", top, ind, "", acc, acc,
+                   acc);
     else
-        str_printf(b, "%*sacc += %s[%s];\n", ind, "", xn, e);
+        str_printf(b, "%*s%s += %s;\n", ind, "", acc, top);
+    if (vec)
+        str_printf(b, "%*s}\n", ind - 4, "");
     for (int s = ns - 1; s >= 0; s--)
         str_printf(b, "%*s}\n", 4 * s, "");
-    str_printf(b, "%s[i] = %s;\n", yn, is_max ? "acc" : "acc / (float)count");
+    if (vec && !is_max)
+        str_printf(b, "for (int64_t q = 0; q < %lld; q++)\n    acc[q] = acc[q] / (float)count;\n", (long long)y.c);
+    else if (!vec)
+        str_printf(b, "%s[i] = %s;\n", yn, is_max ? "acc" : "acc / (float)count");
     return 0;
 }
 
