@@ -8,7 +8,9 @@
  *     (c, k...) in the weight's order [O, C/g, k...]; y[b][g] = w[g] x cols[b][g].
  *   - nhwc: cols is [N * positions, groups, taps, C/g], each group's columns in the
  *     weight's order [O, k..., C/g]; y[:, g] = cols[:, g] x w[g]^T, already nhwc.
- * A 1x1 conv with stride 1 and no pads needs no column matrix: the input is one.
+ * A 1x1 conv with stride 1 and no pads needs no column matrix: the input is one. A
+ * 3x3 conv with stride 1 and enough channels, channels last, is Winograd's
+ * F(2x2, 3x3) instead (lower_winograd.c).
  * A depthwise conv (one input channel per group) would be thousands of tiny GEMMs,
  * so it is a direct LOOP, one iteration per row of outputs along the last spatial
  * dim, adding each tap's weight times the input over the part of the row whose
@@ -518,6 +520,8 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         rc = depthwise_nhwc(p, n, &c, d);
     } else if (cg == 1 && c.groups > 1) {
         rc = depthwise(p, n, &c, d);
+    } else if (winograd_applies(p, n)) {
+        rc = lower_winograd(p, n, c.epilogue, d);
     } else {
         bool pointwise = c.taps == 1;
         for (int s = 0; s < c.ns; s++)

@@ -1,0 +1,231 @@
+/* A 3x3 convolution with stride 1 as Winograd's F(2x2, 3x3): each 2x2 tile of the
+ * output costs 16 multiplies per input and output channel instead of 36.
+ *
+ * With channels last, groups 1 and the weights known at compile time:
+ *   U = G g G^T per (input channel, output channel), computed now into the GEMM
+ *       kernel's table as 16 matrices [C, O];
+ *   V = B^T d B per 4x4 input patch d (the tile's inputs, zeros outside) and channel,
+ *       into the scratch as 16 matrices [tiles, C] (LOOP over tile rows, vectorized
+ *       over channels);
+ *   M = V U, 16 GEMMs [tiles, C] x [C, O] (a LOOP of 16 cblas_sgemm calls);
+ *   y = A^T m A per tile and output channel, plus the bias, into y; each tile row is
+ *       then finished with the epilogue while in cache (fused_conv).
+ * The transforms are exact in real arithmetic (Lavin and Gray, 2015); in float F(2x2,
+ * 3x3) loses about as much as the direct sum does, far inside the tolerance. */
+#include "codegen.h"
+
+#include <limits.h>
+#include <string.h>
+
+/* B^T, G and A^T of F(2x2, 3x3). */
+static const double bt[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+static const double gm[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+static const double at[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+
+typedef struct {
+    View x, y;
+    int64_t pad_top, pad_left;
+    int64_t th, tw, tiles; /* tile rows and columns per image, tiles in all */
+    char xn[80], yn[80], bn[80];
+} Wino;
+
+/* The 16 GEMMs have a row per tile; with fewer rows BLAS runs them slower than the
+ * im2col GEMM runs 2.25 times the work (ResNet-18's 7x7 layer4, 16 tiles). */
+enum { MIN_TILES = 32 };
+
+/* Whether conv n takes this path: 2-D, nhwc, groups 1, 3x3, stride and dilation 1,
+ * weights in the blob, and enough channels and tiles for the GEMMs to be worth it. */
+bool winograd_applies(const Program *p, const Node *n) {
+    const Graph *g = p->g;
+    if (!layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1 ||
+        p->buf[n->in[1]].kind != BUF_WEIGHT)
+        return false;
+    const Type *w = &g->values[n->in[1]].type;
+    int64_t strides[2], dil[2];
+    node_ints(n, "strides", strides, 2, 2);
+    node_ints(n, "dilations", dil, 2, 2);
+    const Type *y = &g->values[n->out[0]].type;
+    int64_t c = w->dims[3], o = w->dims[0], tiles = y->dims[0] * ((y->dims[1] + 1) / 2) * ((y->dims[2] + 1) / 2);
+    return w->dims[1] == 3 && w->dims[2] == 3 && strides[0] == 1 && strides[1] == 1 && dil[0] == 1 &&
+           dil[1] == 1 && c >= 16 && o >= 16 && tiles >= MIN_TILES && o <= INT_MAX && c <= INT_MAX;
+}
+
+/* U[k][c][o], k = 4 i + j, from w [O, 3, 3, C]. */
+static float *weight_transform(const Program *p, const Node *n, int64_t c, int64_t o) {
+    const float *w = (const float *)(p->weights + p->buf[n->in[1]].offset);
+    float *u = ir_malloc(sizeof(float) * (size_t)(16 * c * o) + 1);
+    for (int64_t oc = 0; u && oc < o; oc++)
+        for (int64_t ic = 0; ic < c; ic++) {
+            double gg[4][3] = {{0}};
+            for (int i = 0; i < 4; i++)
+                for (int s = 0; s < 3; s++)
+                    for (int r = 0; r < 3; r++)
+                        gg[i][s] += gm[i][r] * w[((oc * 3 + r) * 3 + s) * c + ic];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    double v = 0;
+                    for (int s = 0; s < 3; s++)
+                        v += gg[i][s] * gm[j][s];
+                    u[((i * 4 + j) * c + ic) * o + oc] = (float)v;
+                }
+        }
+    return u;
+}
+
+/* Emits `NAME = sum_k M[row][k] * IN[k]` for the 4 (or 2) rows of a transform
+ * matrix, skipping zero terms; in[k] and out[r] are printf patterns with one %d. */
+static void emit_transform(Str *s, int rows, const double (*m)[4], const char *out, const char *in, int ind) {
+    for (int r = 0; r < rows; r++) {
+        char name[32];
+        snprintf(name, sizeof name, out, r);
+        str_printf(s, "%*sfloat %s =", ind, "", name);
+        bool first = true;
+        for (int k = 0; k < 4; k++) {
+            if (m[r][k] == 0)
+                continue;
+            char v[32];
+            snprintf(v, sizeof v, in, k);
+            str_printf(s, " %s%s", m[r][k] < 0 ? "- " : first ? "" : "+ ", v);
+            first = false;
+        }
+        str_printf(s, ";\n");
+    }
+}
+
+/* The input transform: one iteration per tile row of an image. */
+static int input_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, "winograd_in");
+    if (!k)
+        return diag_error(d, n->loc, "out of memory");
+    kernel_reads(k, n->in[0]);
+    k->scratch_bytes = scratch_bytes;
+    k->count = w->x.n * w->th;
+    k->grain = 1;
+    long long c = w->x.c, h = w->x.sp[0], wd = w->x.sp[1], tiles = w->tiles;
+    Str *s = &k->body;
+    str_printf(s, "int64_t b = i / %lld, th = i %% %lld;\n", (long long)w->th, (long long)w->th);
+    str_printf(s, "for (int64_t tw = 0; tw < %lld; tw++) {\n", (long long)w->tw);
+    str_printf(s, "    int64_t t = i * %lld + tw;\n", (long long)w->tw);
+    /* each of the 16 inputs: a row pointer (clamped inside) and a 0/1 mask */
+    for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 4; q++) {
+            str_printf(s, "    int64_t h%d%d = th * 2 - %lld + %d, w%d%d = tw * 2 - %lld + %d;\n", r, q,
+                       (long long)w->pad_top, r, r, q, (long long)w->pad_left, q);
+            str_printf(s, "    float m%d%d = h%d%d >= 0 && h%d%d < %lld && w%d%d >= 0 && w%d%d < %lld ? 1.0f : 0.0f;\n",
+                       r, q, r, q, r, q, h, r, q, r, q, wd);
+            str_printf(s,
+                       "    const float *x%d%d = %s + ((b * %lld + (m%d%d != 0.0f ? h%d%d : 0)) * %lld + "
+                       "(m%d%d != 0.0f ? w%d%d : 0)) * %lld;\n",
+                       r, q, w->xn, h, r, q, r, q, wd, r, q, r, q, c);
+        }
+    /* each of the 16 results its own loop over the channels, a sum of 4 masked inputs
+       (B^T has two nonzeros a row): one store stream a loop, which vectorizes */
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            str_printf(s, "    for (int64_t c = 0; c < %lld; c++)\n        scratch[(%lld + t) * %lld + c] =", c,
+                       (long long)((i * 4 + j) * tiles), c);
+            bool first = true;
+            for (int r = 0; r < 4; r++)
+                for (int q = 0; q < 4; q++) {
+                    double f = bt[i][r] * bt[j][q];
+                    if (f == 0)
+                        continue;
+                    str_printf(s, " %sm%d%d * x%d%d[c]", f < 0 ? "- " : first ? "" : "+ ", r, q, r, q);
+                    first = false;
+                }
+            str_printf(s, ";\n");
+        }
+    str_printf(s, "}\n");
+    return 0;
+}
+
+/* The 16 GEMMs M[k] = V[k] U[k]. */
+static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
+    long long c = w->x.c, o = w->y.c, tiles = w->tiles;
+    Kernel *k = kernel_new(p, n, K_LOOP, "winograd_gemm");
+    if (!k)
+        return diag_error(d, n->loc, "out of memory");
+    k->scratch_bytes = scratch_bytes;
+    k->count = 16;
+    k->grain = 1;
+    k->flops = 2 * 16 * tiles * c * o;
+    float *u = weight_transform(p, n, c, o);
+    if (!u)
+        return diag_error(d, n->loc, "out of memory");
+    int rc = program_table(p, k, u, (int64_t)sizeof(float) * 16 * c * o, d);
+    ir_free(u);
+    if (rc)
+        return -1;
+    str_printf(&k->body,
+               "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f,\n"
+               "            scratch + i * %lld, %lld, table + i * %lld, %lld, 0.0f,\n"
+               "            scratch + %lld + i * %lld, %lld);\n",
+               tiles, o, c, tiles * c, c, c * o, o, 16 * tiles * c, tiles * o, o);
+    return 0;
+}
+
+/* The output transform, bias and epilogue: one iteration per tile row of an image. */
+static int output_transform(Program *p, const Node *n, const Wino *w, const Expr *epilogue, int64_t scratch_bytes,
+                            Diag *d) {
+    Kernel *k = kernel_loop(p, n, "winograd_out", w->y.n * w->th, 1, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = scratch_bytes;
+    long long o = w->y.c, ho = w->y.sp[0], wo = w->y.sp[1], tiles = w->tiles, base = 16 * w->tiles * w->x.c;
+    Str *s = &k->body;
+    str_printf(s, "int64_t b = i / %lld, th = i %% %lld;\n", (long long)w->th, (long long)w->th);
+    str_printf(s, "int rows = th * 2 + 1 < %lld ? 2 : 1;\n", ho);
+    str_printf(s, "float *tile = %s + (b * %lld + th * 2) * %lld;\n", w->yn, ho, wo * o);
+    str_printf(s, "for (int64_t tw = 0; tw < %lld; tw++) {\n", (long long)w->tw);
+    str_printf(s, "    int64_t t = i * %lld + tw;\n    int cols = tw * 2 + 1 < %lld ? 2 : 1;\n", (long long)w->tw,
+               wo);
+    str_printf(s, "    for (int64_t o = 0; o < %lld; o++) {\n", o);
+    for (int r = 0; r < 4; r++)
+        for (int q = 0; q < 4; q++)
+            str_printf(s, "        float m%d%d = scratch[%lld + (%lld + t) * %lld + o];\n", r, q, base,
+                       (long long)((r * 4 + q) * tiles), o);
+    for (int q = 0; q < 4; q++) {
+        char out[16], in[16];
+        snprintf(out, sizeof out, "t%%d%d", q);
+        snprintf(in, sizeof in, "m%%d%d", q);
+        emit_transform(s, 2, at, out, in, 8);
+    }
+    for (int r = 0; r < 2; r++) {
+        char out[16], in[16];
+        snprintf(out, sizeof out, "y%d%%d", r);
+        snprintf(in, sizeof in, "t%d%%d", r);
+        emit_transform(s, 2, at, out, in, 8);
+    }
+    const char *bias = w->bn[0] ? w->bn : NULL;
+    for (int r = 0; r < 2; r++)
+        for (int q = 0; q < 2; q++)
+            str_printf(s, "        if (%d < rows && %d < cols)\n            tile[%lld + tw * %lld + o] = y%d%d%s%s%s;\n",
+                       r, q, (long long)(r * wo * o + q * o), 2 * o, r, q, bias ? " + " : "", bias ? bias : "",
+                       bias ? "[o]" : "");
+    str_printf(s, "    }\n}\n");
+    char cols[32];
+    snprintf(cols, sizeof cols, "%lld", wo * o);
+    emit_tile_epilogue(s, p, n, epilogue, "", NULL, "rows", cols, wo * o, 1);
+    return 0;
+}
+
+int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
+    const Graph *g = p->g;
+    Wino w = {.x = view_of(&g->values[n->in[0]].type, true), .y = view_of(&g->values[n->out[0]].type, true)};
+    int64_t pads[4];
+    node_ints(n, "pads", pads, 4, 4);
+    w.pad_top = pads[0], w.pad_left = pads[1];
+    w.th = (w.y.sp[0] + 1) / 2, w.tw = (w.y.sp[1] + 1) / 2;
+    w.tiles = w.x.n * w.th * w.tw;
+    if (w.tiles * 16 > INT_MAX || w.tiles * w.x.c > INT_MAX / 16)
+        return diag_error(d, n->loc, "conv: too many Winograd tiles for BLAS");
+    snprintf(w.xn, sizeof w.xn, "%s", value_name(p, n->in[0]));
+    snprintf(w.yn, sizeof w.yn, "%s", value_name(p, n->out[0]));
+    if (n->n_in > 2 && n->in[2] >= 0)
+        snprintf(w.bn, sizeof w.bn, "%s", value_name(p, n->in[2]));
+    int64_t scratch_bytes = (int64_t)sizeof(float) * 16 * w.tiles * (w.x.c + w.y.c);
+    if (input_transform(p, n, &w, scratch_bytes, d) || products(p, n, &w, scratch_bytes, d) ||
+        output_transform(p, n, &w, epilogue, scratch_bytes, d))
+        return -1;
+    return 0;
+}
