@@ -200,6 +200,8 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
                "void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,\n"
                "                 const float *a, int lda, const float *b, int ldb, float beta, float *c,\n"
                "                 int ldc);\n"
+               "void cblas_sgemv(int order, int trans, int m, int n, float alpha, const float *a, int lda,\n"
+               "                 const float *x, int incx, float beta, float *y, int incy);\n"
                "void openblas_set_num_threads(int n);\n\n");
     str_printf(out, "/* The weights: %lld bytes of params, consts and kernel tables. */\n", (long long)p->weights_bytes);
     str_printf(

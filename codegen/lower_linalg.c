@@ -16,6 +16,8 @@
 
 #include <string.h>
 
+enum { GEMV_ROWS = 128 };
+
 static Kernel *new_call(Program *p, const Node *n, Diag *d) {
     Kernel *k = kernel_new(p, n, K_CALL, "sgemm");
     if (!k) {
@@ -154,29 +156,41 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     for (int i = 0; i < x->rank - 1; i++)
         rows *= x->dims[i];
     int b = n->n_in > 2 ? n->in[2] : -1;
-    Kernel *k = new_call(p, n, d);
+    /* one row (batch 1): a matrix-vector product, in chunks of outputs the pool runs
+       in parallel, each at the speed of reading its part of w */
+    bool gemv = rows == 1;
+    long long chunk = out_len < GEMV_ROWS ? out_len : GEMV_ROWS;
+    Kernel *k = gemv ? kernel_loop(p, n, "sgemv", (out_len + chunk - 1) / chunk, 1, d) : new_call(p, n, d);
     if (!k)
         return -1;
-    char y[80];
+    char y[80], xn[80], wn[80];
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
+    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
+    snprintf(wn, sizeof wn, "%s", value_name(p, n->in[1]));
     k->flops = 2 * rows * out_len * in_len;
-    str_printf(
-        &k->body,
-        "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s, %lld, %s, %lld, "
-        "0.0f, %s, %lld);\n",
-        rows, out_len, in_len, value_name(p, n->in[0]), in_len, value_name(p, n->in[1]), in_len, y, out_len);
+    if (gemv)
+        str_printf(&k->body,
+                   "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n"
+                   "cblas_sgemv(CblasRowMajor, CblasNoTrans, m, %lld, 1.0f, %s + r0 * %lld, %lld, %s, 1, 0.0f, "
+                   "%s + r0, 1);\n",
+                   chunk, out_len, chunk, out_len, chunk, in_len, wn, in_len, in_len, xn, y);
+    else
+        str_printf(&k->body,
+                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s, %lld, %s, "
+                   "%lld, 0.0f, %s, %lld);\n",
+                   rows, out_len, in_len, xn, in_len, wn, in_len, y, out_len);
     Arena arena = {0};
     const Expr *epilogue = NULL;
     if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
         return -1;
-    /* the bias and the epilogue, the whole result as one tile */
+    /* the bias and the epilogue: the whole result as one tile, or the chunk */
     char rows_text[32], cols_text[32];
     snprintf(rows_text, sizeof rows_text, "%lld", rows);
-    snprintf(cols_text, sizeof cols_text, "%lld", out_len);
+    snprintf(cols_text, sizeof cols_text, gemv ? "m" : "%lld", out_len);
     if (b >= 0 || epilogue)
-        str_printf(&k->body, "float *tile = %s;\n", y);
-    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", "q", rows_text, cols_text,
-                       out_len, 1);
+        str_printf(&k->body, gemv ? "float *tile = %s + r0;\n" : "float *tile = %s;\n", y);
+    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", gemv ? "r0 + q" : "q", rows_text,
+                       cols_text, out_len, 1);
     if (epilogue)
         kernel_annotate(k, node_attr(n, "expr")->s);
     arena_free(&arena);
