@@ -122,6 +122,7 @@ void check_free(Check *k);
 /* The passes, one file each. */
 int pass_autodiff(PassContext *c);
 int pass_cse(PassContext *c);
+int pass_to_linear(PassContext *c);
 int pass_layout(PassContext *c);
 int pass_fold(PassContext *c);
 int pass_fuse_elementwise(PassContext *c);

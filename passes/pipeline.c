@@ -15,6 +15,7 @@ const Pass pass_list[] = {
     {"autodiff", 1, pass_autodiff,
      "replace every grad by its backward graph (always, when code is generated)"},
     {"cse", 1, pass_cse, "compute each repeated expression and identical const once"},
+    {"to_linear", 1, pass_to_linear, "gemm, and matmul plus a bias, as linear (which fuse_epilogue fuses with its activation)"},
     {"layout", 2, pass_layout, "compute convolutions, pools and the ops between them channels last (NHWC)"},
     {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
