@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-enum { GEMV_ROWS = 128 };
+enum { GEMV_ROWS = 128, TILE_ROWS = 64 };
 
 static Kernel *new_call(Program *p, const Node *n, Diag *d) {
     Kernel *k = kernel_new(p, n, K_CALL, "sgemm");
@@ -157,10 +157,13 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
         rows *= x->dims[i];
     int b = n->n_in > 2 ? n->in[2] : -1;
     /* one row (batch 1): a matrix-vector product, in chunks of outputs the pool runs
-       in parallel, each at the speed of reading its part of w */
+       in parallel, each at the speed of reading its part of w; more rows: a GEMM per
+       tile of rows, also in parallel, each tile finished (bias, epilogue) while it
+       is in cache */
     bool gemv = rows == 1;
-    long long chunk = out_len < GEMV_ROWS ? out_len : GEMV_ROWS;
-    Kernel *k = gemv ? kernel_loop(p, n, "sgemv", (out_len + chunk - 1) / chunk, 1, d) : new_call(p, n, d);
+    long long chunk = gemv ? (out_len < GEMV_ROWS ? out_len : GEMV_ROWS) : (rows < TILE_ROWS ? rows : TILE_ROWS);
+    long long count = ((gemv ? out_len : rows) + chunk - 1) / chunk;
+    Kernel *k = kernel_loop(p, n, gemv ? "sgemv" : "sgemm", count, 1, d);
     if (!k)
         return -1;
     char y[80], xn[80], wn[80];
@@ -168,29 +171,30 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
     snprintf(wn, sizeof wn, "%s", value_name(p, n->in[1]));
     k->flops = 2 * rows * out_len * in_len;
+    long long total = gemv ? out_len : rows;
+    str_printf(&k->body, "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", chunk,
+               total, chunk, total, chunk);
     if (gemv)
         str_printf(&k->body,
-                   "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n"
                    "cblas_sgemv(CblasRowMajor, CblasNoTrans, m, %lld, 1.0f, %s + r0 * %lld, %lld, %s, 1, 0.0f, "
                    "%s + r0, 1);\n",
-                   chunk, out_len, chunk, out_len, chunk, in_len, wn, in_len, in_len, xn, y);
+                   in_len, wn, in_len, in_len, xn, y);
     else
         str_printf(&k->body,
-                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1.0f, %s, %lld, %s, "
-                   "%lld, 0.0f, %s, %lld);\n",
-                   rows, out_len, in_len, xn, in_len, wn, in_len, y, out_len);
+                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, %lld, %lld, 1.0f, %s + r0 * %lld, %lld, "
+                   "%s, %lld, 0.0f, %s + r0 * %lld, %lld);\n",
+                   out_len, in_len, xn, in_len, in_len, wn, in_len, y, out_len, out_len);
     Arena arena = {0};
     const Expr *epilogue = NULL;
     if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
         return -1;
-    /* the bias and the epilogue: the whole result as one tile, or the chunk */
-    char rows_text[32], cols_text[32];
-    snprintf(rows_text, sizeof rows_text, "%lld", rows);
-    snprintf(cols_text, sizeof cols_text, gemv ? "m" : "%lld", out_len);
+    /* the bias and the epilogue on the chunk of outputs, or the tile of rows */
+    char cols_text[32];
+    snprintf(cols_text, sizeof cols_text, "%lld", out_len);
     if (b >= 0 || epilogue)
-        str_printf(&k->body, gemv ? "float *tile = %s + r0;\n" : "float *tile = %s;\n", y);
-    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", gemv ? "r0 + q" : "q", rows_text,
-                       cols_text, out_len, 1);
+        str_printf(&k->body, gemv ? "float *tile = %s + r0;\n" : "float *tile = %s + r0 * %lld;\n", y, out_len);
+    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", gemv ? "r0 + q" : "q",
+                       gemv ? "1" : "m", gemv ? "m" : cols_text, out_len, 1);
     if (epilogue)
         kernel_annotate(k, node_attr(n, "expr")->s);
     arena_free(&arena);

@@ -15,7 +15,9 @@
  * channels last too. The old value v then becomes transpose(nhwc[v]) back to NCHW,
  * keeping its name and id (a reshape when only dims of size 1 move): every reader
  * not converted, and the outputs, read it as before; the transposes back that
- * nobody reads are dropped.
+ * nobody reads are dropped. A transpose of a transpose, the user's or one back from
+ * a twin, becomes one transpose of the first one's input, or an identity when they
+ * cancel.
  *
  * Why it is correct: each rewritten op computes on the same elements in another
  * order (the nhwc layout attribute, or a permuted resize, is defined as the
@@ -224,6 +226,42 @@ static int move_op(Layout *l, int i) {
     return y < 0 ? -1 : take_over(l, i, y);
 }
 
+/* A transpose of a transpose (one the user wrote, or the one back from a twin) is
+ * one transpose of the first one's input, or, when the two cancel, that input
+ * itself (an identity, which costs nothing). */
+static int collapse_transposes(Layout *l, int i) {
+    Graph *g = l->c->g;
+    Node *n = g->nodes[i];
+    int v = n->in[0], rank = g->values[v].type.rank, src;
+    int64_t first[KILN_MAX_RANK], second[KILN_MAX_RANK], perm[KILN_MAX_RANK];
+    if (l->nhwc[v] >= 0) {
+        src = l->nhwc[v];
+        perm_of(rank, true, first);
+    } else {
+        const Node *t = pass_definer(g, v);
+        if (!t || t->op != OP_TRANSPOSE || l->dead[g->values[v].node])
+            return 0;
+        src = t->in[0];
+        node_ints(t, "perm", first, KILN_MAX_RANK, rank);
+    }
+    node_ints(n, "perm", second, KILN_MAX_RANK, rank);
+    bool identity = true;
+    for (int k = 0; k < rank; k++) {
+        perm[k] = first[second[k]];
+        identity = identity && perm[k] == k;
+    }
+    int y = n->out[0];
+    Node *m = graph_add_node(g, identity ? OP_IDENTITY : OP_TRANSPOSE, 1, 1, n->loc);
+    if (!m)
+        return diag_error(l->c->d, n->loc, "out of memory");
+    m->in[0] = src;
+    if (!identity && pass_set_ints(l->c, m, "perm", perm, rank))
+        return -1;
+    graph_redefine(g, y, m, 0);
+    l->dead[i] = true;
+    return pass_finish(l->c, m) < 0 ? -1 : 0;
+}
+
 int pass_layout(PassContext *c) {
     Graph *g = c->g;
     int n_nodes = g->n_nodes, n_values = g->n_values;
@@ -241,6 +279,8 @@ int pass_layout(PassContext *c) {
             rc = convert_layout_op(&l, i);
         else if (movable(&l, n))
             rc = move_op(&l, i);
+        else if (n->op == OP_TRANSPOSE)
+            rc = collapse_transposes(&l, i);
     }
     bool *dead = rc == 0 ? ir_calloc((size_t)g->n_nodes + 1, 1) : NULL;
     int *uses = dead ? ir_calloc((size_t)g->n_values + 1, sizeof *uses) : NULL;
