@@ -279,7 +279,7 @@ static bool fits_int(int64_t v) {
 
 /* Tiles of the output the pool runs in parallel, each one single-threaded cblas_sgemm:
  * along the columns when there are many, else along the rows. */
-enum { TILE_COLS = 256, TILE_ROWS = 64 };
+enum { TILE_COLS = 256, TILE_ROWS = 64, MIN_TILE_COLS = 32 };
 
 /* The GEMM as a LOOP over (batch item (nchw), group, row tile, column tile): each
  * iteration runs cblas_sgemm on its tile and adds the bias while the tile is in
@@ -293,6 +293,10 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
     int64_t batches = c->nhwc ? 1 : c->y.n;
     int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
             tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
+    /* a short GEMM (the last layers' 7x7 positions) still gets a few column tiles to
+       share among the threads */
+    if (tr == rows && tc == cols && rows < 2 * TILE_ROWS && cols >= 4 * MIN_TILE_COLS)
+        tc = (cols / 4 + MIN_TILE_COLS - 1) / MIN_TILE_COLS * MIN_TILE_COLS;
     int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
     Kernel *k = kernel_loop(p, n, "gemm", batches * c->groups * n_tr * n_tc, 1, d);
     if (!k)

@@ -129,6 +129,7 @@ static long jit_and_compare(const char *name, const char *text, Tensor *const *i
     tensor_free(ref);
     if (g)
         graph_free(g);
+    tensors_free(&weights); /* the params the passes made */
     srcfile_free(src);
     fflush(stdout);
     return bad;
