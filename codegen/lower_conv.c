@@ -347,6 +347,28 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
 
 /* ---- Direct loops: depthwise conv and conv_transpose ---- */
 
+/* Emits the loops over a depthwise conv's taps: for each spatial dim but the last,
+ * k{i} and the input position in{i}, skipping taps outside x; then the loop over
+ * the last dim's taps with the row range (emit_row_range) inside it. Returns the
+ * indent of the body; the caller closes the ns braces. */
+static int emit_tap_loops(Str *s, const Conv *c) {
+    int last = c->ns - 1;
+    char e[256];
+    for (int i = 0; i < c->ns; i++) {
+        int ind = 4 * i;
+        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
+                   i);
+        if (i == last)
+            break;
+        input_pos(c, i, e, sizeof e);
+        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
+        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
+                   (long long)c->x.sp[i], ind, "");
+    }
+    emit_row_range(s, c, 4 * c->ns);
+    return 4 * c->ns;
+}
+
 /* One iteration per row of outputs along the last spatial dim, input channel o / m:
  * the row starts at the bias, and each tap adds its weight times the input row
  * over the outputs whose input lies inside x. */
@@ -388,20 +410,10 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
     append_term(wi, sizeof wi, "o", c->w.sn);
     for (int i = 0; i < c->ns; i++) {
         char kv[16];
-        int ind = 4 * i;
         snprintf(kv, sizeof kv, "k%d", i);
         append_term(wi, sizeof wi, kv, c->w.ss[i]);
-        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
-                   i);
-        if (i == last)
-            break;
-        input_pos(c, i, e, sizeof e);
-        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
-        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
-                   (long long)c->x.sp[i], ind, "");
     }
-    int ind = 4 * c->ns;
-    emit_row_range(s, c, ind);
+    int ind = emit_tap_loops(s, c);
     x_offset(c, m > 1 ? "c" : "o", 1, "off", e, sizeof e);
     str_printf(s, "%*sfloat wk = %s[%s];\n%*sint64_t base = %s;\n", ind, "", c->wn, wi, ind, "", e);
     str_printf(s, "%*sfor (int64_t p%d = lo; p%d < hi; p%d++)\n%*s    row[p%d%s] += %s[base + p%d%s] * wk;\n",
@@ -471,19 +483,7 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
         append_term(tap, sizeof tap, kv, tap_stride);
         tap_stride *= c->w.sp[i];
     }
-    for (int i = 0; i < c->ns; i++) {
-        int ind = 4 * i;
-        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
-                   i);
-        if (i == last)
-            break;
-        input_pos(c, i, e, sizeof e);
-        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
-        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
-                   (long long)c->x.sp[i], ind, "");
-    }
-    int ind = 4 * c->ns;
-    emit_row_range(s, c, ind);
+    int ind = emit_tap_loops(s, c);
     x_offset(c, NULL, 1, "off", e, sizeof e);
     bool relaid = wb.kind == BUF_WEIGHT;
     char wo[32] = "o";

@@ -2,8 +2,9 @@
  *
  * For each battery NAME of tests/ref/ (see test_reference.c: NAME.kiln, its params in
  * NAME.safetensors, PyTorch's outputs in NAME.expected.safetensors), this test parses
- * the model, runs it in the reference interpreter, then runs the default pass pipeline
- * on it, compiles it to C and loads it with jit_graph (through the compile cache in
+ * the model, runs it in the reference interpreter, then runs the pass pipeline on it
+ * (at -O2, and again from the start at -O1, which keeps the layouts the battery wrote),
+ * compiles it to C and loads it with jit_graph (through the compile cache in
  * $KILN_CACHE_DIR, which CTest points into the build tree so that reruns are fast),
  * runs it once with kiln_run, and compares every output with both the expected tensor
  * of its name and the interpreter's result, within |a-b| <= 1e-4 + 1e-4*|b| (NaN
@@ -41,10 +42,10 @@ static bool run_compiled(const Graph *g, kiln_module *m, Tensor **outs) {
     return ok;
 }
 
-/* Parses, interprets, compiles, runs and compares one battery; returns the number of
- * mismatches, or -1 when the battery could not run at all. Frees everything before
- * returning, so that a failing assertion leaks nothing. */
-static long check_battery(const Battery *b) {
+/* Parses, interprets, compiles at -O`level`, runs and compares one battery; returns
+ * the number of mismatches, or -1 when the battery could not run at all. Frees
+ * everything before returning, so that a failing assertion leaks nothing. */
+static long compile_and_compare(const Battery *b, int level) {
     Diag d;
     diag_init(&d, stdout);
     BatteryModel bm = {0};
@@ -58,7 +59,7 @@ static long check_battery(const Battery *b) {
         ref = calloc((size_t)n_out + 1, sizeof *ref);
         got = calloc((size_t)n_out + 1, sizeof *got);
     }
-    PipelineOptions po = {.level = 2, .verify = true};
+    PipelineOptions po = {.level = level, .verify = true};
     if (ref && got && verify_graph(bm.g, &d) == 0 && interp_run(bm.g, &bm.weights, NULL, ref, &d) == 0 &&
         pipeline_run(bm.g, &bm.weights, &po, &d) == 0) {
         JitOptions jo = {NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
@@ -77,6 +78,13 @@ static long check_battery(const Battery *b) {
     kiln_free(m);
     battery_unload(&bm);
     return bad;
+}
+
+/* At -O2, where the layout pass computes every conv and pool channels last, and at
+ * -O1, where they keep the layout the battery wrote: both kinds of kernels. */
+static long check_battery(const Battery *b) {
+    long o2 = compile_and_compare(b, 2), o1 = compile_and_compare(b, 1);
+    return o2 < 0 || o1 < 0 ? -1 : o2 + o1;
 }
 
 int main(int argc, char **argv) {
