@@ -226,6 +226,13 @@ static int move_op(Layout *l, int i) {
     return y < 0 ? -1 : take_over(l, i, y);
 }
 
+/* transpose's perm, reversed dims when not written. */
+static void perm_attr(const Node *t, int rank, int64_t *perm) {
+    const Attr *a = node_attr(t, "perm");
+    for (int k = 0; k < rank; k++)
+        perm[k] = a->set ? a->ints[k] : rank - 1 - k;
+}
+
 /* A transpose of a transpose (one the user wrote, or the one back from a twin) is
  * one transpose of the first one's input, or, when the two cancel, that input
  * itself (an identity, which costs nothing). */
@@ -242,9 +249,9 @@ static int collapse_transposes(Layout *l, int i) {
         if (!t || t->op != OP_TRANSPOSE || l->dead[g->values[v].node])
             return 0;
         src = t->in[0];
-        node_ints(t, "perm", first, KILN_MAX_RANK, rank);
+        perm_attr(t, rank, first);
     }
-    node_ints(n, "perm", second, KILN_MAX_RANK, rank);
+    perm_attr(n, rank, second);
     bool identity = true;
     for (int k = 0; k < rank; k++) {
         perm[k] = first[second[k]];

@@ -160,7 +160,8 @@ typedef struct {
 
 /* Parses text (or the file path when text is NULL) with the weights in
  * weights_path (if it exists), runs the -O2 pipeline (without elementwise fusion
- * unless `fuse`) and checks both plans. */
+ * and the layout pass unless `fuse`: kernel by kernel as written) and checks both
+ * plans. */
 static Peaks check_model(const char *name, const char *text, const char *path, const char *weights_path,
                          bool fuse) {
     Diag d;
@@ -176,8 +177,8 @@ static Peaks check_model(const char *name, const char *text, const char *path, c
         fclose(f);
         assert_int_equal(safetensors_read(weights_path, &w, &d), 0);
     }
-    static const char *no_fusion[] = {"fuse_elementwise"};
-    PipelineOptions po = {.level = 2, .verify = true, .disabled = no_fusion, .n_disabled = fuse ? 0 : 1};
+    static const char *as_written[] = {"fuse_elementwise", "layout"};
+    PipelineOptions po = {.level = 2, .verify = true, .disabled = as_written, .n_disabled = fuse ? 0 : 2};
     assert_int_equal(pipeline_run(g, &w, &po, &d), 0);
     Peaks r = {0};
     r.peak = check_plan(g, &w, true, &r.bound);
