@@ -195,12 +195,13 @@ static void emit_period(Str *s, const ResampleAxis *a, const Period *q) {
                "for (int64_t p = %lld; p < %lld; p++) {\n"
                "    const float *in = src + p * %lld;\n    float *out = dst + p * %d;\n",
                (long long)q->p0, (long long)q->p1, (long long)q->step, q->per);
+    bool copy = is_selection(a);
     for (int r = 0; r < q->per; r++) {
         str_printf(s, "    out[%d] = ", r);
-        for (int j = 0; j < (is_selection(a) ? 1 : a->taps); j++) {
+        for (int j = 0; j < (copy ? 1 : a->taps); j++) {
             char w[40];
             float_literal(q->weight[r][j], w, sizeof w);
-            if (is_selection(a))
+            if (copy)
                 str_printf(s, "in[%lld]", (long long)q->offset[r][j]);
             else
                 str_printf(s, "%s%s * in[%lld]", j ? " + " : "", w, (long long)q->offset[r][j]);
@@ -260,7 +261,8 @@ static int forward_pass(Program *p, const Node *n, const ResampleAxis *a, int64_
                    "    for (int64_t q = 0; q < %lld; q++)\n        dst[q] += w * row[q];\n}\n",
                    in, taps, out_len, in, out_len, in);
     } else {
-        for (int j = 0; j < (is_selection(a) ? 1 : a->taps); j++)
+        int used = is_selection(a) ? 1 : a->taps;
+        for (int j = 0; j < used; j++)
             str_printf(s, "const float *row%d = src + index[%lld + o] * %lld;\nfloat w%d = weight[%lld + o];\n", j,
                        j * out_len, in, j, j * out_len);
         str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    ", in);

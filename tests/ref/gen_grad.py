@@ -47,6 +47,18 @@ def finite_difference(fn, xs, k, eps=1e-6):
 
 
 class GradBattery(Battery):
+    def loss(self, k, op, names, shape, attrs):
+        """The lines `cK_f = op(names, attrs)`, `cK_l = sum(mul(cK_f, cK_r))` with a
+        random weight cK_r of the given shape, which it returns."""
+        r = self.rand(*shape)
+        self.inputs[f"c{k}_r"] = r
+        self.lines.append(f"param c{k}_r : f32{list(r.shape)}")
+        attr_text = "".join(f", {key}={fmt(v)}" for key, v in attrs.items() if v is not None)
+        self.lines.append(f"c{k}_f = {op}({', '.join(names)}{attr_text})")
+        self.lines.append(f"c{k}_p = mul(c{k}_f, c{k}_r)")
+        self.lines.append(f"c{k}_l = sum(c{k}_p)")
+        return r
+
     def grad_case(self, desc, op, args, fn, smooth=True, **attrs):
         """args: (suffix, float32 array) pairs, all differentiated; fn: the op in torch."""
         k = self.n_cases = getattr(self, "n_cases", 0) + 1
@@ -59,13 +71,7 @@ class GradBattery(Battery):
             names.append(name)
         xs = [T(arr).requires_grad_(True) for _, arr in args]
         y = fn(*xs)
-        r = self.rand(*y.shape)
-        self.inputs[f"c{k}_r"] = r
-        self.lines.append(f"param c{k}_r : f32{list(r.shape)}")
-        attr_text = "".join(f", {key}={fmt(v)}" for key, v in attrs.items() if v is not None)
-        self.lines.append(f"c{k}_f = {op}({', '.join(names)}{attr_text})")
-        self.lines.append(f"c{k}_p = mul(c{k}_f, c{k}_r)")
-        self.lines.append(f"c{k}_l = sum(c{k}_p)")
+        r = self.loss(k, op, names, y.shape, attrs)
         grads = [f"c{k}_g{suffix}" for suffix, _ in args]
         self.lines.append(f"{', '.join(grads)} = grad(c{k}_l, {', '.join(names)})")
 

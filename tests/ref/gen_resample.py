@@ -82,7 +82,7 @@ from onnx.backend.test.case.node.resize import (cubic_coeffs, interpolate_nd, in
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gen_reference import Battery, fmt  # noqa: E402
+from gen_reference import Battery  # noqa: E402
 from gen_grad import GradBattery  # noqa: E402
 
 ONNX_NODE_TESTS = "/usr/share/libonnx-testdata/data/node"
@@ -560,13 +560,7 @@ class ResampleGradBattery(GradBattery):
         self.lines.append(f"# {desc}")
         self.lines.append(f"param c{k}_x : f32{list(x.shape)}")
         self.inputs[f"c{k}_x"] = np.asarray(x, dtype=np.float32)
-        r = self.rand(*out_shape)
-        self.inputs[f"c{k}_r"] = r
-        self.lines.append(f"param c{k}_r : f32{list(r.shape)}")
-        attr_text = "".join(f", {key}={fmt(v)}" for key, v in attrs.items() if v is not None)
-        self.lines.append(f"c{k}_f = {op}(c{k}_x{attr_text})")
-        self.lines.append(f"c{k}_p = mul(c{k}_f, c{k}_r)")
-        self.lines.append(f"c{k}_l = sum(c{k}_p)")
+        r = self.loss(k, op, [f"c{k}_x"], out_shape, attrs)
         self.lines.append(f"c{k}_gx = grad(c{k}_l, c{k}_x)")
         return k, r
 
