@@ -15,7 +15,10 @@
  *
  * Memory: inputs and outputs are the caller's buffers; params and consts live in
  * one weights blob; every other value lives in one workspace that the instance
- * allocates once. The memory plan (plan.c) gives each workspace buffer its offset:
+ * allocates once. A param that an update changes lives in the instance's state,
+ * which starts as a copy of the blob's first state_bytes; after the kernels of a
+ * run, each update's value is copied there, unless the plan could put the value
+ * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its offset:
  * with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint
  * share memory, an elementwise kernel may write over an input that dies there, and
  * a view (reshape, flatten, squeeze, unsqueeze, identity) is its input's buffer;
@@ -42,6 +45,8 @@ typedef enum {
     BUF_INPUT,  /* the caller's i-th input */
     BUF_OUTPUT, /* the caller's i-th output */
     BUF_WEIGHT, /* byte offset into the weights blob */
+    BUF_STATE,  /* byte offset into the instance's state: the params a training step
+                   updates, which create copies from the start of the blob */
     BUF_WORK,   /* byte offset into the workspace */
     BUF_NONE,   /* not materialized (dead value) */
 } BufKind;
@@ -113,6 +118,7 @@ typedef struct {
     int64_t workspace_bytes;
     unsigned char *weights; /* the blob: params and consts, 64-byte aligned each */
     int64_t weights_bytes;
+    int64_t state_bytes; /* the updated params, at the start of the blob */
     Kernel *kernels;
     int n_kernels, cap_kernels;
     int *inputs, n_inputs; /* value ids in declaration order */

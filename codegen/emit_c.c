@@ -35,6 +35,7 @@ static void buffer_expr(const Program *p, const Lang *l, int v, char *buf, size_
     case BUF_INPUT: snprintf(buf, n, "%sin[%lld]", l->args, (long long)b.offset); break;
     case BUF_OUTPUT: snprintf(buf, n, "%sout[%lld]", l->args, (long long)b.offset); break;
     case BUF_WEIGHT: snprintf(buf, n, "%swt + %lld", l->args, (long long)(b.offset / 4)); break;
+    case BUF_STATE: snprintf(buf, n, "%sst + %lld", l->args, (long long)(b.offset / 4)); break;
     case BUF_WORK: snprintf(buf, n, "%sws + %lld", l->args, (long long)(b.offset / 4)); break;
     case BUF_NONE: KILN_ASSERT(!"a kernel uses a value with no buffer");
     }
@@ -240,13 +241,14 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
     emit_infos(p, out, "inputs", p->inputs, p->n_inputs);
     emit_infos(p, out, "outputs", p->g->outputs, p->g->n_outputs);
     str_printf(out,
-               "\nstatic const KilnProgram program = {%lld, kiln_weights_blob, graph_run, %s};\n\n"
+               "\nstatic const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n"
                "static int model_create(void **instance, char *err, size_t errlen) {\n"
                "    return kiln_rt_create(&program, instance, err, errlen);\n"
                "}\n\n"
                "static const kiln_model_def model_def = {\n"
                "    KILN_ABI_VERSION, \"",
-               (long long)p->workspace_bytes, uses_blas(p) ? "openblas_set_num_threads" : "NULL");
+               (long long)p->workspace_bytes, (long long)p->state_bytes,
+               uses_blas(p) ? "openblas_set_num_threads" : "NULL");
     c_string(out, p->g->name);
     str_printf(out,
                "\", %d, %d, model_inputs, model_outputs,\n"

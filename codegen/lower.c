@@ -203,16 +203,22 @@ static int64_t value_bytes(const Program *p, int v) {
     return type_numel(&p->g->values[v].type) * (int64_t)sizeof(float);
 }
 
-/* Params and consts into the blob, in node order. */
+/* Params and consts into the blob, in node order: first the updated params (the
+ * state's initial value), then the others. */
 static int place_weights(Program *p, const TensorList *weights, Diag *d) {
     Graph *g = p->g;
     int64_t size = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const Node *n = g->nodes[i];
-        if (n->op == OP_PARAM || n->op == OP_CONST) {
-            p->buf[n->out[0]] = (Buffer){BUF_WEIGHT, size};
-            size = align64(size + value_bytes(p, n->out[0]));
+    for (int state = 1; state >= 0; state--) {
+        for (int i = 0; i < g->n_nodes; i++) {
+            const Node *n = g->nodes[i];
+            bool updated = n->op == OP_PARAM && graph_update_of(g, n->out[0]);
+            if ((n->op == OP_PARAM || n->op == OP_CONST) && updated == state) {
+                p->buf[n->out[0]] = (Buffer){state ? BUF_STATE : BUF_WEIGHT, size};
+                size = align64(size + value_bytes(p, n->out[0]));
+            }
         }
+        if (state)
+            p->state_bytes = size;
     }
     p->weights_bytes = size;
     p->weights = ir_calloc((size_t)size + 1, 1);
@@ -248,6 +254,126 @@ static int copy_to_output(Program *p, int v, int slot, Diag *d) {
     kernel_reads(k, v);
     str_printf(&k->body, "out%d[i] = %s[i];\n", slot, value_name(p, v));
     return 0;
+}
+
+/* The value whose memory v's data is in: v, or the value its views lead to. */
+static int storage_of(const Program *p, int v) {
+    while (p->view_of && p->view_of[v] >= 0)
+        v = p->view_of[v];
+    return v;
+}
+
+/* Whether update u's value can be computed straight into its param's state: with
+ * the memory plan on, when the value is a workspace value of its own (no view) and
+ * every kernel reading the param's old value (through any view) runs before the
+ * first kernel writing the new one, or is that kernel itself, writing elementwise
+ * in place (it reads each old element only where it writes the new one). */
+static bool update_in_place(const Program *p, const Update *u) {
+    int v = u->value;
+    if (!p->view_of || p->buf[v].kind != BUF_NONE || p->view_of[v] >= 0)
+        return false;
+    int last_read = -1, first_write = -1, writers = 0;
+    for (int k = 0; k < p->n_kernels; k++) {
+        const Kernel *kn = &p->kernels[k];
+        for (int r = 0; r < kn->n_reads; r++)
+            if (kn->reads[r] >= 0 && storage_of(p, kn->reads[r]) == u->param)
+                last_read = k;
+        for (int w = 0; w < kn->n_writes; w++)
+            if (kn->writes[w] == v) {
+                first_write = first_write < 0 ? k : first_write;
+                writers++;
+            }
+    }
+    if (first_write < 0)
+        return false;
+    return last_read < first_write ||
+           (last_read == first_write && writers == 1 && p->kernels[first_write].in_place);
+}
+
+/* A kernel copying update u's value into its param's state, at the end of a run. */
+static int copy_update(Program *p, const Update *u, Diag *d) {
+    const Graph *g = p->g;
+    Kernel *k = kernel_new(p, g->nodes[g->values[u->param].node], K_LOOP, "update");
+    if (!k)
+        return diag_error(d, (Loc){0}, "out of memory");
+    k->count = type_numel(&g->values[u->param].type);
+    k->grain = 16384;
+    kernel_reads(k, u->value);
+    kernel_writes(k, u->param);
+    str_printf(&k->body, "%s[i] = %s[i];\n", value_name(p, u->param), value_name(p, u->value));
+    return 0;
+}
+
+/* Applies the updates after the run's kernels. An update's value is either placed
+ * in its param's state (update_in_place) or copied there by a kernel at the end.
+ * All updates take effect together, so a value that is (a view of) another updated
+ * param, whose old state it means, is first copied aside, by one kernel that then
+ * applies those updates from its scratch; the params such values read are not
+ * updated in place, and the other copies come after it. */
+static int lower_updates(Program *p, Diag *d) {
+    const Graph *g = p->g;
+    int n = g->n_updates, rc = 0;
+    bool *staged = ir_calloc((size_t)n + 1, sizeof *staged), *done = ir_calloc((size_t)n + 1, sizeof *done);
+    bool *read_old = ir_calloc((size_t)g->n_values + 1, sizeof *read_old); /* per param */
+    if (!staged || !done || !read_old)
+        rc = diag_error(d, (Loc){0}, "out of memory");
+    for (int k = 0; !rc && k < n; k++) {
+        int s = storage_of(p, g->updates[k].value);
+        done[k] = s == g->updates[k].param; /* the param itself: nothing changes */
+        staged[k] = !done[k] && p->buf[s].kind == BUF_STATE;
+        read_old[s] |= staged[k];
+    }
+    for (int k = 0; !rc && k < n; k++) {
+        const Update *u = &g->updates[k];
+        if (done[k] || staged[k] || read_old[u->param] || !update_in_place(p, u))
+            continue;
+        for (int v = 0; v < g->n_values; v++)
+            if (storage_of(p, v) == u->value)
+                p->buf[v] = p->buf[u->param];
+        done[k] = true;
+    }
+    int n_staged = 0;
+    for (int k = 0; k < n; k++)
+        n_staged += !rc && staged[k];
+    Kernel *stage = NULL;
+    if (n_staged) {
+        const Update *first = NULL;
+        for (int k = 0; k < n && !first; k++)
+            first = staged[k] ? &g->updates[k] : NULL;
+        stage = kernel_new(p, g->nodes[g->values[first->param].node], K_CALL, "staged_updates");
+        if (stage) { /* more reads and writes than a param node's kernel has room for */
+            ir_free(stage->reads), ir_free(stage->writes);
+            stage->reads = ir_calloc((size_t)n_staged, sizeof(int));
+            stage->writes = ir_calloc((size_t)n_staged, sizeof(int));
+        }
+        if (!stage || !stage->reads || !stage->writes)
+            rc = diag_error(d, (Loc){0}, "out of memory");
+    }
+    for (int pass = 0; !rc && stage && pass < 2; pass++) { /* copy the values aside, then apply them */
+        int64_t at = 0;
+        for (int k = 0; k < n; k++) {
+            const Update *u = &g->updates[k];
+            if (!staged[k])
+                continue;
+            int64_t count = type_numel(&g->values[u->param].type);
+            if (pass == 0)
+                kernel_reads(stage, u->value);
+            else
+                kernel_writes(stage, u->param);
+            char aside[64], value[160];
+            snprintf(aside, sizeof aside, "scratch[%lld + j]", (long long)at);
+            snprintf(value, sizeof value, "%s[j]", value_name(p, pass == 0 ? u->value : u->param));
+            str_printf(&stage->body, "for (int64_t j = 0; j < %lld; j++) %s = %s;\n", (long long)count,
+                       pass == 0 ? aside : value, pass == 0 ? value : aside);
+            at += count;
+        }
+        stage->scratch_bytes = at * 4;
+    }
+    for (int k = 0; !rc && k < n; k++)
+        if (!done[k] && !staged[k])
+            rc = copy_update(p, &g->updates[k], d);
+    ir_free(staged), ir_free(done), ir_free(read_old);
+    return rc;
 }
 
 static bool output_slot_taken(const Program *p, int v) {
@@ -328,7 +454,7 @@ Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *
     for (int c = 0; c < n_copies; c++)
         if (copy_to_output(p, g->outputs[copies[c]], copies[c], d))
             goto fail;
-    if (plan_memory(p, memplan, d))
+    if (lower_updates(p, d) || plan_memory(p, memplan, d))
         goto fail;
     return p;
 oom:

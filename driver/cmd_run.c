@@ -13,8 +13,11 @@ static const char usage[] =
     "usage: kiln run MODEL [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...\n"
     "                      [--weights FILE.safetensors]... [--target interp|c|cuda]\n"
     "                      [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR] [--check]\n"
+    "                      [--steps N]\n"
     "\n"
-    "Runs MODEL (a .kiln file, or a .so made by kiln compile) once. Without --output,\n"
+    "Runs MODEL (a .kiln file, or a .so made by kiln compile) once, or N times with\n"
+    "--steps (a training step: each run starts from the params the last one updated;\n"
+    "the outputs are the last run's). Without --output,\n"
     "prints each output's name, type and first values. --target c (the default) compiles\n"
     "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
     "interp runs the reference interpreter. --dump-dir DIR writes the graph after every\n"
@@ -203,8 +206,15 @@ static int run_model(const Options *o, Diag *d) {
     }
     if (!rc && !inputs_read)
         rc = read_inputs(&sig, o, in, d);
-    if (!rc && interp)
-        rc = interp_run(g, &weights, (const Tensor *const *)in, out, d);
+    if (!rc && o->pipeline.check && o->steps > 1)
+        rc = diag_error(d, (Loc){0}, "--check compares one run; it cannot be combined with --steps");
+    for (long step = 0; !rc && interp && step < o->steps; step++) {
+        for (int k = 0; k < sig.n_out; k++) {
+            tensor_free(out[k]);
+            out[k] = NULL;
+        }
+        rc = interp_step(g, &weights, (const Tensor *const *)in, out, d);
+    }
     if (!rc && !interp) {
         const void *inputs[MAX_FILES];
         void *outputs[MAX_FILES];
@@ -215,8 +225,9 @@ static int run_model(const Options *o, Diag *d) {
                 rc = diag_error(d, (Loc){0}, "out of memory");
             else
                 outputs[k] = out[k]->data;
-        if (!rc && kiln_run(m, inputs, outputs, &err))
-            rc = diag_error(d, (Loc){0}, "%s", err.message);
+        for (long step = 0; !rc && step < o->steps; step++)
+            if (kiln_run(m, inputs, outputs, &err))
+                rc = diag_error(d, (Loc){0}, "%s", err.message);
     }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];
@@ -248,7 +259,7 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     int rc = parse_options(argc, argv, 2,
-                           "--weights --input --output --target -O --passes --no-PASS --dump-dir --check",
+                           "--weights --input --output --target -O --passes --no-PASS --dump-dir --check --steps",
                            usage, &o);
     if (rc)
         return rc;

@@ -31,6 +31,7 @@ typedef struct {
     const char *emit_source; /* --emit-source */
     const char *header;      /* --header */
     bool memory_report;      /* --memory-report */
+    long steps;              /* --steps: runs of a training step (kiln run) */
 } Options;
 
 /* How the options compile a graph in process: memory planning as the pipeline

@@ -56,6 +56,7 @@ static int parse_binding(const char *arg, Binding *b, const char *usage) {
 int parse_options(int argc, char **argv, int first, const char *allowed, const char *usage, Options *o) {
     memset(o, 0, sizeof *o);
     o->pipeline.level = 2;
+    o->steps = 1;
     o->pipeline.verify = true; /* cheap, and catches a broken pass where it happens */
     o->pipeline.lower = true;  /* kiln opt, which only prints, turns it off */
     o->pipeline.disabled = o->disabled;
@@ -79,7 +80,7 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
                            strcmp(key, "--input") == 0 || strcmp(key, "--output") == 0 ||
                            strcmp(key, "--target") == 0 || strcmp(key, "--passes") == 0 ||
                            strcmp(key, "--dump-dir") == 0 || strcmp(key, "--emit-source") == 0 ||
-                           strcmp(key, "--header") == 0;
+                           strcmp(key, "--header") == 0 || strcmp(key, "--steps") == 0;
         bool is_no_pass = strncmp(key, "--no-", 5) == 0 && key[5];
         if (!allowed_option(allowed, is_no_pass ? "--no-PASS" : key))
             return usage_error(usage, "unknown option '%s'", arg);
@@ -115,6 +116,12 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             o->emit_source = value;
         else if (strcmp(key, "--header") == 0)
             o->header = value;
+        else if (strcmp(key, "--steps") == 0) {
+            char *end;
+            o->steps = strtol(value, &end, 10);
+            if (*end || o->steps < 1 || o->steps > 1000000000)
+                return usage_error(usage, "--steps needs a positive integer, not '%s'", value);
+        }
         else if (strcmp(key, "--list-passes") == 0)
             o->list_passes = true;
         else if (strcmp(key, "--memory-report") == 0)

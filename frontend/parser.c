@@ -644,7 +644,60 @@ static int parse_output(Parser *p) {
     return 0;
 }
 
-/* stmt := 'model' name | decl | output | name {',' name} '=' call */
+/* update := 'update' name '=' name: the param first, then its new value */
+static int parse_update(Parser *p) {
+    Graph *g = p->g;
+    Loc loc = {0};
+    int param, value;
+    if (advance(p))
+        return -1;
+    loc = p->tok.loc;
+    if (parse_use(p, &param))
+        return -1;
+    const Node *def = g->nodes[g->values[param].node];
+    if (def->op != OP_PARAM)
+        return diag_error(p->d, loc, "'%s' is not a param: only a param can be updated", g->values[param].name);
+    const Update *first = graph_update_of(g, param);
+    if (first) {
+        diag_error(p->d, loc, "'%s' is updated twice", g->values[param].name);
+        diag_note(p->d, "its first update is at %s:%d", first->loc.file->name, first->loc.line);
+        return -1;
+    }
+    if (expect(p, T_EQ, "'=' and the param's new value"))
+        return -1;
+    Loc value_loc = p->tok.loc;
+    if (parse_use(p, &value))
+        return -1;
+    const Type *want = &g->values[param].type, *got = &g->values[value].type;
+    if (!type_equal(want, got)) {
+        char a[160], b[160];
+        return diag_error(p->d, value_loc, "'%s' is %s, but the param '%s' it updates is %s",
+                          g->values[value].name, type_str(got, a, sizeof a), g->values[param].name,
+                          type_str(want, b, sizeof b));
+    }
+    if (g->n_updates % 16 == 0) {
+        Update *grown = arena_alloc(&g->arena, sizeof *grown * (size_t)(g->n_updates + 16));
+        if (!grown)
+            return diag_error(p->d, loc, "out of memory");
+        if (g->n_updates)
+            memcpy(grown, g->updates, sizeof *grown * (size_t)g->n_updates);
+        g->updates = grown;
+    }
+    g->updates[g->n_updates++] = (Update){param, value, loc};
+    return 0;
+}
+
+/* 'update' is a statement keyword only where a name cannot stand: a value may still
+ * be called update ("update = add(...)"). */
+static bool starts_update(const Parser *p) {
+    if (!tok_is(&p->tok, "update"))
+        return false;
+    Lexer ahead = p->lx;
+    Token next = lex_next(&ahead);
+    return next.kind != T_EQ && next.kind != T_COMMA;
+}
+
+/* stmt := 'model' name | decl | update | output | name {',' name} '=' call */
 static int parse_statement(Parser *p) {
     Token t = p->tok;
     if (t.kind == T_IDENT && is_keyword(t.start, (size_t)t.len)) {
@@ -675,6 +728,8 @@ static int parse_statement(Parser *p) {
         return parse_decl(p, OP_CONST);
     if (tok_is(&t, "output"))
         return parse_output(p);
+    if (starts_update(p))
+        return parse_update(p);
     NameLoc results[MAX_ARGS];
     int n = 0;
     do {

@@ -281,6 +281,10 @@ void print_dot(const Graph *g, FILE *f) {
         snprintf(dst, sizeof dst, "out%d", k);
         edge(f, g, src, g->outputs[k], dst);
     }
+    /* an update goes back to its param: drawn dashed, and left out of the ranking */
+    for (int k = 0; k < g->n_updates; k++)
+        fprintf(f, "  %s -> %s [style=dashed, constraint=false, label=\"update\"];\n",
+                src[g->values[g->updates[k].value].node], src[g->values[g->updates[k].param].node]);
     fputs("}\n", f);
     ir_free(src);
 }

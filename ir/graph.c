@@ -157,6 +157,9 @@ void graph_replace_uses(Graph *g, int from, int to) {
     for (int k = 0; k < g->n_outputs; k++)
         if (g->outputs[k] == from)
             g->outputs[k] = to;
+    for (int k = 0; k < g->n_updates; k++)
+        if (g->updates[k].value == from)
+            g->updates[k].value = to;
 }
 
 void graph_redefine(Graph *g, int id, Node *n, int index) {
@@ -237,6 +240,22 @@ void graph_count_uses(const Graph *g, int *uses) {
                 uses[g->nodes[i]->in[k]]++;
     for (int k = 0; k < g->n_outputs; k++)
         uses[g->outputs[k]]++;
+    for (int k = 0; k < g->n_updates; k++)
+        uses[g->updates[k].value]++;
+}
+
+void graph_mark_results(const Graph *g, bool *result) {
+    for (int k = 0; k < g->n_outputs; k++)
+        result[g->outputs[k]] = true;
+    for (int k = 0; k < g->n_updates; k++)
+        result[g->updates[k].value] = true;
+}
+
+const Update *graph_update_of(const Graph *g, int v) {
+    for (int k = 0; k < g->n_updates; k++)
+        if (g->updates[k].param == v)
+            return &g->updates[k];
+    return NULL;
 }
 
 int infer_node(Graph *g, Node *n, Diag *d) {

@@ -91,8 +91,8 @@ static int eval_node(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
     return rc;
 }
 
-int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs, Tensor **outputs,
-               Diag *d) {
+int interp_run_updates(const Graph *g, const TensorList *weights, const Tensor *const *inputs,
+                       Tensor **outputs, Tensor **state, Diag *d) {
     Tensor **vals = ir_calloc((size_t)g->n_values + 1, sizeof *vals);
     int *last_use = ir_malloc(sizeof(int) * ((size_t)g->n_values + 1));
     int rc = 0, next_input = 0;
@@ -108,6 +108,8 @@ int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *i
                 last_use[g->nodes[i]->in[k]] = i;
     for (int k = 0; k < g->n_outputs; k++)
         last_use[g->outputs[k]] = g->n_nodes;
+    for (int k = 0; k < g->n_updates; k++)
+        last_use[g->updates[k].value] = g->n_nodes;
 
     for (int i = 0; i < g->n_nodes && !rc; i++) {
         const Node *n = g->nodes[i];
@@ -141,14 +143,52 @@ int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *i
         if (!rc && !outputs[k])
             rc = diag_error(d, (Loc){0}, "out of memory");
     }
-    if (rc)
+    for (int k = 0; state && k < g->n_updates; k++) {
+        state[k] = rc ? NULL : tensor_clone(vals[g->updates[k].value]);
+        if (!rc && !state[k])
+            rc = diag_error(d, (Loc){0}, "out of memory");
+    }
+    if (rc) {
         for (int k = 0; k < g->n_outputs; k++) {
             tensor_free(outputs[k]);
             outputs[k] = NULL;
         }
+        for (int k = 0; state && k < g->n_updates; k++) {
+            tensor_free(state[k]);
+            state[k] = NULL;
+        }
+    }
     for (int v = 0; v < g->n_values; v++)
         tensor_free(vals[v]);
     ir_free(vals);
     ir_free(last_use);
+    return rc;
+}
+
+int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs, Tensor **outputs,
+               Diag *d) {
+    return interp_run_updates(g, weights, inputs, outputs, NULL, d);
+}
+
+int interp_step(const Graph *g, TensorList *weights, const Tensor *const *inputs, Tensor **outputs, Diag *d) {
+    Tensor **state = ir_calloc((size_t)g->n_updates + 1, sizeof *state);
+    if (!state)
+        return diag_error(d, (Loc){0}, "out of memory");
+    int rc = interp_run_updates(g, weights, inputs, outputs, state, d);
+    for (int k = 0; k < g->n_updates; k++) {
+        const char *name = g->values[g->updates[k].param].name;
+        NamedTensor *w = NULL;
+        for (int i = 0; i < weights->n && !w; i++)
+            if (strcmp(weights->items[i].name, name) == 0)
+                w = &weights->items[i];
+        if (rc)
+            tensor_free(state[k]);
+        else if (w) {
+            tensor_free(w->tensor);
+            w->tensor = state[k];
+        } else if (tensors_add(weights, name, state[k]))
+            rc = diag_error(d, (Loc){0}, "out of memory");
+    }
+    ir_free(state);
     return rc;
 }

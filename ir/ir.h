@@ -225,6 +225,12 @@ typedef struct Node {
     Tensor *data;    /* OP_CONST: the literal (owned by the graph) */
 } Node;
 
+/* A training step's param update: after a run, `param` takes the value `value` had. */
+typedef struct {
+    int param, value;
+    Loc loc; /* the param's name in the update statement */
+} Update;
+
 typedef struct Graph {
     Arena arena;
     const char *name;
@@ -234,6 +240,8 @@ typedef struct Graph {
     int n_values, cap_values;
     int *outputs;
     int n_outputs;
+    Update *updates; /* in statement order; every param at most once */
+    int n_updates;
     /* name -> value id + 1, open addressing */
     int *table;
     int table_cap;
@@ -262,8 +270,15 @@ int graph_sort(Graph *g);
  * From the graph's arena; NULL when out of memory. */
 const char *graph_fresh_name(Graph *g, const char *base, bool (*taken)(const char *name, void *ctx),
                              void *ctx);
-/* uses[v] (n_values entries): how many node inputs and graph outputs name value v. */
+/* uses[v] (n_values entries): how many node inputs, graph outputs and update values
+ * name value v. */
 void graph_count_uses(const Graph *g, int *uses);
+/* Sets result[v] for every value a run hands on (the outputs and the update values):
+ * what passes must keep as a value of its own. result has n_values entries. */
+void graph_mark_results(const Graph *g, bool *result);
+/* The update of param v, or NULL: an updated param changes from run to run, so it
+ * is never a constant. */
+const Update *graph_update_of(const Graph *g, int v);
 /* Inputs in declaration order. */
 int graph_inputs(const Graph *g, int *ids, int cap);
 
@@ -352,5 +367,12 @@ int param_value(const Graph *g, const Node *param, const TensorList *weights, Te
  * the caller); outputs[i] receives a new tensor for the i-th output. */
 int interp_run(const Graph *g, const TensorList *weights, const Tensor *const *inputs, Tensor **outputs,
                Diag *d);
+/* interp_run, and with `state` (g->n_updates entries) each update's new value in
+ * state[k], leaving `weights` as they are. */
+int interp_run_updates(const Graph *g, const TensorList *weights, const Tensor *const *inputs,
+                       Tensor **outputs, Tensor **state, Diag *d);
+/* Runs one training step: interp_run, after which each updated param's new value
+ * replaces (or becomes) its entry in `weights`, so the next step starts from it. */
+int interp_step(const Graph *g, TensorList *weights, const Tensor *const *inputs, Tensor **outputs, Diag *d);
 
 #endif

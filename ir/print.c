@@ -179,6 +179,13 @@ void print_graph(const Graph *g, FILE *f) {
     fputc('\n', f);
     for (int i = 0; i < g->n_nodes; i++)
         print_node(g, g->nodes[i], f);
+    for (int k = 0; k < g->n_updates; k++) {
+        fputs("update ", f);
+        print_name(g->values[g->updates[k].param].name, f);
+        fputs(" = ", f);
+        print_name(g->values[g->updates[k].value].name, f);
+        fputc('\n', f);
+    }
     fputs("output ", f);
     for (int i = 0; i < g->n_outputs; i++) {
         if (i)

@@ -60,6 +60,16 @@ int verify_graph(Graph *g, Diag *d) {
     for (int k = 0; k < g->n_outputs && !rc; k++)
         if (g->outputs[k] < 0 || g->outputs[k] >= g->n_values || def[g->outputs[k]] < 0)
             rc = diag_error(d, (Loc){0}, "verifier: output %d is not a defined value", k);
+    for (int k = 0; k < g->n_updates && !rc; k++) {
+        const Update *u = &g->updates[k];
+        bool defined = u->param >= 0 && u->param < g->n_values && def[u->param] >= 0 && u->value >= 0 &&
+                       u->value < g->n_values && def[u->value] >= 0;
+        if (!defined || g->nodes[def[u->param]]->op != OP_PARAM ||
+            !type_equal(&g->values[u->param].type, &g->values[u->value].type) ||
+            graph_update_of(g, u->param) != u)
+            rc = diag_error(d, u->loc, "verifier: update %d is not a param's only update by a value of its type",
+                            k);
+    }
     ir_free(def);
     return rc;
 }

@@ -62,7 +62,7 @@ static void free_tensors(Tensor **t, int n) {
 
 void check_free(Check *k) {
     free_tensors(k->inputs, k->n_inputs);
-    free_tensors(k->want, k->n_outputs);
+    free_tensors(k->want, k->n_outputs + k->n_updates);
     ir_free(k->input_names);
     *k = (Check){0};
 }
@@ -89,15 +89,16 @@ int check_bind_inputs(const Check *k, const Graph *g, const Tensor **in, Diag *d
     return rc;
 }
 
-/* The graph's outputs on the check's inputs, in *out (n_outputs new tensors). */
+/* The graph's outputs on the check's inputs, then its updates' values, in *out
+ * (n_outputs + n_updates new tensors). */
 static int run_graph(const Check *k, const Graph *g, const TensorList *w, Tensor ***out, Diag *d) {
     const Tensor **in = ir_calloc((size_t)graph_inputs(g, NULL, 0) + 1, sizeof *in);
-    *out = ir_calloc((size_t)g->n_outputs + 1, sizeof **out);
+    *out = ir_calloc((size_t)(g->n_outputs + g->n_updates) + 1, sizeof **out);
     int rc = in && *out ? 0 : diag_error(d, (Loc){0}, "out of memory");
     if (!rc)
         rc = check_bind_inputs(k, g, in, d);
     if (!rc)
-        rc = interp_run(g, w, in, *out, d);
+        rc = interp_run_updates(g, w, in, *out, *out + g->n_outputs, d);
     ir_free(in);
     if (rc) {
         ir_free(*out);
@@ -128,6 +129,7 @@ int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *con
     ir_free(ids);
     if (!rc) {
         k->n_outputs = g->n_outputs;
+        k->n_updates = g->n_updates;
         if (run_graph(k, g, w, &k->want, d))
             rc = diag_error(d, (Loc){0}, "check: the interpreter cannot run the unoptimized model");
     }
@@ -136,32 +138,52 @@ int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *con
     return rc;
 }
 
-int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
-                  Diag *d) {
+/* Compares result i (an output, or after them an update) with the reference;
+ * its largest error goes into *worst. */
+static int check_result(const Check *k, const Graph *g, int i, const Tensor *got, const char *what, double *worst,
+                        Diag *d) {
+    bool output = i < k->n_outputs;
+    const char *kind = output ? "output" : "the new value of param";
+    const char *name = output ? g->values[g->outputs[i]].name
+                              : g->values[g->updates[i - k->n_outputs].param].name;
+    const Tensor *want = k->want[i];
+    char ty[160], want_ty[160];
+    if (!type_equal(&got->type, &want->type))
+        return diag_error(d, (Loc){0}, "check: %s changed the type of %s '%s' from %s to %s", what, kind, name,
+                          type_str(&want->type, want_ty, sizeof want_ty), type_str(&got->type, ty, sizeof ty));
+    CheckDiff diff;
+    check_compare(got, want, &diff);
+    if (!diff.ok) {
+        char where[256];
+        index_str(&got->type, diff.index, where, sizeof where);
+        return diag_error(d, (Loc){0},
+                          "check: %s changed %s '%s': largest error %.3g at %s (element %lld): "
+                          "got %.9g, expected %.9g",
+                          what, kind, name, diff.max_error, where, (long long)diff.index, diff.got, diff.want);
+    }
+    if (diff.max_error > *worst)
+        *worst = diff.max_error;
+    return 0;
+}
+
+static int check_count(const Check *k, const Graph *g, const char *what, Diag *d) {
     if (g->n_outputs != k->n_outputs)
         return diag_error(d, (Loc){0}, "check: %s changed the number of outputs from %d to %d", what,
                           k->n_outputs, g->n_outputs);
+    if (g->n_updates != k->n_updates)
+        return diag_error(d, (Loc){0}, "check: %s changed the number of updates from %d to %d", what,
+                          k->n_updates, g->n_updates);
+    return 0;
+}
+
+int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char *name, const char *what,
+                  Diag *d) {
     double worst = 0;
-    for (int i = 0; i < k->n_outputs; i++) {
-        const char *out = g->values[g->outputs[i]].name;
-        char ty[160], want_ty[160];
-        if (!type_equal(&got[i]->type, &k->want[i]->type))
-            return diag_error(d, (Loc){0}, "check: %s changed the type of output '%s' from %s to %s", what,
-                              out, type_str(&k->want[i]->type, want_ty, sizeof want_ty),
-                              type_str(&got[i]->type, ty, sizeof ty));
-        CheckDiff diff;
-        check_compare(got[i], k->want[i], &diff);
-        if (!diff.ok) {
-            char where[256];
-            index_str(&got[i]->type, diff.index, where, sizeof where);
-            return diag_error(d, (Loc){0},
-                              "check: %s changed output '%s': largest error %.3g at %s (element %lld): "
-                              "got %.9g, expected %.9g",
-                              what, out, diff.max_error, where, (long long)diff.index, diff.got, diff.want);
-        }
-        if (diff.max_error > worst)
-            worst = diff.max_error;
-    }
+    if (check_count(k, g, what, d))
+        return -1;
+    for (int i = 0; i < k->n_outputs; i++)
+        if (check_result(k, g, i, got[i], what, &worst, d))
+            return -1;
     fprintf(d->out, "check: %s ok (max error %.2g)\n", name, worst);
     return 0;
 }
@@ -169,13 +191,17 @@ int check_outputs(const Check *k, const Graph *g, Tensor *const *got, const char
 int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d) {
     char what[128];
     snprintf(what, sizeof what, "pass '%s'", pass);
-    if (g->n_outputs != k->n_outputs)
-        return diag_error(d, (Loc){0}, "check: %s changed the number of outputs from %d to %d", what,
-                          k->n_outputs, g->n_outputs);
+    if (check_count(k, g, what, d))
+        return -1;
     Tensor **got;
     if (run_graph(k, g, w, &got, d))
         return diag_error(d, (Loc){0}, "check: the interpreter cannot run the model after %s", what);
-    int rc = check_outputs(k, g, got, pass, what, d);
-    free_tensors(got, k->n_outputs);
+    double worst = 0;
+    int rc = 0;
+    for (int i = 0; !rc && i < k->n_outputs + k->n_updates; i++)
+        rc = check_result(k, g, i, got[i], what, &worst, d);
+    if (!rc)
+        fprintf(d->out, "check: %s ok (max error %.2g)\n", pass, worst);
+    free_tensors(got, k->n_outputs + k->n_updates);
     return rc;
 }

@@ -16,8 +16,9 @@ int pass_dce(PassContext *c) {
         ir_free(live), ir_free(dead);
         return diag_error(d, (Loc){0}, "out of memory");
     }
-    for (int k = 0; k < g->n_outputs; k++)
-        live[g->outputs[k]] = true;
+    graph_mark_results(g, live);
+    for (int k = 0; k < g->n_updates; k++)
+        live[g->updates[k].param] = true;
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         Node *n = g->nodes[i];
         bool used = n->op == OP_INPUT;

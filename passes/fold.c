@@ -20,7 +20,7 @@
  * Not folded: ops without a reference kernel (grad); a
  * node whose result is a model output (the output keeps its name; its inputs still
  * fold); anything that depends on a value a grad differentiates with respect to (the
- * gradient needs that dependence); and a result much larger than its inputs, such as
+ * gradient needs that dependence) or on a param an update changes; and a result much larger than its inputs, such as
  * a small const broadcast against another into a big tensor, since the folded value
  * is stored in the model while the op costs little to compute, or one that would
  * take long to evaluate (the limits are below). */
@@ -55,9 +55,9 @@ static bool flagged(const Fold *f, const bool *flags, int v) {
 }
 
 /* Whether the value of v is known at compile time (an absent input counts, and so
- * does every param the pass made). */
+ * does every param the pass made). A param a training step updates is not. */
 static bool known(const Fold *f, int v) {
-    return v < 0 || v >= f->n_values || (f->has_value[v] && !f->wrt[v]);
+    return v < 0 || v >= f->n_values || (f->has_value[v] && !f->wrt[v] && !graph_update_of(f->c->g, v));
 }
 
 /* The value of a known v in *out (NULL for an absent input); -1 after a diagnostic. */
@@ -254,8 +254,7 @@ static int setup(Fold *f) {
         return diag_error(f->c->d, (Loc){0}, "out of memory");
     for (int v = 0; v < g->n_values; v++)
         f->rep[v] = v;
-    for (int k = 0; k < g->n_outputs; k++)
-        f->output[g->outputs[k]] = true;
+    graph_mark_results(g, f->output);
     for (int i = 0; i < g->n_nodes; i++) {
         const Node *n = g->nodes[i];
         if (n->op == OP_GRAD)

@@ -193,8 +193,7 @@ int pass_fuse_elementwise(PassContext *c) {
         rc = diag_error(c->d, (Loc){0}, "out of memory");
     else {
         graph_count_uses(g, f.uses);
-        for (int k = 0; k < g->n_outputs; k++)
-            f.is_output[g->outputs[k]] = true;
+        graph_mark_results(g, f.is_output);
     }
     /* consumers before producers: a node's tree is final when the walk reaches it */
     for (int i = n_nodes - 1; rc == 0 && i >= 0; i--) {

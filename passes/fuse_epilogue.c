@@ -138,8 +138,7 @@ int pass_fuse_epilogue(PassContext *c) {
     int rc = uses && is_output && dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
     if (rc == 0) {
         graph_count_uses(g, uses);
-        for (int k = 0; k < g->n_outputs; k++)
-            is_output[g->outputs[k]] = true;
+        graph_mark_results(g, is_output);
     }
     for (int i = 0; rc == 0 && i < n_nodes; i++) {
         Node *u = g->nodes[i];

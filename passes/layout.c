@@ -31,8 +31,9 @@
 
 typedef struct {
     PassContext *c;
-    int *nhwc;  /* per value of the old graph: its channels-last twin, or -1 */
-    bool *dead; /* per node of the old graph */
+    int *nhwc;   /* per value of the old graph: its channels-last twin, or -1 */
+    bool *dead;  /* per node of the old graph */
+    int *weight; /* per value of the old graph: its transpose as a conv weight, or -1 */
 } Layout;
 
 /* The permutation taking [N, C, s...] to [N, s..., C] (back: its inverse). */
@@ -159,9 +160,13 @@ static int convert_layout_op(Layout *l, int i) {
     memcpy(in, n->in, sizeof *in * (size_t)n->n_in);
     if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0)
         return -1;
-    if ((n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE) &&
-        (in[1] = transpose_node(l, n->in[1], n->in[1], n->loc)) < 0)
+    /* one transpose per weight, however many convs read it (a training step's
+       forward conv and the conv_transpose of its backward pass) */
+    if ((n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE) && l->weight[n->in[1]] < 0 &&
+        (l->weight[n->in[1]] = transpose_node(l, n->in[1], n->in[1], n->loc)) < 0)
         return -1;
+    if (n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE)
+        in[1] = l->weight[n->in[1]];
     Node *m = twin(l, n, in);
     if (!m || pass_set_enum(l->c, m, "layout", "nhwc"))
         return -1;
@@ -272,10 +277,11 @@ static int collapse_transposes(Layout *l, int i) {
 int pass_layout(PassContext *c) {
     Graph *g = c->g;
     int n_nodes = g->n_nodes, n_values = g->n_values;
-    Layout l = {c, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)), ir_calloc((size_t)n_nodes + 1, 1)};
-    int rc = l.nhwc && l.dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
+    Layout l = {c, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)), ir_calloc((size_t)n_nodes + 1, 1),
+                ir_malloc(sizeof(int) * (size_t)(g->n_values + 1))};
+    int rc = l.nhwc && l.dead && l.weight ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
     for (int v = 0; rc == 0 && v < g->n_values; v++)
-        l.nhwc[v] = -1;
+        l.nhwc[v] = l.weight[v] = -1;
     for (int i = 0; rc == 0 && i < n_nodes; i++) {
         Node *n = g->nodes[i];
         int rank = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].type.rank : 0;
@@ -308,6 +314,6 @@ int pass_layout(PassContext *c) {
         if (graph_sort(g))
             rc = diag_error(c->d, (Loc){0}, "out of memory");
     }
-    ir_free(l.nhwc), ir_free(l.dead), ir_free(dead), ir_free(uses);
+    ir_free(l.nhwc), ir_free(l.dead), ir_free(l.weight), ir_free(dead), ir_free(uses);
     return rc;
 }

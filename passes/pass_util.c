@@ -17,7 +17,8 @@ int pass_known_value(PassContext *c, int v, Tensor **out) {
         *out = tensor_clone(n->data);
         return *out ? 1 : diag_error(c->d, n->loc, "out of memory");
     }
-    if (n->op != OP_PARAM || (n->init.kind == INIT_NONE && !tensors_find(c->weights, c->g->values[v].name)))
+    if (n->op != OP_PARAM || graph_update_of(c->g, v) ||
+        (n->init.kind == INIT_NONE && !tensors_find(c->weights, c->g->values[v].name)))
         return 0;
     return param_value(c->g, n, c->weights, out, c->d) ? -1 : 1;
 }

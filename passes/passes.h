@@ -94,20 +94,22 @@ typedef struct {
 
 void check_compare(const Tensor *got, const Tensor *want, CheckDiff *diff);
 
-/* The inputs of the check and the unoptimized model's outputs on them. */
+/* The inputs of the check and the unoptimized model's outputs on them, followed by
+ * its updated params' new values. */
 typedef struct Check {
     int n_inputs;
     const char **input_names;
     Tensor **inputs;
-    int n_outputs;
-    Tensor **want;
+    int n_outputs, n_updates;
+    Tensor **want; /* n_outputs + n_updates */
 } Check;
 
 /* Runs the unoptimized graph on the given inputs (declaration order), or on random
  * ones when `given` is NULL, and keeps its outputs. -1 after a diagnostic. */
 int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *const *given, Diag *d);
-/* Runs g after pass `pass` and compares its outputs with the reference: a line on
- * d->out when they agree, else -1 after an error naming the output and the error. */
+/* Runs g after pass `pass` and compares its outputs and new param values with the
+ * reference: a line on d->out when they agree, else -1 after an error naming the
+ * output or param and the error. */
 int check_stage(Check *k, const Graph *g, const TensorList *w, const char *pass, Diag *d);
 /* Compares outputs computed some other way (by a target) with the reference,
  * output i of g in got[i]: "check: NAME ok (max error E)" on d->out when they

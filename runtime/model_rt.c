@@ -4,7 +4,8 @@
  * kiln pastes this file into each generated translation unit (after kiln/model.h),
  * so a compiled .so needs no kiln library at run time; every symbol here is static.
  * An instance owns its workspace (allocated once in create, so run allocates
- * nothing) and its pool of KILN_NUM_THREADS - 1 worker threads; the calling thread
+ * nothing), its state (the params a training step updates, so each instance
+ * trains its own copy) and its pool of KILN_NUM_THREADS - 1 worker threads; the calling thread
  * is the last worker. A parallel loop hands out chunks of at least `grain`
  * iterations through an atomic counter. */
 #include "kiln/model.h"
@@ -15,13 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The buffers a kernel sees: the caller's inputs and outputs, the workspace and
- * the weights. */
+/* The buffers a kernel sees: the caller's inputs and outputs, the workspace, the
+ * weights, and the state (the params a training step updates). */
 typedef struct {
     const float *const *in;
     float *const *out;
     float *ws;
     const float *wt;
+    float *st;
 } KilnArgs;
 
 typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
@@ -31,6 +33,7 @@ typedef struct KilnInstance KilnInstance;
 /* What the generated code tells the runtime about its model. */
 typedef struct {
     int64_t workspace_bytes;
+    int64_t state_bytes; /* the state starts as a copy of the weights' first state_bytes */
     const unsigned char *weights;
     void (*run)(KilnInstance *inst, const KilnArgs *a);
     void (*set_blas_threads)(int n); /* NULL when the model calls no BLAS */
@@ -39,6 +42,7 @@ typedef struct {
 struct KilnInstance {
     const KilnProgram *prog;
     float *ws;
+    float *st;
     int n_threads;
     pthread_t *workers;
     pthread_mutex_t lock;
@@ -149,6 +153,7 @@ static void kiln_rt_destroy(void *instance) {
     pthread_cond_destroy(&in->wake);
     pthread_cond_destroy(&in->done);
     free(in->ws);
+    free(in->st);
     free(in);
 }
 
@@ -171,6 +176,16 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
         kiln_rt_destroy(in);
         return 1;
     }
+    bytes = (size_t)prog->state_bytes;
+    if (bytes) {
+        if (posix_memalign((void **)&in->st, 64, bytes) != 0) {
+            snprintf(err, errlen, "out of memory: the params a step updates need %zu bytes", bytes);
+            in->st = NULL;
+            kiln_rt_destroy(in);
+            return 1;
+        }
+        memcpy(in->st, prog->weights, bytes);
+    }
     if (in->n_threads > 1) {
         in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
         for (int i = 0; in->workers && i < in->n_threads - 1; i++)
@@ -192,7 +207,7 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
 static int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
     KilnArgs a = {(const float *const *)inputs, (float *const *)outputs, in->ws,
-                  (const float *)in->prog->weights};
+                  (const float *)in->prog->weights, in->st};
     in->prog->run(in, &a);
     return 0;
 }
