@@ -15,9 +15,10 @@
  * so it is a direct LOOP, one iteration per row of outputs along the last spatial
  * dim, adding each tap's weight times the input over the part of the row whose
  * input lies inside x (im2col fills its rows with the same bounds, so neither tests
- * padding per element). conv_transpose is a direct LOOP over the output elements,
- * written as a gather: output position p meets, through tap k, the input position
- * (p + pad - k * dilation) / stride when that divides exactly.
+ * padding per element). conv_transpose is a GEMM giving each input position's
+ * contribution through every tap, and a gather summing them per output element
+ * (a direct LOOP when groups have one input channel); conv_weight_grad is GEMMs of
+ * the gradient against the same column matrix of x that its conv uses.
  * fused_conv is a conv whose kernels finish each tile of the result, while it is
  * still in cache, with its epilogue expression (relu, clip, a residual add, ...),
  * where a conv adds only its bias; its other inputs have the result's type or one
@@ -45,12 +46,14 @@ typedef struct {
     const Expr *epilogue; /* fused_conv's expr, else NULL */
 } Conv;
 
-static Conv conv_of(const Program *p, const Node *n) {
+/* The conv of node n with input x, weight w and result y (for conv_weight_grad: x,
+ * its result, and dy in the place of the conv's result). */
+static Conv conv_views(const Program *p, const Node *n, int x, int w, int y) {
     const Graph *g = p->g;
     Conv c = {.nhwc = layout_is_nhwc(n), .node = n};
-    c.x = view_of(&g->values[n->in[0]].type, c.nhwc);
-    c.w = view_of(&g->values[n->in[1]].type, c.nhwc);
-    c.y = view_of(&g->values[n->out[0]].type, c.nhwc);
+    c.x = view_of(&g->values[x].type, c.nhwc);
+    c.w = view_of(&g->values[w].type, c.nhwc);
+    c.y = view_of(&g->values[y].type, c.nhwc);
     c.ns = c.x.ns;
     node_ints(n, "strides", c.strides, MAX_SPATIAL, c.ns);
     node_ints(n, "pads", c.pads, 2 * MAX_SPATIAL, 2 * c.ns);
@@ -61,12 +64,16 @@ static Conv conv_of(const Program *p, const Node *n) {
         c.taps *= c.w.sp[s];
         c.positions *= c.y.sp[s];
     }
-    snprintf(c.xn, sizeof c.xn, "%s", value_name(p, n->in[0]));
-    snprintf(c.wn, sizeof c.wn, "%s", value_name(p, n->in[1]));
-    snprintf(c.yn, sizeof c.yn, "%s", value_name(p, n->out[0]));
+    snprintf(c.xn, sizeof c.xn, "%s", value_name(p, x));
+    snprintf(c.wn, sizeof c.wn, "%s", value_name(p, w));
+    snprintf(c.yn, sizeof c.yn, "%s", value_name(p, y));
     if (n->n_in > 2 && n->in[2] >= 0)
         snprintf(c.bn, sizeof c.bn, "%s", value_name(p, n->in[2]));
     return c;
+}
+
+static Conv conv_of(const Program *p, const Node *n) {
+    return conv_views(p, n, n->in[0], n->in[1], n->out[0]);
 }
 
 static int64_t grain_for(int64_t work) {
@@ -273,6 +280,14 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
     return 0;
 }
 
+/* Whether a conv's column matrix is x itself: a 1x1 kernel, stride 1, no pads. */
+static bool is_pointwise(const Conv *c) {
+    bool pointwise = c->taps == 1;
+    for (int s = 0; s < c->ns; s++)
+        pointwise = pointwise && c->strides[s] == 1 && c->pads[s] == 0 && c->pads[c->ns + s] == 0;
+    return pointwise;
+}
+
 static bool fits_int(int64_t v) {
     return v <= INT_MAX;
 }
@@ -284,35 +299,52 @@ enum { TILE_COLS = 256, TILE_ROWS = 64, MIN_TILE_COLS = 32 };
 /* The GEMM as a LOOP over (batch item (nchw), group, row tile, column tile): each
  * iteration runs cblas_sgemm on its tile and adds the bias while the tile is in
  * cache. `src` is the column matrix: the scratch, or x itself. */
+/* A LOOP of GEMM tiles for node n: one iteration per (batch, group, row tile, column
+ * tile) of a rows x cols result, its body starting with the tile's c0, r0, g, b, m
+ * and n. Tiles run along the columns when there are many, else along the rows, and
+ * a short result (the last layers' 7x7 positions) still gets a few column tiles to
+ * share among the threads. */
+static Kernel *gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups, int64_t rows, int64_t cols,
+                          Diag *d) {
+    int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
+            tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
+    if (tr == rows && tc == cols && rows < 2 * TILE_ROWS && cols >= 4 * MIN_TILE_COLS)
+        tc = (cols / 4 + MIN_TILE_COLS - 1) / MIN_TILE_COLS * MIN_TILE_COLS;
+    int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
+    Kernel *k = kernel_loop(p, n, "gemm", batches * groups * n_tr * n_tc, 1, d);
+    if (!k)
+        return NULL;
+    Str *s = &k->body;
+    str_printf(s, "int64_t c0 = i %% %lld * %lld, r0 = i / %lld %% %lld * %lld;\n", (long long)n_tc,
+               (long long)tc, (long long)n_tc, (long long)n_tr, (long long)tr);
+    str_printf(s, "int64_t g = i / %lld %% %lld, b = i / %lld;\n", (long long)(n_tc * n_tr), (long long)groups,
+               (long long)(n_tc * n_tr * groups));
+    str_printf(s, "int m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)rows, (long long)tr,
+               (long long)rows, (long long)tr);
+    str_printf(s, "int n = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)cols, (long long)tc,
+               (long long)cols, (long long)tc);
+    str_printf(s, "(void)g, (void)b;\n");
+    return k;
+}
+
+static int gemm_too_large(const Node *n, int64_t rows, int64_t cols, int64_t depth, Diag *d) {
+    return diag_error(d, n->loc, "%s: a GEMM of %lld x %lld x %lld is too large for BLAS", op_table[n->op].name,
+                      (long long)rows, (long long)cols, (long long)depth);
+}
+
 static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t scratch_bytes, Diag *d) {
     int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
     int64_t rows = c->nhwc ? c->y.n * c->positions : og, cols = c->nhwc ? og : c->positions;
     if (!fits_int(rows) || !fits_int(cols) || !fits_int(depth * c->groups) || !fits_int(c->y.c))
-        return diag_error(d, n->loc, "conv: a GEMM of %lld x %lld x %lld is too large for BLAS",
-                          (long long)rows, (long long)cols, (long long)depth);
+        return gemm_too_large(n, rows, cols, depth, d);
     int64_t batches = c->nhwc ? 1 : c->y.n;
-    int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
-            tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
-    /* a short GEMM (the last layers' 7x7 positions) still gets a few column tiles to
-       share among the threads */
-    if (tr == rows && tc == cols && rows < 2 * TILE_ROWS && cols >= 4 * MIN_TILE_COLS)
-        tc = (cols / 4 + MIN_TILE_COLS - 1) / MIN_TILE_COLS * MIN_TILE_COLS;
-    int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
-    Kernel *k = kernel_loop(p, n, "gemm", batches * c->groups * n_tr * n_tc, 1, d);
+    Kernel *k = gemm_tiles(p, n, batches, c->groups, rows, cols, d);
     if (!k)
         return -1;
     k->scratch_bytes = scratch_bytes;
     k->flops = 2 * rows * cols * depth * c->groups * batches;
     const char *src = pointwise ? c->xn : "scratch";
     Str *s = &k->body;
-    str_printf(s, "int64_t c0 = i %% %lld * %lld, r0 = i / %lld %% %lld * %lld;\n", (long long)n_tc,
-               (long long)tc, (long long)n_tc, (long long)n_tr, (long long)tr);
-    str_printf(s, "int64_t g = i / %lld %% %lld, b = i / %lld;\n", (long long)(n_tc * n_tr),
-               (long long)c->groups, (long long)(n_tc * n_tr * c->groups));
-    str_printf(s, "int m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)rows, (long long)tr,
-               (long long)rows, (long long)tr);
-    str_printf(s, "int n = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)cols, (long long)tc,
-               (long long)cols, (long long)tc);
     if (c->nhwc) {
         /* y[rows, og] = cols[rows, depth] x w[og, depth]^T, rows of y y.c apart */
         str_printf(s, "float *tile = %s + r0 * %lld + g * %lld + c0;\n", c->yn, (long long)c->y.c,
@@ -527,9 +559,7 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
     } else if (winograd_applies(p, n)) {
         rc = lower_winograd(p, n, c.epilogue, d);
     } else {
-        bool pointwise = c.taps == 1;
-        for (int s = 0; s < c.ns; s++)
-            pointwise = pointwise && c.strides[s] == 1 && c.pads[s] == 0 && c.pads[c.ns + s] == 0;
+        bool pointwise = is_pointwise(&c);
         int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
         rc = !pointwise && im2col(p, n, &c, bytes, d) ? -1 : gemm(p, n, &c, pointwise, bytes, d);
     }
@@ -541,10 +571,144 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
     return rc;
 }
 
+/* conv_weight_grad(x, dy) as GEMMs against the column matrix of x that its conv's
+ * im2col fills (the same kernel, into the scratch): per group,
+ *   nhwc: dw[g] = dy[:, g]^T cols[:, g], the sum running over every batch item and
+ *         position at once;
+ *   nchw: dw[g] = the sum over batch items b of dy[b, g] cols[b, g]^T, a GEMM per
+ *         item accumulating into the tile.
+ * One iteration per (group, tile of dw): each sums its whole tile, so the threads
+ * never add into the same element. */
+int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
+    Conv c = conv_views(p, n, n->in[0], n->out[0], n->in[1]);
+    int64_t cg = c.x.c / c.groups, og = c.y.c / c.groups, depth = cg * c.taps;
+    int64_t inner = c.nhwc ? c.y.n * c.positions : c.positions;
+    if (!fits_int(og) || !fits_int(depth * c.groups) || !fits_int(inner) || !fits_int(c.y.c))
+        return gemm_too_large(n, og, depth, inner, d);
+    bool pointwise = is_pointwise(&c);
+    int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
+    if (!pointwise && im2col(p, n, &c, bytes, d))
+        return -1;
+    Kernel *k = gemm_tiles(p, n, 1, c.groups, og, depth, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = bytes;
+    k->flops = 2 * og * depth * c.groups * c.y.n * c.positions;
+    const char *src = pointwise ? c.xn : "scratch";
+    Str *s = &k->body;
+    str_printf(s, "float *tile = %s + (g * %lld + r0) * %lld + c0;\n", c.wn, (long long)og, (long long)depth);
+    if (c.nhwc) {
+        str_printf(s,
+                   "cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
+                   "            %s + g * %lld + r0, %lld, %s + g * %lld + c0, %lld, 0.0f, tile, %lld);\n",
+                   (long long)inner, c.yn, (long long)og, (long long)c.y.c, src, (long long)depth,
+                   (long long)(c.groups * depth), (long long)depth);
+    } else {
+        int64_t src_batch = pointwise ? c.x.sn : c.groups * depth * c.positions;
+        str_printf(s,
+                   "for (int64_t b = 0; b < %lld; b++)\n"
+                   "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, %lld, 1.0f,\n"
+                   "                %s + b * %lld + (g * %lld + r0) * %lld, %lld,\n"
+                   "                %s + b * %lld + (g * %lld + c0) * %lld, %lld, b ? 1.0f : 0.0f, tile, %lld);\n",
+                   (long long)c.y.n, (long long)inner, c.yn, (long long)c.y.sn, (long long)og, (long long)inner,
+                   (long long)inner, src, (long long)src_batch, (long long)depth, (long long)inner, (long long)inner,
+                   (long long)depth);
+    }
+    return 0;
+}
+
+/* conv_transpose as a GEMM and a gather. The GEMM multiplies each input position's
+ * channels by the weights of its group, giving what it contributes through every tap
+ * to every output channel (the scratch): nhwc: cols[(b, q), g, (k, oc)] = x[(b, q),
+ * g] w[g]; nchw: cols[b, g, (oc, k), q] = w[g]^T x[b, g]. The gather then sums, for
+ * each output element, the contributions of the taps that reach it: output position
+ * p meets, through tap k, input position q = (p + pad - k * dilation) / stride when
+ * that divides exactly. */
+static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
+    int64_t cg = c->x.c / c->groups, og = c->w.c, ktaps = og * c->taps, in_positions = 1;
+    for (int s = 0; s < c->ns; s++)
+        in_positions *= c->x.sp[s];
+    int64_t rows = c->nhwc ? c->x.n * in_positions : ktaps, cols = c->nhwc ? ktaps : in_positions;
+    if (!fits_int(rows) || !fits_int(cols * c->groups) || !fits_int(c->x.c))
+        return gemm_too_large(n, rows, cols, cg, d);
+    int64_t bytes = c->x.n * in_positions * c->groups * ktaps * (int64_t)sizeof(float);
+    Kernel *k = gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = bytes;
+    k->flops = 2 * rows * cols * cg * c->groups * (c->nhwc ? 1 : c->x.n);
+    Str *s = &k->body;
+    if (c->nhwc)
+        str_printf(s,
+                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
+                   "            %s + r0 * %lld + g * %lld, %lld, %s + g * %lld + c0, %lld, 0.0f,\n"
+                   "            scratch + r0 * %lld + g * %lld + c0, %lld);\n",
+                   (long long)cg, c->xn, (long long)c->x.c, (long long)cg, (long long)c->x.c, c->wn,
+                   (long long)(cg * ktaps), (long long)ktaps, (long long)(c->groups * ktaps), (long long)ktaps,
+                   (long long)(c->groups * ktaps));
+    else
+        str_printf(s,
+                   "cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
+                   "            %s + g * %lld + r0, %lld, %s + b * %lld + g * %lld + c0, %lld, 0.0f,\n"
+                   "            scratch + ((b * %lld + g) * %lld + r0) * %lld + c0, %lld);\n",
+                   (long long)cg, c->wn, (long long)(cg * ktaps), (long long)ktaps, c->xn, (long long)c->x.sn,
+                   (long long)(cg * in_positions), (long long)in_positions, (long long)c->groups, (long long)ktaps,
+                   (long long)in_positions, (long long)in_positions);
+
+    Kernel *gk = kernel_loop(p, n, "gather", c->y.n * c->y.c * c->positions, grain_for(c->taps), d);
+    if (!gk)
+        return -1;
+    gk->scratch_bytes = bytes;
+    Dim dims[KILN_MAX_RANK];
+    int nd = output_dims(c, dims);
+    s = &gk->body;
+    emit_dims(s, dims, nd);
+    if (c->y.n == 1)
+        str_printf(s, "int64_t b = 0;\n");
+    str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n(void)g, (void)oc;\n", (long long)og, (long long)og);
+    str_printf(s, "float acc = %s%s;\n", c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+    char q[256] = "", kf[256] = "";
+    int64_t qstride = 1, kstride = 1;
+    for (int i = c->ns - 1; i >= 0; i--) {
+        char v[16];
+        snprintf(v, sizeof v, "in%d", i);
+        append_term(q, sizeof q, v, qstride);
+        snprintf(v, sizeof v, "k%d", i);
+        append_term(kf, sizeof kf, v, kstride);
+        qstride *= c->x.sp[i];
+        kstride *= c->w.sp[i];
+    }
+    for (int i = 0; i < c->ns; i++) {
+        int ind = 4 * i;
+        char t[128];
+        snprintf(t, sizeof t, "p%d", i);
+        if (c->pads[i])
+            snprintf(t + strlen(t), sizeof t - strlen(t), " + %lld", (long long)c->pads[i]);
+        snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d * %lld", i, (long long)c->dilations[i]);
+        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i], i);
+        str_printf(s, "%*s    int64_t t%d = %s, in%d = t%d / %lld;\n", ind, "", i, t, i, i, (long long)c->strides[i]);
+        str_printf(s, "%*s    if (t%d < 0 || t%d %% %lld != 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i,
+                   i, (long long)c->strides[i], i, (long long)c->x.sp[i], ind, "");
+    }
+    if (c->nhwc)
+        str_printf(s, "%*sacc += scratch[((b * %lld + %s) * %lld + g) * %lld + (%s) * %lld + oc];\n", 4 * c->ns, "",
+                   (long long)in_positions, q, (long long)c->groups, (long long)ktaps, kf, (long long)og);
+    else
+        str_printf(s, "%*sacc += scratch[(((b * %lld + g) * %lld + oc) * %lld + %s) * %lld + %s];\n", 4 * c->ns, "",
+                   (long long)c->groups, (long long)og, (long long)c->taps, kf, (long long)in_positions, q);
+    for (int i = c->ns - 1; i >= 0; i--)
+        str_printf(s, "%*s}\n", 4 * i, "");
+    str_printf(s, "%s[i] = acc;\n", c->yn);
+    return 0;
+}
+
 /* One iteration per output element, gathering over the input channels of its group
- * and the kernel taps. */
+ * and the kernel taps: for one input channel per group, where a GEMM would be a
+ * copy with extra steps. */
 int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
+    if (c.x.c / c.groups > 1)
+        return conv_transpose_gemm(p, n, &c, d);
     int64_t cg = c.x.c / c.groups, og = c.w.c;
     Kernel *k = kernel_loop(p, n, NULL, c.y.n * c.y.c * c.positions, grain_for(cg * c.taps), d);
     if (!k)

@@ -138,50 +138,6 @@ static void offset_expr(char *e, size_t cap, const char *var, const int64_t *str
         snprintf(e, cap, "0");
 }
 
-/* Iteration i computes weight element i: a sum over the batch and dy's positions, in
- * double as the reference does, skipping the taps that fall in the padding. */
-int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
-    const Graph *g = p->g;
-    bool nhwc = layout_is_nhwc(n);
-    const Type *tw = &g->values[n->out[0]].type;
-    View xv = view_of(&g->values[n->in[0]].type, nhwc), dv = view_of(&g->values[n->in[1]].type, nhwc);
-    View wv = view_of(tw, nhwc);
-    int ns = xv.ns;
-    int64_t strides[3], pads[6], dilations[3];
-    node_ints(n, "strides", strides, 3, ns);
-    node_ints(n, "pads", pads, 6, 2 * ns);
-    node_ints(n, "dilations", dilations, 3, ns);
-    int64_t groups = node_int(n, "groups");
-    Kernel *k = kernel_loop(p, n, NULL, type_numel(tw), 1, d);
-    if (!k)
-        return -1;
-    Str *s = &k->body;
-    emit_unravel(s, "i", tw, "w");
-    str_printf(s, "int64_t o = w0, ci = w%d;\n", nhwc ? tw->rank - 1 : 1);
-    for (int j = 0; j < ns; j++)
-        str_printf(s, "int64_t k%d = w%d;\n", j, nhwc ? 1 + j : 2 + j);
-    str_printf(s, "int64_t c = o / %lld * %lld + ci;\ndouble acc = 0.0;\n", (long long)(dv.c / groups),
-               (long long)wv.c);
-    str_printf(s, "for (int64_t b = 0; b < %lld; b++) {\n", (long long)dv.n);
-    open_loops(s, "p", dv.sp, ns);
-    for (int j = 0; j < ns; j++)
-        str_printf(
-            s, "int64_t h%d = p%d * %lld - %lld + k%d * %lld;\nif (h%d < 0 || h%d >= %lld) continue;\n", j, j,
-            (long long)strides[j], (long long)pads[j], j, (long long)dilations[j], j, j, (long long)xv.sp[j]);
-    char xo[256] = "", yo[256] = "";
-    append_term(xo, sizeof xo, "b", xv.sn);
-    append_term(xo, sizeof xo, "c", xv.sc);
-    offset_expr(xo, sizeof xo, "h", xv.ss, ns);
-    append_term(yo, sizeof yo, "b", dv.sn);
-    append_term(yo, sizeof yo, "o", dv.sc);
-    offset_expr(yo, sizeof yo, "p", dv.ss, ns);
-    str_printf(s, "acc += (double)%s[%s] * %s[%s];\n", value_name(p, n->in[0]), xo, value_name(p, n->in[1]),
-               yo);
-    close_loops(s, ns);
-    str_printf(s, "}\n%s[i] = (float)acc;\n", value_name(p, n->out[0]));
-    return 0;
-}
-
 /* Iteration i is one (batch, channel) plane of dx: zeroed, then each of dy's windows
  * adds its share, in the reference's order, so no two iterations write one element. */
 int lower_pool_grad(Program *p, const Node *n, Diag *d) {
