@@ -6,9 +6,10 @@
  * value holding the same data channels last, when there is one (nhwc[v]). A conv or
  * conv_transpose with layout=nchw becomes the same op with layout=nhwc on
  * nhwc[x] (made with a transpose when x has none yet) and on its weight transposed
- * to [O, k..., I/groups] (a transpose of a param, which constant folding computes
- * at compile time); a pool or batch_norm does so only when its input is channels
- * last already, since for it alone the transposes would cost more than they save.
+ * to [O, k..., I/groups], which is the weight's nhwc twin too (a transpose of a
+ * param, which constant folding computes at compile time, made once per weight);
+ * a pool or batch_norm does so only when its input is channels last already,
+ * since for it alone the transposes would cost more than they save.
  * An elementwise op, or a resize (with its per-dim attributes permuted), whose
  * inputs are each channels last or small enough to transpose cheaply (a per-channel
  * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to
@@ -159,8 +160,9 @@ static int convert_layout_op(Layout *l, int i) {
     memcpy(in, n->in, sizeof *in * (size_t)n->n_in);
     if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0)
         return -1;
-    if ((n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE) &&
-        (in[1] = transpose_node(l, n->in[1], n->in[1], n->loc)) < 0)
+    /* the weight's [O, k..., I/groups] is its channels-last twin as an activation's
+       is: one transpose serves every conv reading it (a layer and its gradient) */
+    if ((n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE) && (in[1] = to_nhwc(l, n->in[1], n->loc)) < 0)
         return -1;
     Node *m = twin(l, n, in);
     if (!m || pass_set_enum(l->c, m, "layout", "nhwc"))
