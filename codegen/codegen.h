@@ -213,6 +213,8 @@ int lower_slice(Program *p, const Node *n, Diag *d);
 int lower_pad(Program *p, const Node *n, Diag *d);
 int lower_conv_weight_grad(Program *p, const Node *n, Diag *d);
 int lower_pool_grad(Program *p, const Node *n, Diag *d);
+int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d);
+int lower_pad_grad(Program *p, const Node *n, Diag *d);
 int lower_expand(Program *p, const Node *n, Diag *d);
 int lower_unary_grad(Program *p, const Node *n, Diag *d);
 int lower_binary_grad(Program *p, const Node *n, Diag *d);

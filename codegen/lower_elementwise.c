@@ -296,7 +296,8 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
     kernel_annotate(k, text);
-    const char *y = value_name(p, n->out[0]);
+    char y[80]; /* value_name's buffers are reused: an input's name would overwrite it */
+    snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     if (indexed)
         emit_unravel(&k->body, "i", blocked ? &outer : to, "o");
     Str loop = {0};

@@ -1,5 +1,6 @@
 /* Lowering of the backward graph's own ops (ir/op_grad.c): one LOOP kernel over the
- * output's elements each. The derivative expressions are those of the reference
+ * output's elements each, or for the pools' gradients (ir/op_pool.c) over the
+ * (batch, channel) planes. The derivative expressions are those of the reference
  * kernels, in float, with the same conventions at the kinks. */
 #include "codegen.h"
 
@@ -205,6 +206,50 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     close_loops(s, ns);
     if (is_max)
         str_printf(s, "if (best >= 0)\ndxp[best] += g;\n");
+    close_loops(s, ns);
+    return 0;
+}
+
+/* As lower_pool_grad: iteration i is one (batch, channel) plane of dx, zeroed, then
+ * each of dy's windows adds its share to every element of the window, in the
+ * reference's order. The windows are torch's, [floor(p in / out), ceil((p + 1) in /
+ * out)) along each dim, and may overlap. */
+int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d) {
+    const Graph *g = p->g;
+    bool nhwc = layout_is_nhwc(n);
+    View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
+    int ns = xv.ns;
+    int64_t plane = 1;
+    for (int j = 0; j < ns; j++)
+        plane *= xv.sp[j];
+    Kernel *k = kernel_loop(p, n, NULL, xv.n * xv.c, 16384 / (plane ? plane : 1) + 1, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv.c, (long long)xv.c);
+    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv.sn,
+               (long long)xv.sc);
+    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv.sn,
+               (long long)yv.sc);
+    char at[256] = "", yat[256] = "";
+    offset_expr(at, sizeof at, "q", xv.ss, ns);
+    open_loops(s, "q", xv.sp, ns);
+    str_printf(s, "dxp[%s] = 0.0f;\n", at);
+    close_loops(s, ns);
+    offset_expr(yat, sizeof yat, "p", yv.ss, ns);
+    open_loops(s, "p", yv.sp, ns);
+    str_printf(s, "int64_t count = 1;\n");
+    for (int j = 0; j < ns; j++) {
+        long long in = xv.sp[j], out = yv.sp[j];
+        str_printf(s, "int64_t s%d = p%d * %lld / %lld, e%d = ((p%d + 1) * %lld + %lld) / %lld;\n", j, j, in,
+                   out, j, j, in, out - 1, out);
+        str_printf(s, "count *= e%d - s%d;\n", j, j);
+    }
+    str_printf(s, "float share = (float)((double)dyp[%s] / (double)count);\n", yat);
+    for (int j = 0; j < ns; j++)
+        str_printf(s, "for (int64_t q%d = s%d; q%d < e%d; q%d++) {\n", j, j, j, j, j);
+    str_printf(s, "dxp[%s] += share;\n", at);
+    close_loops(s, ns);
     close_loops(s, ns);
     return 0;
 }

@@ -9,7 +9,9 @@
  * before, along and after the axis and picks its input with a chain of `if`s on the
  * axis position; pad maps each padded coordinate into the (cropped) input through
  * the mode's rule, and constant padding tests the coordinates' bounds. Dims of size
- * 1 in the result contribute nothing and are left out of the sums. */
+ * 1 in the result contribute nothing and are left out of the sums. pad_grad, the
+ * adjoint of pad, gathers for each element of its result the elements of dy that
+ * copy it. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
@@ -248,4 +250,89 @@ int lower_pad(Program *p, const Node *n, Diag *d) {
         str_printf(s, "%s[i] = %s[%s];\n", yname, value_name(p, n->in[0]), index);
     }
     return 0;
+}
+
+/* ---- pad_grad ---- */
+
+/* Appends the condition `q{k} OP bound` to a conjunction in buf. */
+static size_t add_bound(char *buf, size_t len, size_t cap, int k, const char *op, long long bound) {
+    if (len >= cap)
+        return len;
+    return len + (size_t)snprintf(buf + len, cap - len, "%sq%d %s %lld", len ? " && " : "", k, op, bound);
+}
+
+/* Iteration i is element i of dx: the sum of the elements of dy that copy it,
+ * pad_source's preimage one dim at a time. Along dim K, coordinate qK is position
+ * jK = qK - crop of the kept part of x (crop: what a negative begin width cuts),
+ * which dy's position jK + begin copies (begin, end: the positive widths). With
+ * edge padding the first kept element also gathers the whole begin padding and the
+ * last the end padding, a range oK = loK .. hiK; with reflect, position j also
+ * gathers its mirror images begin - j (for 1 <= j <= begin) and
+ * begin + 2 (kept - 1) - j (for kept - 1 - end <= j <= kept - 2), a list cK of up
+ * to three. Constant padding gathers nothing more, and a cropped element nothing
+ * at all. The sum is in double, as in the reference. */
+int lower_pad_grad(Program *p, const Node *n, Diag *d) {
+    const Type *y = &p->g->values[n->in[0]].type, *x = &p->g->values[n->in[1]].type;
+    const Attr *pads = node_attr(n, "pads");
+    const char *mode = node_enum(n, "mode");
+    bool edge = strcmp(mode, "edge") == 0, reflect = strcmp(mode, "reflect") == 0;
+    int64_t ys[KILN_MAX_RANK], base = 0;
+    type_strides(y, ys);
+    Kernel *k = loop_over_output(p, n, d);
+    if (!k)
+        return -1;
+    Str *s = &k->body;
+    emit_unravel(s, "i", x, "q");
+    char terms[512] = "", inside[512] = "";
+    size_t len = 0, in_len = 0;
+    int loops = 0;
+    Str open = {0};
+    for (int j = 0; j < x->rank; j++) {
+        long long b = pads->ints[j], e = pads->ints[j + x->rank];
+        long long crop = b < 0 ? -b : 0, kept = x->dims[j] - crop - (e < 0 ? -e : 0);
+        long long begin = b > 0 ? b : 0, end = e > 0 ? e : 0, shift = begin - crop;
+        if (crop > 0)
+            in_len = add_bound(inside, in_len, sizeof inside, j, ">=", crop);
+        if (crop + kept < x->dims[j])
+            in_len = add_bound(inside, in_len, sizeof inside, j, "<", crop + kept);
+        if ((!edge && !reflect) || (begin == 0 && end == 0)) { /* one element: the same place, shifted */
+            base += shift * ys[j];
+            len = add_term(terms, len, sizeof terms, "q", j, ys[j]);
+            continue;
+        }
+        if (edge) {
+            str_printf(s, "int64_t lo%d = q%d + %lld, hi%d = q%d + %lld;\n", j, j, shift, j, j, shift);
+            if (begin > 0)
+                str_printf(s, "if (q%d == %lld)\n    lo%d = 0;\n", j, crop, j);
+            if (end > 0)
+                str_printf(s, "if (q%d == %lld)\n    hi%d = %lld;\n", j, crop + kept - 1, j,
+                           (long long)y->dims[j] - 1);
+            str_printf(&open, "for (int64_t o%d = lo%d; o%d <= hi%d; o%d++) {\n", j, j, j, j, j);
+        } else {
+            str_printf(s, "int64_t c%d[3] = {q%d + %lld}, n%d = 1;\n", j, j, shift, j);
+            if (begin > 0)
+                str_printf(s, "if (q%d >= %lld && q%d <= %lld)\n    c%d[n%d++] = %lld - q%d;\n", j, crop + 1,
+                           j, crop + begin, j, j, begin + crop, j);
+            if (end > 0)
+                str_printf(s, "if (q%d >= %lld && q%d <= %lld)\n    c%d[n%d++] = %lld - q%d;\n", j,
+                           crop + kept - 1 - end, j, crop + kept - 2, j, j, begin + 2 * (kept - 1) + crop, j);
+            str_printf(&open, "for (int64_t t%d = 0; t%d < n%d; t%d++) {\nint64_t o%d = c%d[t%d];\n", j, j, j,
+                       j, j, j, j);
+        }
+        len = add_term(terms, len, sizeof terms, "o", j, ys[j]);
+        loops++;
+    }
+    char index[600];
+    with_base(index, sizeof index, base, terms);
+    str_printf(s, "double acc = 0.0;\n");
+    if (in_len)
+        str_printf(s, "if (%s) {\n", inside);
+    str_printf(s, "%s", open.s ? open.s : "");
+    str_printf(s, "acc += %s[%s];\n", value_name(p, n->in[0]), index);
+    for (int j = 0; j < loops + (in_len > 0); j++)
+        str_printf(s, "}\n");
+    str_printf(s, "%s[i] = (float)acc;\n", value_name(p, n->out[0]));
+    bool oom = open.oom;
+    str_free(&open);
+    return oom ? diag_error(d, n->loc, "out of memory") : 0;
 }

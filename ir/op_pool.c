@@ -1,6 +1,7 @@
 /* Pooling: max_pool and avg_pool (ONNX MaxPool and AveragePool, with PyTorch's rules
  * where the two differ), global_avg_pool (ONNX GlobalAveragePool) and adaptive_avg_pool
- * (torch adaptive_avg_pool1d/2d/3d), in either layout.
+ * (torch adaptive_avg_pool1d/2d/3d), in either layout, and the gradients of the three
+ * that have an op of their own (max_pool_grad, avg_pool_grad, adaptive_avg_pool_grad).
  *
  * A tensor is seen as [N, C, spatial...] whatever its layout: the sizes and element
  * strides of those dims wherever the layout puts them. Each kernel visits every output
@@ -103,7 +104,7 @@ int infer_pool(Graph *g, Node *n, Diag *d) {
 int infer_pool_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
     Type y;
-    if (pool_type(n, x, &y, d))
+    if (check_grad_ranks(n, dy, x, d) || pool_type(n, x, &y, d))
         return -1;
     if (!type_equal(dy, &y))
         return diag_error(d, n->loc, "%s: dy must be %s, the pool's result for x %s, got %s",
@@ -276,16 +277,51 @@ int eval_global_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, D
 
 /* ---- adaptive_avg_pool ---- */
 
-int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
-    if (check_x(n, in_type(g, n, 0), d))
+/* The checks of adaptive_avg_pool on x and output_size; y's type into *y. */
+static int adaptive_type(const Node *n, const Type *x, Type *y, Diag *d) {
+    if (check_x(n, x, d))
         return -1;
-    const Type *x = in_type(g, n, 0);
     int64_t sp[MAX_SPATIAL];
     node_ints(n, "output_size", sp, MAX_SPATIAL, x->rank - 2);
     if (check_min(n, "output_size", sp, x->rank - 2, 1, d))
         return -1;
-    set_out_type(g, n, 0, with_spatial(x, layout_is_nhwc(n), sp));
+    *y = with_spatial(x, layout_is_nhwc(n), sp);
     return 0;
+}
+
+int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
+    Type y;
+    if (adaptive_type(n, in_type(g, n, 0), &y, d))
+        return -1;
+    set_out_type(g, n, 0, y);
+    return 0;
+}
+
+/* adaptive_avg_pool_grad(dy, x): dy has the pool's result type, and the gradient x's. */
+int infer_adaptive_avg_pool_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
+    Type y;
+    if (check_grad_ranks(n, dy, x, d) || adaptive_type(n, x, &y, d))
+        return -1;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc,
+                          "adaptive_avg_pool_grad: dy must be %s, the pool's result for x %s, got %s",
+                          tstr(&y), tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
+    return 0;
+}
+
+/* The window of output position pos, torch's [floor(i * in / out), ceil((i + 1) * in / out))
+ * along each dim: its first input position and its size; returns its element count. */
+static int64_t adaptive_window(const View *xv, const View *yv, const int64_t *pos, int64_t *start,
+                               int64_t *size) {
+    int64_t count = 1;
+    for (int s = 0; s < xv->ns; s++) {
+        start[s] = pos[s] * xv->sp[s] / yv->sp[s];
+        size[s] = ((pos[s] + 1) * xv->sp[s] + yv->sp[s] - 1) / yv->sp[s] - start[s];
+        count *= size[s];
+    }
+    return count;
 }
 
 int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
@@ -296,14 +332,8 @@ int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out,
         for (int64_t c = 0; c < yv.c; c++) {
             int64_t pos[MAX_SPATIAL] = {0};
             do {
-                /* torch's windows: [floor(i * in / out), ceil((i + 1) * in / out)) */
                 int64_t start[MAX_SPATIAL], size[MAX_SPATIAL], k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
-                int64_t count = 1;
-                for (int s = 0; s < xv.ns; s++) {
-                    start[s] = pos[s] * xv.sp[s] / yv.sp[s];
-                    size[s] = ((pos[s] + 1) * xv.sp[s] + yv.sp[s] - 1) / yv.sp[s] - start[s];
-                    count *= size[s];
-                }
+                int64_t count = adaptive_window(&xv, &yv, pos, start, size);
                 double sum = 0;
                 do {
                     for (int s = 0; s < xv.ns; s++)
@@ -311,6 +341,33 @@ int eval_adaptive_avg_pool(const Node *n, const Tensor *const *in, Tensor **out,
                     sum += in[0]->data[view_offset(&xv, b, c, p)];
                 } while (next_index(k, size, xv.ns));
                 out[0]->data[view_offset(&yv, b, c, pos)] = (float)(sum / (double)count);
+            } while (next_index(pos, yv.sp, yv.ns));
+        }
+    return 0;
+}
+
+/* The adjoint of eval_adaptive_avg_pool: each window's dy is shared evenly by its
+ * elements; where windows overlap, an element adds the shares of each. */
+int eval_adaptive_avg_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    bool nhwc = layout_is_nhwc(n);
+    View yv = view_of(&in[0]->type, nhwc), xv = view_of(&in[1]->type, nhwc);
+    float *dx = out[0]->data;
+    for (int64_t i = 0; i < type_numel(&out[0]->type); i++)
+        dx[i] = 0;
+    for (int64_t b = 0; b < yv.n; b++)
+        for (int64_t c = 0; c < yv.c; c++) {
+            int64_t pos[MAX_SPATIAL] = {0};
+            do {
+                int64_t start[MAX_SPATIAL], size[MAX_SPATIAL], k[MAX_SPATIAL] = {0}, p[MAX_SPATIAL];
+                int64_t count = adaptive_window(&xv, &yv, pos, start, size);
+                double share = in[0]->data[view_offset(&yv, b, c, pos)] / (double)count;
+                do {
+                    for (int s = 0; s < xv.ns; s++)
+                        p[s] = start[s] + k[s];
+                    int64_t at = view_offset(&xv, b, c, p);
+                    dx[at] = (float)(dx[at] + share);
+                } while (next_index(k, size, xv.ns));
             } while (next_index(pos, yv.sp, yv.ns));
         }
     return 0;

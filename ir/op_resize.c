@@ -156,7 +156,7 @@ int infer_resample(Graph *g, Node *n, Diag *d) {
 int infer_resample_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
     Type y;
-    if (resampled_type(n, x, &y, d))
+    if (check_grad_ranks(n, dy, x, d) || resampled_type(n, x, &y, d))
         return -1;
     if (!type_equal(dy, &y))
         return diag_error(d, n->loc, "%s: dy must be %s, the result for x %s, got %s", op_table[n->op].name,

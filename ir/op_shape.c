@@ -1,5 +1,5 @@
 /* Shape and data-movement ops: reshape, flatten, squeeze, unsqueeze, identity,
- * transpose, concat, slice and pad.
+ * transpose, concat, slice and pad, and pad's gradient pad_grad.
  *
  * The first five keep the data in row-major order and only rename its shape, so
  * they share one kernel, eval_copy. The others map every result element back to one
@@ -349,6 +349,7 @@ static PadMode pad_mode(const Node *n) {
 static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end, Type *out, Diag *d) {
     const Attr *a = node_attr(n, "pads");
     PadMode mode = pad_mode(n);
+    const char *op = op_table[n->op].name;
     *out = *x;
     for (int k = 0; k < x->rank; k++) {
         int64_t dim = x->dims[k], b = a->ints[k], e = a->ints[k + x->rank];
@@ -356,21 +357,20 @@ static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end
         double size = (double)dim + (double)b + (double)e;
         if (size < 1)
             return diag_error(d, a->loc,
-                              "pad: pads %lld and %lld leave nothing of dimension %d (size %lld) of x",
+                              "%s: pads %lld and %lld leave nothing of dimension %d (size %lld) of x", op,
                               (long long)b, (long long)e, k, (long long)dim);
         if (size > (double)(1LL << 40))
-            return diag_error(d, a->loc, "pad: the result is too large");
+            return diag_error(d, a->loc, "%s: the result is too large", op);
         int64_t kept = dim + (b < 0 ? b : 0) + (e < 0 ? e : 0);
         if (kept < (mode == PAD_CONSTANT ? 0 : 1))
             return diag_error(d, a->loc,
-                              "pad: pads %lld and %lld crop more than dimension %d (size %lld) of x",
+                              "%s: pads %lld and %lld crop more than dimension %d (size %lld) of x", op,
                               (long long)b, (long long)e, k, (long long)dim);
         if (mode == PAD_REFLECT && (b >= kept || e >= kept))
-            return diag_error(
-                d, a->loc,
-                "pad: reflect needs pads smaller than the dimension they pad, got %lld and %lld "
-                "for dimension %d of size %lld",
-                (long long)b, (long long)e, k, (long long)kept);
+            return diag_error(d, a->loc,
+                              "%s: reflect needs pads smaller than the dimension they pad, got %lld and %lld "
+                              "for dimension %d of size %lld",
+                              op, (long long)b, (long long)e, k, (long long)kept);
         begin[k] = b;
         end[k] = e;
         out->dims[k] = dim + b + e;
@@ -384,6 +384,20 @@ int infer_pad(Graph *g, Node *n, Diag *d) {
     if (pad_widths(n, in_type(g, n, 0), begin, end, &out, d))
         return -1;
     set_out_type(g, n, 0, out);
+    return 0;
+}
+
+/* pad_grad(dy, x): dy has the type pad gives x, and the gradient x's. */
+int infer_pad_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
+    int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK];
+    Type y;
+    if (check_grad_ranks(n, dy, x, d) || pad_widths(n, x, begin, end, &y, d))
+        return -1;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc, "pad_grad: dy must be %s, the pad's result for x %s, got %s", tstr(&y),
+                          tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
     return 0;
 }
 
@@ -422,5 +436,36 @@ int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
         out[0]->data[i] = at < 0 ? value : in[0]->data[at];
         next_index(idx, y->dims, y->rank);
     }
+    return 0;
+}
+
+/* The adjoint of eval_pad: each element of dy is added to the element of x it
+ * copies (edge and reflect copy some several times; constant padding and cropped
+ * elements pass nothing), summed in double and rounded once. */
+int eval_pad_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Type *y = &in[0]->type, *x = &in[1]->type;
+    int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK], xs[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    Type t;
+    if (pad_widths(n, x, begin, end, &t, d))
+        return -1;
+    PadMode mode = pad_mode(n);
+    int64_t n_x = type_numel(x), count = type_numel(y);
+    double *sum = ir_calloc((size_t)n_x, sizeof *sum);
+    if (!sum)
+        return diag_error(d, n->loc, "out of memory");
+    type_strides(x, xs);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t at = 0;
+        for (int k = 0; k < y->rank && at >= 0; k++) {
+            int64_t src = pad_source(mode, idx[k], x->dims[k], begin[k], end[k]);
+            at = src < 0 ? -1 : at + src * xs[k];
+        }
+        if (at >= 0)
+            sum[at] += in[0]->data[i];
+        next_index(idx, y->dims, y->rank);
+    }
+    for (int64_t i = 0; i < n_x; i++)
+        out[0]->data[i] = (float)sum[i];
+    ir_free(sum);
     return 0;
 }

@@ -75,6 +75,13 @@ int check_size(const Node *n, const Type *t, Diag *d) {
     return 0;
 }
 
+int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d) {
+    if (dy->rank != x->rank)
+        return diag_error(d, n->loc, "%s: dy %s and x %s must have the same rank", op_table[n->op].name,
+                          tstr(dy), tstr(x));
+    return 0;
+}
+
 View view_of(const Type *t, bool nhwc) {
     int64_t st[KILN_MAX_RANK];
     type_strides(t, st);

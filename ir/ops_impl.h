@@ -39,6 +39,8 @@ int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_conv_weight_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_adaptive_avg_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_pad_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_resample(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
@@ -73,6 +75,9 @@ int check_min(const Node *n, const char *name, const int64_t *v, int count, int6
 /* A result no larger than the parser allows a declared tensor; -1 after a diagnostic. */
 int check_size(const Node *n, const Type *t, Diag *d);
 bool too_large(double numel);
+/* A gradient op's dy and x of one rank: its list attributes have the length dy's
+ * rank gives (the first input's), and are read as x's; -1 after a diagnostic. */
+int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d);
 
 /* slice's first index and step per dim of x (0 and 1 where not sliced), and its
  * result type; -1 after a diagnostic (ir/op_shape.c). */

@@ -9,9 +9,11 @@
  * summed back to an operand's shape where it was broadcast. Each gi then takes over
  * the node computing xi's adjoint (a zero tensor when y does not depend on xi), so
  * the names and outputs of the model stay. The backward graph is made of ordinary
- * ops (and the few of ir/op_grad.c), which the later passes fold, fuse and plan like
- * the rest. Correctness is the chain rule applied op by op; each op's rule is below,
- * with PyTorch's conventions where the op is not differentiable. */
+ * ops and the gradient ops (those of ir/op_grad.c, the pools', resampling's and
+ * pad's), which the later passes fold, fuse and plan like the rest. Correctness is
+ * the chain rule applied op by op; each op's rule is below, with PyTorch's
+ * conventions where the op is not differentiable. Every op has one but the gradient
+ * ops themselves: kiln takes no second derivatives. */
 #include "passes.h"
 
 #include "../ir/ops_impl.h"
@@ -20,14 +22,17 @@
 
 typedef struct {
     PassContext *c;
-    Loc loc;      /* the grad statement, for every node it makes */
-    int n_before; /* values that existed before this expansion */
-    int *adj;     /* adjoint value per value id < n_before; -1: none */
-    bool *wanted; /* depends on some xi, and y depends on it */
+    Loc loc;       /* the grad statement, for every node it makes */
+    int n_before;  /* values that existed before this expansion */
+    int n_tracked; /* values adj and wanted cover: n_before, and the forward values of
+                      fused ops taken apart (fused_rule) */
+    int *adj;      /* adjoint value per tracked value id; -1: none */
+    bool *wanted;  /* depends on some xi, and y depends on it */
 } AD;
 
-static const Type *vtype(AD *a, int v) {
-    return &a->c->g->values[v].type;
+/* The type of value v, as a copy: making a node may move the graph's values. */
+static Type vtype(AD *a, int v) {
+    return a->c->g->values[v].type;
 }
 
 /* A node of op computing (part of) the gradient of value `of`, named after it. */
@@ -69,27 +74,29 @@ static int scalar(AD *a, int of, double value) {
     return n->out[0];
 }
 
-static int reshape_to(AD *a, int of, int v, const Type *t) {
-    if (v < 0 || type_equal(vtype(a, v), t))
+static int reshape_to(AD *a, int of, int v, Type t) {
+    if (v < 0 || type_equal(&a->c->g->values[v].type, &t))
         return v;
-    return with_ints(a, OP_RESHAPE, of, v, "shape", t->dims, t->rank);
+    return with_ints(a, OP_RESHAPE, of, v, "shape", t.dims, t.rank);
 }
 
-static int expand_to(AD *a, int of, int v, const Type *t) {
-    if (v < 0 || type_equal(vtype(a, v), t))
+static int expand_to(AD *a, int of, int v, Type t) {
+    if (v < 0 || type_equal(&a->c->g->values[v].type, &t))
         return v;
-    return with_ints(a, OP_EXPAND, of, v, "shape", t->dims, t->rank);
+    return with_ints(a, OP_EXPAND, of, v, "shape", t.dims, t.rank);
 }
 
 /* g (of a broadcast shape) summed back to type t, which broadcasts to it. */
-static int unbroadcast_to(AD *a, int of, int g, const Type *t) {
-    const Type *tg = g >= 0 ? vtype(a, g) : NULL;
-    if (!tg || type_equal(t, tg))
+static int unbroadcast_to(AD *a, int of, int g, Type t) {
+    if (g < 0)
+        return g;
+    Type tg = vtype(a, g);
+    if (type_equal(&t, &tg))
         return g;
     int64_t axes[KILN_MAX_RANK];
-    int n = 0, lead = tg->rank - t->rank;
-    for (int k = 0; k < tg->rank; k++)
-        if (k < lead || (t->dims[k - lead] == 1 && tg->dims[k] != 1))
+    int n = 0, lead = tg.rank - t.rank;
+    for (int k = 0; k < tg.rank; k++)
+        if (k < lead || (t.dims[k - lead] == 1 && tg.dims[k] != 1))
             axes[n++] = k;
     int s = n ? with_ints(a, OP_SUM, of, g, "axes", axes, n) : g;
     return reshape_to(a, of, s, t);
@@ -158,28 +165,72 @@ static int binary_rule(AD *a, const Node *n, int dy) {
     return 0;
 }
 
-/* sum and mean: dy spread back over the reduced axes. */
-static int reduce_rule(AD *a, const Node *n, int dy) {
-    int x = n->in[0];
-    const Type *tx = vtype(a, x);
-    int64_t axes[KILN_MAX_RANK];
-    int n_axes = node_has(n, "axes") ? node_ints(n, "axes", axes, KILN_MAX_RANK, 0) : 0;
-    Type kept = *tx;
-    int64_t count = 1;
-    for (int k = 0; k < tx->rank; k++) {
-        bool reduced = !node_has(n, "axes");
-        for (int j = 0; j < n_axes; j++)
-            reduced |= norm_axis(axes[j], tx->rank) == k;
+/* The type of reduction n's result with keepdims: x's with the reduced dims 1. The
+ * reduced dims go to axes (their count to *n_axes), and how many elements each
+ * result element reduces to *count. */
+static Type reduced_kept(AD *a, const Node *n, int64_t *axes, int *n_axes, int64_t *count) {
+    Type tx = vtype(a, n->in[0]);
+    int64_t given[KILN_MAX_RANK];
+    int n_given = node_has(n, "axes") ? node_ints(n, "axes", given, KILN_MAX_RANK, 0) : 0;
+    Type kept = tx;
+    *count = 1;
+    *n_axes = 0;
+    for (int k = 0; k < tx.rank; k++) {
+        bool reduced = n_given == 0; /* no axes, or axes=[]: every dim */
+        for (int j = 0; j < n_given; j++)
+            reduced |= norm_axis(given[j], tx.rank) == k;
         if (reduced) {
-            count *= tx->dims[k];
+            *count *= tx.dims[k];
             kept.dims[k] = 1;
+            axes[(*n_axes)++] = k;
         }
     }
-    /* a scalar dy broadcasts as it is */
-    int g = expand_to(a, x, vtype(a, dy)->rank ? reshape_to(a, x, dy, &kept) : dy, tx);
+    return kept;
+}
+
+/* v, a value of the reduction's result type, broadcast back over the reduced axes
+ * to type t (a scalar broadcasts as it is). */
+static int spread(AD *a, int of, int v, Type kept, Type t) {
+    return expand_to(a, of, v >= 0 && vtype(a, v).rank ? reshape_to(a, of, v, kept) : v, t);
+}
+
+/* sum and mean: dy spread back over the reduced axes. */
+static int reduce_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], n_axes;
+    int64_t axes[KILN_MAX_RANK], count;
+    Type kept = reduced_kept(a, n, axes, &n_axes, &count);
+    int g = spread(a, x, dy, kept, vtype(a, x));
     if (n->op == OP_MEAN)
         g = binary(a, OP_MUL, x, g, scalar(a, x, 1.0 / (double)(count ? count : 1)));
     return accumulate(a, x, g);
+}
+
+/* binary_grad(g, x, m, op=max): g where x > m, half of it where they tie, else 0. */
+static int max_share(AD *a, int of, int g, int x, int m) {
+    Node *b = g >= 0 && m >= 0 ? start(a, OP_BINARY_GRAD, of, 3, (int[]){g, x, m}) : NULL;
+    if (!b || pass_set_enum(a->c, b, "op", "max"))
+        return -1;
+    return pass_finish(a->c, b);
+}
+
+/* reduce_max: dy goes to the maxima, split evenly among ties as torch.amax does:
+ * with m the max kept over the reduced dims, dx = dy [x == m] / sum([x == m]).
+ * binary_grad of max with respect to its first operand at (x, m) is that indicator
+ * halved (x never exceeds m, and a tie takes half), so the quotient of two of them,
+ * for dy and for ones, is exact. A NaN makes m NaN and the indicator 0, so its group
+ * gets 0 / 0 = NaN, as in PyTorch. */
+static int reduce_max_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0], n_axes;
+    int64_t axes[KILN_MAX_RANK], count;
+    Type tx = vtype(a, x), kept = reduced_kept(a, n, axes, &n_axes, &count);
+    int m = reshape_to(a, x, n->out[0], kept);
+    int share = max_share(a, x, spread(a, x, dy, kept, tx), x, m);
+    int ties = max_share(a, x, expand_to(a, x, scalar(a, x, 1), tx), x, m);
+    Node *sum = ties >= 0 ? start(a, OP_SUM, x, 1, &ties) : NULL;
+    if (!sum || pass_set_ints(a->c, sum, "axes", axes, n_axes))
+        return -1;
+    pass_set_int(sum, "keepdims", 1);
+    return accumulate(a, x, binary(a, OP_DIV, x, share, pass_finish(a->c, sum)));
 }
 
 static int sum_along(AD *a, int of, int v, int64_t axis) {
@@ -204,7 +255,7 @@ static int softmax_rule(AD *a, const Node *n, int dy) {
 }
 
 static int transpose_rule(AD *a, const Node *n, int dy) {
-    int x = n->in[0], rank = vtype(a, x)->rank;
+    int x = n->in[0], rank = vtype(a, x).rank;
     int64_t perm[KILN_MAX_RANK], inverse[KILN_MAX_RANK];
     if (!node_has(n, "perm"))
         for (int k = 0; k < rank; k++)
@@ -217,11 +268,11 @@ static int transpose_rule(AD *a, const Node *n, int dy) {
 }
 
 static int concat_rule(AD *a, const Node *n, int dy) {
-    int rank = vtype(a, n->out[0])->rank;
+    int rank = vtype(a, n->out[0]).rank;
     int64_t axis = norm_axis(node_int(n, "axis"), rank), at = 0;
     for (int k = 0; k < n->n_in; k++) {
         int x = n->in[k];
-        int64_t end = at + vtype(a, x)->dims[axis];
+        int64_t end = at + vtype(a, x).dims[axis];
         if (a->wanted[x]) {
             Node *m = start(a, OP_SLICE, x, 1, &dy);
             if (!m || pass_set_ints(a->c, m, "starts", &at, 1) || pass_set_ints(a->c, m, "ends", &end, 1) ||
@@ -235,7 +286,7 @@ static int concat_rule(AD *a, const Node *n, int dy) {
 
 /* The last two dims swapped. */
 static int transposed(AD *a, int of, int v) {
-    int rank = vtype(a, v)->rank;
+    int rank = vtype(a, v).rank;
     int64_t perm[KILN_MAX_RANK];
     for (int k = 0; k < rank; k++)
         perm[k] = k;
@@ -256,7 +307,7 @@ static Type with_unit_dim(Type t, int at) {
  * batch dims that were broadcast. */
 static int matmul_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], w = n->in[1];
-    Type ta = *vtype(a, x), tb = *vtype(a, w), ty = *vtype(a, n->out[0]);
+    Type ta = vtype(a, x), tb = vtype(a, w), ty = vtype(a, n->out[0]);
     if (ta.rank == 1) {
         ta = with_unit_dim(ta, 0);
         ty = with_unit_dim(ty, ty.rank - (tb.rank == 1 ? 0 : 1));
@@ -265,14 +316,14 @@ static int matmul_rule(AD *a, const Node *n, int dy) {
         tb = with_unit_dim(tb, 1);
         ty = with_unit_dim(ty, ty.rank);
     }
-    int A = reshape_to(a, x, x, &ta), B = reshape_to(a, w, w, &tb), dY = reshape_to(a, n->out[0], dy, &ty);
+    int A = reshape_to(a, x, x, ta), B = reshape_to(a, w, w, tb), dY = reshape_to(a, n->out[0], dy, ty);
     if (a->wanted[x]) {
-        int g = unbroadcast_to(a, x, binary(a, OP_MATMUL, x, dY, transposed(a, w, B)), &ta);
+        int g = unbroadcast_to(a, x, binary(a, OP_MATMUL, x, dY, transposed(a, w, B)), ta);
         if (accumulate(a, x, reshape_to(a, x, g, vtype(a, x))))
             return -1;
     }
     if (a->wanted[w]) {
-        int g = unbroadcast_to(a, w, binary(a, OP_MATMUL, w, transposed(a, x, A), dY), &tb);
+        int g = unbroadcast_to(a, w, binary(a, OP_MATMUL, w, transposed(a, x, A), dY), tb);
         if (accumulate(a, w, reshape_to(a, w, g, vtype(a, w))))
             return -1;
     }
@@ -315,14 +366,14 @@ static int gemm_rule(AD *a, const Node *n, int dy) {
  * and dy flattened into rows; db = dy summed over every dim but the last. */
 static int linear_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1;
-    const Type *tx = vtype(a, x), *ty = vtype(a, n->out[0]);
+    Type tx = vtype(a, x), ty = vtype(a, n->out[0]);
     if (a->wanted[x] && accumulate(a, x, binary(a, OP_MATMUL, x, dy, w)))
         return -1;
     if (a->wanted[w]) {
-        int64_t rows = tx->rank > 1 ? type_numel(tx) / tx->dims[tx->rank - 1] : 1;
-        Type x2 = type_make(2, (int64_t[]){rows, tx->dims[tx->rank - 1]});
-        Type y2 = type_make(2, (int64_t[]){rows, ty->dims[ty->rank - 1]});
-        int g = gemm_node(a, w, reshape_to(a, n->out[0], dy, &y2), reshape_to(a, x, x, &x2), 1, true, false);
+        int64_t rows = tx.rank > 1 ? type_numel(&tx) / tx.dims[tx.rank - 1] : 1;
+        Type x2 = type_make(2, (int64_t[]){rows, tx.dims[tx.rank - 1]});
+        Type y2 = type_make(2, (int64_t[]){rows, ty.dims[ty.rank - 1]});
+        int g = gemm_node(a, w, reshape_to(a, n->out[0], dy, y2), reshape_to(a, x, x, x2), 1, true, false);
         if (accumulate(a, w, g))
             return -1;
     }
@@ -334,8 +385,8 @@ static int linear_rule(AD *a, const Node *n, int dy) {
 /* [N, C, 1...] from [N, C, spatial...]: dy spread evenly over the spatial dims. */
 static int global_avg_pool_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0];
-    const Type *tx = vtype(a, x);
-    double spatial = (double)type_numel(tx) / (double)type_numel(vtype(a, n->out[0]));
+    Type tx = vtype(a, x), ty = vtype(a, n->out[0]);
+    double spatial = (double)type_numel(&tx) / (double)type_numel(&ty);
     int g = expand_to(a, x, dy, tx);
     return accumulate(a, x, binary(a, OP_MUL, x, g, scalar(a, x, spatial > 0 ? 1 / spatial : 0)));
 }
@@ -364,7 +415,8 @@ static int non_channel_axes(const Type *t, bool nhwc, int64_t *axes) {
 
 static int bias_grad(AD *a, int b, int dy, bool nhwc) {
     int64_t axes[KILN_MAX_RANK];
-    int count = non_channel_axes(vtype(a, dy), nhwc, axes);
+    Type ty = vtype(a, dy);
+    int count = non_channel_axes(&ty, nhwc, axes);
     return accumulate(a, b, with_ints(a, OP_SUM, b, dy, "axes", axes, count));
 }
 
@@ -375,7 +427,8 @@ static int bias_grad(AD *a, int b, int dy, bool nhwc) {
 static int conv_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1;
     bool nhwc = layout_is_nhwc(n), transpose = n->op == OP_CONV_TRANSPOSE;
-    View xv = view_of(vtype(a, x), nhwc), wv = view_of(vtype(a, w), nhwc), yv = view_of(vtype(a, dy), nhwc);
+    Type tx = vtype(a, x), tw = vtype(a, w), ty = vtype(a, dy);
+    View xv = view_of(&tx, nhwc), wv = view_of(&tw, nhwc), yv = view_of(&ty, nhwc);
     if (a->wanted[x]) {
         Node *m = start(a, transpose ? OP_CONV : OP_CONV_TRANSPOSE, x, 2, (int[]){dy, w});
         if (!m)
@@ -427,7 +480,7 @@ static int per_channel(AD *a, int of, int v, const Type *t, bool nhwc) {
     for (int k = 1; k < t->rank - 1; k++)
         dims[k] = 1;
     Type shaped = type_make(t->rank - 1, dims);
-    return reshape_to(a, of, v, &shaped);
+    return reshape_to(a, of, v, shaped);
 }
 
 /* y = (x - mean) r scale + bias with r = (var + eps)^-1/2, per channel:
@@ -436,17 +489,17 @@ static int per_channel(AD *a, int of, int v, const Type *t, bool nhwc) {
 static int batch_norm_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], scale = n->in[1], bias = n->in[2], mean = n->in[3], var = n->in[4];
     bool nhwc = layout_is_nhwc(n);
-    const Type *tx = vtype(a, x);
+    Type tx = vtype(a, x);
     int64_t axes[KILN_MAX_RANK];
-    int n_axes = non_channel_axes(tx, nhwc, axes);
+    int n_axes = non_channel_axes(&tx, nhwc, axes);
     int r = binary(a, OP_POW, var, binary(a, OP_ADD, var, var, scalar(a, var, node_float(n, "epsilon"))),
                    scalar(a, var, -0.5));
     int k = binary(a, OP_MUL, x, scale, r);
-    if (a->wanted[x] && accumulate(a, x, binary(a, OP_MUL, x, dy, per_channel(a, x, k, tx, nhwc))))
+    if (a->wanted[x] && accumulate(a, x, binary(a, OP_MUL, x, dy, per_channel(a, x, k, &tx, nhwc))))
         return -1;
     int centered = -1, sum_dy = -1;
     if (a->wanted[scale] || a->wanted[var])
-        centered = binary(a, OP_MUL, x, dy, binary(a, OP_SUB, x, x, per_channel(a, x, mean, tx, nhwc)));
+        centered = binary(a, OP_MUL, x, dy, binary(a, OP_SUB, x, x, per_channel(a, x, mean, &tx, nhwc)));
     if (a->wanted[bias] || a->wanted[mean])
         sum_dy = with_ints(a, OP_SUM, bias, dy, "axes", axes, n_axes);
     if (a->wanted[scale] &&
@@ -480,11 +533,11 @@ static int mean_keep(AD *a, int of, int v, const int64_t *axes, int n_axes) {
  * over the leading dims. mu and r are recomputed from x. */
 static int layer_norm_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], scale = n->n_in > 1 ? n->in[1] : -1, bias = n->n_in > 2 ? n->in[2] : -1;
-    const Type *tx = vtype(a, x);
-    int axis = norm_axis(node_int(n, "axis"), tx->rank);
+    Type tx = vtype(a, x);
+    int axis = norm_axis(node_int(n, "axis"), tx.rank);
     int64_t norm_axes[KILN_MAX_RANK], lead_axes[KILN_MAX_RANK];
     int n_norm = 0, n_lead = 0;
-    for (int k = 0; k < tx->rank; k++)
+    for (int k = 0; k < tx.rank; k++)
         if (k < axis)
             lead_axes[n_lead++] = k;
         else
@@ -513,33 +566,202 @@ static int layer_norm_rule(AD *a, const Node *n, int dy) {
     return 0;
 }
 
-/* slice with unit steps: dy padded with zeros back to x's shape. pad (constant):
- * dy cropped, which is pad with the widths negated. */
-static int slice_pad_rule(AD *a, const Node *n, int dy) {
-    int x = n->in[0];
-    const Type *tx = vtype(a, x);
-    int64_t pads[2 * KILN_MAX_RANK];
-    if (n->op == OP_PAD) {
-        if (strcmp(node_enum(n, "mode"), "constant") != 0)
-            return diag_error(a->c->d, n->loc, "autodiff: no gradient for pad with mode=%s yet",
-                              node_enum(n, "mode"));
-        node_ints(n, "pads", pads, 2 * KILN_MAX_RANK, 2 * tx->rank);
-        for (int k = 0; k < 2 * tx->rank; k++)
-            pads[k] = -pads[k];
-    } else {
-        int64_t first[KILN_MAX_RANK], step[KILN_MAX_RANK];
-        Type ty;
-        if (slice_ranges(n, tx, first, step, &ty, a->c->d))
+/* A node of op with the list attributes given (count entries each). */
+static int with_lists(AD *a, OpId op, int of, int x, int count, const char *const *names,
+                      const int64_t *const *lists) {
+    Node *m = x >= 0 ? start(a, op, of, 1, &x) : NULL;
+    if (!m)
+        return -1;
+    for (int k = 0; names[k]; k++)
+        if (pass_set_ints(a->c, m, names[k], lists[k], count))
             return -1;
-        for (int k = 0; k < tx->rank; k++) {
-            if (step[k] != 1)
-                return diag_error(a->c->d, n->loc,
-                                  "autodiff: no gradient for slice with steps other than 1 yet");
-            pads[k] = first[k];
-            pads[tx->rank + k] = tx->dims[k] - first[k] - ty.dims[k];
+    return pass_finish(a->c, m);
+}
+
+/* slice: dy put back where it was taken from, zeros elsewhere. Along a dim with a
+ * negative step, dy is reversed first: the slice reads as one with the opposite step
+ * from its last element. Along a dim with step m > 1 (and more than one element),
+ * m - 1 zeros go after each element: g as [outer, len, 1, inner] padded to
+ * [outer, len, m, inner] and read as len m elements. Then one pad puts each dim's
+ * lowest element where it came from and crops the zeros past the last. */
+static int slice_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    Type tx = vtype(a, x);
+    int rank = tx.rank;
+    int64_t first[KILN_MAX_RANK], step[KILN_MAX_RANK], low[KILN_MAX_RANK], pads[2 * KILN_MAX_RANK];
+    Type ty;
+    if (slice_ranges(n, &tx, first, step, &ty, a->c->d))
+        return -1;
+    int64_t rev_axes[KILN_MAX_RANK], rev_starts[KILN_MAX_RANK], rev_ends[KILN_MAX_RANK],
+        rev_steps[KILN_MAX_RANK];
+    int n_rev = 0;
+    for (int k = 0; k < rank; k++) {
+        int64_t len = ty.dims[k], m = step[k] < 0 ? -step[k] : step[k];
+        low[k] = step[k] < 0 && len > 1 ? first[k] - (len - 1) * m : first[k];
+        if (step[k] < 0 && len > 1) { /* from the last element back past the first */
+            rev_axes[n_rev] = k, rev_starts[n_rev] = -1, rev_ends[n_rev] = -INT64_MAX, rev_steps[n_rev] = -1;
+            n_rev++;
         }
     }
-    return accumulate(a, x, with_ints(a, OP_PAD, x, dy, "pads", pads, 2 * tx->rank));
+    int g = dy;
+    if (n_rev)
+        g = with_lists(a, OP_SLICE, x, g, n_rev,
+                       (const char *const[]){"starts", "ends", "axes", "steps", NULL},
+                       (const int64_t *const[]){rev_starts, rev_ends, rev_axes, rev_steps});
+    for (int k = 0; k < rank; k++) {
+        int64_t len = ty.dims[k], m = step[k] < 0 ? -step[k] : step[k];
+        if (m == 1 || len == 1 || g < 0)
+            continue;
+        Type t = vtype(a, g);
+        int64_t outer, inner, pad4[8] = {0};
+        split_at_axis(&t, k, &outer, &inner);
+        pad4[4 + 2] = m - 1; /* the end of dim 2 */
+        g = with_ints(a, OP_PAD, x, reshape_to(a, x, g, type_make(4, (int64_t[]){outer, len, 1, inner})),
+                      "pads", pad4, 8);
+        t.dims[k] = len * m;
+        g = reshape_to(a, x, g, t);
+    }
+    for (int k = 0; k < rank && g >= 0; k++) {
+        pads[k] = low[k];
+        pads[rank + k] = tx.dims[k] - low[k] - vtype(a, g).dims[k];
+    }
+    return accumulate(a, x, with_ints(a, OP_PAD, x, g, "pads", pads, 2 * rank));
+}
+
+/* pad: constant padding's adjoint crops dy back, a pad with the widths negated;
+ * with reflect and edge, an element of x is copied to several places, and pad_grad
+ * sums them back. */
+static int pad_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    int rank = vtype(a, x).rank;
+    if (strcmp(node_enum(n, "mode"), "constant") != 0)
+        return grad_op_rule(a, n, dy, OP_PAD_GRAD);
+    int64_t pads[2 * KILN_MAX_RANK];
+    node_ints(n, "pads", pads, 2 * KILN_MAX_RANK, 2 * rank);
+    for (int k = 0; k < 2 * rank; k++)
+        pads[k] = -pads[k];
+    return accumulate(a, x, with_ints(a, OP_PAD, x, dy, "pads", pads, 2 * rank));
+}
+
+/* ---- Fused ops, taken apart ---- */
+
+static int backprop(AD *a, const Node *n, int dy);
+
+/* Room in adj and wanted for every value made so far: no adjoint, not wanted. */
+static int track_values(AD *a) {
+    int n = a->c->g->n_values;
+    if (n <= a->n_tracked)
+        return 0;
+    int *adj = ir_realloc(a->adj, sizeof *adj * (size_t)(n + 1));
+    if (adj)
+        a->adj = adj;
+    bool *wanted = adj ? ir_realloc(a->wanted, sizeof *wanted * (size_t)(n + 1)) : NULL;
+    if (!wanted)
+        return diag_error(a->c->d, a->loc, "out of memory");
+    a->wanted = wanted;
+    for (int v = a->n_tracked; v < n; v++) {
+        a->adj[v] = -1;
+        a->wanted[v] = false;
+    }
+    a->n_tracked = n;
+    return 0;
+}
+
+/* A node of the forward ops a fused op stands for, named after the fused op's value. */
+static Node *forward_node(AD *a, const Node *fused, OpId op, int n_in, const int *in) {
+    char base[512];
+    snprintf(base, sizeof base, "%s.unfused", a->c->g->values[fused->out[0]].name);
+    return pass_new_node(a->c, op, n_in, in, base, a->loc);
+}
+
+/* Nodes computing expression e over the values ins ($k is ins[k]), one per call, a
+ * number an f32[] const; the value of e. */
+static int build_expr(AD *a, const Node *fused, const Expr *e, const int *ins) {
+    if (e->kind == EXPR_INPUT)
+        return ins[e->input];
+    if (e->kind == EXPR_NUMBER)
+        return scalar(a, fused->out[0], e->number);
+    int args[2];
+    for (int k = 0; k < e->call.n_in; k++)
+        if ((args[k] = build_expr(a, fused, e->arg[k], ins)) < 0)
+            return -1;
+    Node *m = forward_node(a, fused, e->call.op, e->call.n_in, args);
+    if (!m)
+        return -1;
+    for (int k = 0; k < op_table[e->call.op].n_attrs; k++)
+        m->attrs[k] = e->call.attrs[k];
+    return pass_finish(a->c, m);
+}
+
+/* The inputs of fused op n's expression, $0, $1, ...: an `elementwise` node's own;
+ * for fused_conv and fused_linear a new node of the head (conv or linear of x, w and
+ * b, with the conv's attributes), then e1, ..., each one-element operand of another
+ * type as f32[] (which computes the same, and broadcasts into the head's result). */
+static int expression_inputs(AD *a, const Node *n, int *ins, int n_ins) {
+    if (n->op == OP_ELEMENTWISE) {
+        memcpy(ins, n->in, sizeof *ins * (size_t)n_ins);
+        return 0;
+    }
+    bool bias = n->n_in > 2 && n->in[2] >= 0;
+    Node *head = forward_node(a, n, n->op == OP_FUSED_CONV ? OP_CONV : OP_LINEAR, bias ? 3 : 2, n->in);
+    if (!head)
+        return -1;
+    if (n->op == OP_FUSED_CONV)
+        copy_conv_attrs(head, n);
+    if ((ins[0] = pass_finish(a->c, head)) < 0)
+        return -1;
+    Type ty = vtype(a, n->out[0]);
+    for (int k = 1; k < n_ins; k++) {
+        ins[k] = n->in[expr_first_input(n) + k - 1];
+        Type te = vtype(a, ins[k]);
+        if (type_equal(&te, &ty))
+            continue;
+        Node *m = forward_node(a, n, OP_RESHAPE, 1, &ins[k]);
+        if (!m || pass_set_ints(a->c, m, "shape", (int64_t[]){1}, 0) || (ins[k] = pass_finish(a->c, m)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* elementwise, fused_conv and fused_linear (the fusion passes make them, and a model
+ * may write them): differentiated through the ops they stand for. Those are built
+ * again as nodes of their own, computing the fused op's result from its inputs (see
+ * expression_inputs), and backprop runs over them, last first, from dy as over the
+ * rest of the graph; so every fused op has the rules of its parts. The expression's
+ * result may be smaller than the fused op's where an input the expression does not
+ * read widened it, so dy is summed back to it first. The later passes remove what
+ * no gradient reads of the forward nodes, and fuse the rest again. */
+static int fused_rule(AD *a, const Node *n, int dy) {
+    Graph *g = a->c->g;
+    int first = expr_first_input(n),
+        n_ins = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
+    int *ins = ir_malloc(sizeof *ins * (size_t)n_ins);
+    /* in the graph's arena: the forward nodes keep its calls' attributes as they are */
+    Expr *e = ins ? node_expr(&g->arena, n, a->c->d) : NULL;
+    if (!e) {
+        ir_free(ins);
+        return ins ? -1 : diag_error(a->c->d, n->loc, "out of memory");
+    }
+    int lo = g->n_nodes; /* the forward nodes are appended: nodes lo .. hi - 1 */
+    int root = expression_inputs(a, n, ins, n_ins) ? -1 : build_expr(a, n, e, ins);
+    int hi = g->n_nodes;
+    ir_free(ins);
+    if (root < 0 || track_values(a))
+        return -1;
+    for (int i = lo; i < hi; i++) { /* a forward value is wanted when an operand is */
+        const Node *m = g->nodes[i];
+        for (int k = 0; k < m->n_in; k++)
+            a->wanted[m->out[0]] |= m->in[k] >= 0 && a->wanted[m->in[k]];
+    }
+    if (a->wanted[root] && accumulate(a, root, unbroadcast_to(a, root, dy, vtype(a, root))))
+        return -1;
+    for (int i = hi - 1; i >= lo; i--) {
+        const Node *m = g->nodes[i];
+        int out = m->out[0];
+        if (a->wanted[out] && a->adj[out] >= 0 && backprop(a, m, a->adj[out]))
+            return -1;
+    }
+    return 0;
 }
 
 static int backprop(AD *a, const Node *n, int dy) {
@@ -567,6 +789,7 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_MIN: return binary_rule(a, n, dy);
     case OP_SUM:
     case OP_MEAN: return reduce_rule(a, n, dy);
+    case OP_REDUCE_MAX: return reduce_max_rule(a, n, dy);
     case OP_SOFTMAX:
     case OP_LOG_SOFTMAX: return softmax_rule(a, n, dy);
     case OP_MATMUL: return matmul_rule(a, n, dy);
@@ -586,14 +809,31 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_CONV_TRANSPOSE: return conv_rule(a, n, dy);
     case OP_MAX_POOL: return grad_op_rule(a, n, dy, OP_MAX_POOL_GRAD);
     case OP_AVG_POOL: return grad_op_rule(a, n, dy, OP_AVG_POOL_GRAD);
+    case OP_ADAPTIVE_AVG_POOL: return grad_op_rule(a, n, dy, OP_ADAPTIVE_AVG_POOL_GRAD);
     case OP_RESIZE: return grad_op_rule(a, n, dy, OP_RESIZE_GRAD);
     case OP_INTERPOLATE: return grad_op_rule(a, n, dy, OP_INTERPOLATE_GRAD);
     case OP_BATCH_NORM: return batch_norm_rule(a, n, dy);
+    case OP_ELEMENTWISE:
+    case OP_FUSED_CONV:
+    case OP_FUSED_LINEAR: return fused_rule(a, n, dy);
     case OP_LAYER_NORM: return layer_norm_rule(a, n, dy);
-    case OP_SLICE:
-    case OP_PAD: return slice_pad_rule(a, n, dy);
+    case OP_SLICE: return slice_rule(a, n, dy);
+    case OP_PAD: return pad_rule(a, n, dy);
     case OP_TRANSPOSE: return transpose_rule(a, n, dy);
     case OP_CONCAT: return concat_rule(a, n, dy);
+    case OP_UNARY_GRAD:
+    case OP_BINARY_GRAD:
+    case OP_CONV_WEIGHT_GRAD:
+    case OP_MAX_POOL_GRAD:
+    case OP_AVG_POOL_GRAD:
+    case OP_ADAPTIVE_AVG_POOL_GRAD:
+    case OP_RESIZE_GRAD:
+    case OP_INTERPOLATE_GRAD:
+    case OP_PAD_GRAD:
+        return diag_error(a->c->d, n->loc,
+                          "autodiff: no gradient for '%s' (needed for value '%s'): it is a gradient op, and "
+                          "kiln does not take second derivatives",
+                          op_table[n->op].name, a->c->g->values[n->out[0]].name);
     default:
         return diag_error(a->c->d, n->loc, "autodiff: no gradient for '%s' yet (needed for value '%s')",
                           op_table[n->op].name, a->c->g->values[n->out[0]].name);
@@ -643,7 +883,11 @@ static void take_over(Graph *g, int v, int id) {
 static int expand_grad(PassContext *c, int at) {
     Graph *g = c->g;
     Node *grad = g->nodes[at];
-    AD a = {c, grad->loc, g->n_values, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)),
+    AD a = {c,
+            grad->loc,
+            g->n_values,
+            g->n_values,
+            ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)),
             ir_calloc((size_t)g->n_values + 1, sizeof(bool))};
     int rc = -1;
     if (!a.adj || !a.wanted) {

@@ -6,9 +6,10 @@
  * value holding the same data channels last, when there is one (nhwc[v]). A conv or
  * conv_transpose with layout=nchw becomes the same op with layout=nhwc on
  * nhwc[x] (made with a transpose when x has none yet) and on its weight transposed
- * to [O, k..., I/groups] (a transpose of a param, which constant folding computes
- * at compile time); a pool or batch_norm does so only when its input is channels
- * last already, since for it alone the transposes would cost more than they save.
+ * to [O, k..., I/groups], which is the weight's nhwc twin too (a transpose of a
+ * param, which constant folding computes at compile time, made once per weight);
+ * a pool or batch_norm does so only when its input is channels last already,
+ * since for it alone the transposes would cost more than they save.
  * An elementwise op, or a resize (with its per-dim attributes permuted), whose
  * inputs are each channels last or small enough to transpose cheaply (a per-channel
  * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to

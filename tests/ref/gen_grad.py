@@ -12,9 +12,13 @@ the incoming gradient is not all ones) and sums it to the scalar loss, then asks
 The expected gradients are PyTorch's autograd in float64 on the same float32
 inputs. Where the op is smooth at every input, the script also checks them against
 central finite differences in float64 and stops if they disagree; at the kinks
-(relu at 0, clip at its bounds, ties of max and min, hardswish at -3 and 3) PyTorch's
-conventions are the reference. tests/unit/test_reference.c (the interpreter) and
-test_target_c.c (the C target) run the battery like any other.
+(relu at 0, clip at its bounds, ties of max and min, hardswish at -3 and 3, ties and
+NaN in reduce_max) PyTorch's conventions are the reference. The torch side of pad
+is F.pad where it takes the pads, and elsewhere a gather (index_select) that the
+script checks against F.pad where both apply; that of slice, which may step
+backwards, index_select; that of a fused op, the ops it stands for.
+tests/unit/test_reference.c (the interpreter) and test_target_c.c (the C target) run
+the battery like any other.
 
     /usr/bin/python3 tests/ref/gen_grad.py
 """
@@ -60,20 +64,25 @@ class GradBattery(Battery):
         return r
 
     def grad_case(self, desc, op, args, fn, smooth=True, **attrs):
-        """args: (suffix, float32 array) pairs, all differentiated; fn: the op in torch."""
+        """args: (suffix, float32 array) pairs, all differentiated, or (suffix, None)
+        for an absent optional input (`_`, not passed to fn); fn: the op in torch."""
         k = self.n_cases = getattr(self, "n_cases", 0) + 1
         self.lines.append(f"# {desc}")
         names = []
         for suffix, arr in args:
+            if arr is None:
+                names.append("_")
+                continue
             name = f"c{k}_{suffix}"
             self.lines.append(f"param {name} : f32{list(arr.shape)}")
             self.inputs[name] = np.asarray(arr, dtype=np.float32)
             names.append(name)
+        args = [(suffix, arr) for suffix, arr in args if arr is not None]
         xs = [T(arr).requires_grad_(True) for _, arr in args]
         y = fn(*xs)
         r = self.loss(k, op, names, y.shape, attrs)
         grads = [f"c{k}_g{suffix}" for suffix, _ in args]
-        self.lines.append(f"{', '.join(grads)} = grad(c{k}_l, {', '.join(names)})")
+        self.lines.append(f"{', '.join(grads)} = grad(c{k}_l, {', '.join(n for n in names if n != '_')})")
 
         def loss(*v):
             return (fn(*v) * T(r)).sum()
@@ -338,10 +347,196 @@ def gen_nn(b):
                 pads=[1, 0, -1, 0, -2, 2])
 
 
+def slice_indices(dim, start, end, step):
+    """The positions ONNX Slice takes along one dim: Python's slicing, whose
+    clamping of out-of-range starts and ends is the same."""
+    return list(range(dim))[start:end:step]
+
+
+def slice_ref(v, starts, ends, axes, steps):
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        v = v.index_select(a, torch.tensor(slice_indices(v.shape[a], s, e, st), dtype=torch.long))
+    return v
+
+
+def pad_source(mode, i, dim, b, e):
+    """The position of x that position i of a padded dim copies (ir/op_shape.c's
+    pad_source, ONNX Pad after the crop of negative widths), or None for constant."""
+    crop = -b if b < 0 else 0
+    kept = dim - crop - (-e if e < 0 else 0)
+    j = i - max(b, 0)
+    if j < 0 or j >= kept:
+        if mode == "constant":
+            return None
+        j = (0 if j < 0 else kept - 1) if mode == "edge" else (-j if j < 0 else 2 * (kept - 1) - j)
+    return crop + j
+
+
+def pad_gather(v, pads, mode):
+    """kiln's pad in reflect or edge mode as a gather along every dim, for the pads F.pad
+    does not take (negative widths, the batch and channel dims); autograd sums the
+    copies back."""
+    r = v.dim()
+    for k in range(r):
+        b, e = pads[k], pads[r + k]
+        size = v.shape[k] + b + e
+        index = [pad_source(mode, i, v.shape[k], b, e) for i in range(size)]
+        v = v.index_select(k, torch.tensor(index, dtype=torch.long))
+    return v
+
+
+def torch_pads(pads, r):
+    """kiln's pads [b0, ..., e0, ...] as F.pad's (last dim first), from the first padded dim."""
+    widths = []
+    for k in reversed(range(r)):
+        widths += [pads[k], pads[r + k]]
+    while widths and widths[-1] == 0 and widths[-2] == 0:
+        widths = widths[:-2]
+    return tuple(widths)
+
+
+def gen_selections(b):
+    """reduce_max, slice with steps, pad reflect and edge: gradients that select,
+    route or sum copies back."""
+    x = b.rand(2, 3, 4)
+    for name, fn in (("sum", torch.sum), ("mean", torch.mean)):  # axes=[] is every dim too
+        b.grad_case(f"{name} axes=[]", name, [("x", x)], fn, axes=[])
+    b.grad_case("reduce_max over everything", "reduce_max", [("x", x)], lambda v: torch.amax(v, dim=(0, 1, 2)))
+    for axes, keep in (([1], False), ([0, 2], True), ([-1], False), ([0, 1, 2], True), ([-3], True)):
+        b.grad_case(f"reduce_max axes={axes} keepdims={keep}", "reduce_max", [("x", x)],
+                    lambda v, a=axes, kd=keep: torch.amax(v, dim=a, keepdim=kd), axes=axes, keepdims=keep)
+    b.grad_case("reduce_max axes=[] (every dim)", "reduce_max", [("x", b.rand(3, 2))],
+                lambda v: torch.amax(v, dim=(0, 1)), axes=[])
+    ties = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [-1, 5, 0, 5], [-np.inf, -np.inf, -np.inf, -np.inf]],
+                    dtype=np.float32)
+    b.grad_case("reduce_max with ties, split evenly", "reduce_max", [("x", ties)],
+                lambda v: torch.amax(v, dim=1), smooth=False, axes=[1])
+    b.grad_case("reduce_max with ties along axis 0", "reduce_max", [("x", ties[:3])],
+                lambda v: torch.amax(v, dim=0, keepdim=True), smooth=False, axes=[0], keepdims=True)
+    b.grad_case("reduce_max with ties over everything", "reduce_max", [("x", ties[:3])],
+                lambda v: torch.amax(v, dim=(0, 1)), smooth=False)
+    nan = np.array([[1, np.nan, 3], [4, 5, 6]], dtype=np.float32)
+    b.grad_case("reduce_max of a NaN", "reduce_max", [("x", nan)], lambda v: torch.amax(v, dim=1),
+                smooth=False, axes=[1])
+
+    x = b.rand(6, 5, 7)
+    slices = [  # starts, ends, axes, steps
+        ([0], [6], [0], [2]),
+        ([1, 0], [6, 7], [0, 2], [2, 3]),
+        ([-1], [-100], [1], [-1]),
+        ([5, 6], [-100, 1], [0, 2], [-2, -2]),
+        ([1], [100], [2], [10]),
+        ([-2, 1, 4], [100, 5, -9223372036854775807], [0, 1, 2], [1, 3, -3]),
+        ([-1], [-9223372036854775807], [-1], [-1]),
+        ([3, 0], [0, 9223372036854775807], [-3, -1], [-1, 4]),
+    ]
+    for starts, ends, axes, steps in slices:
+        b.grad_case(f"slice starts={starts} ends={ends} axes={axes} steps={steps}", "slice", [("x", x)],
+                    lambda v, s=starts, e=ends, a=axes, st=steps: slice_ref(v, s, e, [k % 3 for k in a], st),
+                    starts=starts, ends=ends, axes=axes, steps=steps)
+
+    for mode, torch_mode in (("reflect", "reflect"), ("edge", "replicate")):
+        fpads = [  # (x shape, kiln pads) that F.pad takes: the trailing dims of a 3-D to 5-D x
+            ((1, 2, 5, 6), [0, 0, 2, 1, 0, 0, 1, 3]),
+            ((2, 3, 7), [0, 0, 3, 0, 0, 2]),
+            ((1, 2, 3, 4, 3), [0, 0, 1, 2, 0, 0, 0, 1, 2, 1]),
+            ((2, 1, 4, 4), [0, 0, 0, 3, 0, 0, 3, 0]),
+        ]
+        if mode == "edge":
+            fpads.append(((1, 1, 2, 3), [0, 0, 4, 3, 0, 0, 5, 0]))  # wider than the dim
+        for xs, pads in fpads:
+            v = b.rand(*xs)
+            widths = torch_pads(pads, len(xs))
+            fwd = F.pad(T(v), widths, mode=torch_mode)
+            if not torch.equal(fwd, pad_gather(T(v), pads, mode)):
+                sys.exit(f"pad {mode} {xs} {pads}: F.pad and the gather differ")
+            b.grad_case(f"pad {mode} x={xs} pads={pads}", "pad", [("x", v)],
+                        lambda t, w=widths, m=torch_mode: F.pad(t, w, mode=m), pads=pads, mode=mode)
+        for xs, pads in (((3, 5, 4), [1, -1, 2, 0, 2, -1]), ((4, 6), [-1, 2, 1, -2]), ((2, 3, 4), [1, 1, 1, 1, 2, 3])):
+            b.grad_case(f"pad {mode} x={xs} pads={pads}, cropping and padding every dim", "pad",
+                        [("x", b.rand(*xs))], lambda t, p=pads, m=mode: pad_gather(t, p, m), pads=pads, mode=mode)
+
+
+def gen_pools(b):
+    """adaptive_avg_pool, and more shapes of global_avg_pool and flatten."""
+    adaptive = [  # x shape, output_size
+        ((1, 2, 7), [3]),
+        ((2, 3, 7, 5), [3, 4]),
+        ((1, 2, 6, 6), [3, 2]),
+        ((1, 2, 3, 4), [5, 6]),
+        ((1, 2, 5, 4, 3), [2, 3, 2]),
+    ]
+    for xs, size in adaptive:
+        f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[len(size)]
+        b.grad_case(f"adaptive_avg_pool x={xs} output_size={size}", "adaptive_avg_pool", [("x", b.rand(*xs))],
+                    lambda v, f=f, size=size: f(v, size), output_size=size)
+    b.grad_case("adaptive_avg_pool nhwc", "adaptive_avg_pool", [("x", b.rand(2, 7, 5, 3))],
+                nhwc(lambda v: F.adaptive_avg_pool2d(v, [3, 4])), output_size=[3, 4], layout="nhwc")
+
+    for xs in ((1, 2, 7), (2, 3, 2, 3, 4), (3, 1, 1, 1)):
+        dims = tuple(range(2, len(xs)))
+        b.grad_case(f"global_avg_pool x={xs}", "global_avg_pool", [("x", b.rand(*xs))],
+                    lambda v, d=dims: v.mean(dim=d, keepdim=True))
+    b.grad_case("global_avg_pool nhwc", "global_avg_pool", [("x", b.rand(2, 4, 5, 3))],
+                lambda v: v.mean(dim=(1, 2), keepdim=True), layout="nhwc")
+    x = b.rand(2, 3, 4)
+    for axis in (0, 2, 3, -1):
+        a = axis + x.ndim if axis < 0 else axis
+        b.grad_case(f"flatten axis={axis}", "flatten", [("x", x)],
+                    lambda v, a=a: v.reshape(int(np.prod(v.shape[:a])), -1), axis=axis)
+
+
+def quoted(expr):
+    return f'"{expr}"'
+
+
+def gen_fused(b):
+    """The fused ops, written directly: their gradients are their parts'."""
+    elementwise = [  # expr, input shapes, the same in torch
+        ("tanh(add(mul($0, $1), $2))", [(2, 3, 4), (4,), (3, 1)], lambda x, y, z: torch.tanh(x * y + z)),
+        ("mul($0, sigmoid($0))", [(3, 4)], lambda x: x * torch.sigmoid(x)),
+        ("exp($0)", [(3, 1), (2, 3, 4)], lambda x, y: torch.exp(x).expand(2, 3, 4)),
+        ("sub(pow($0, 2), div($1, add($0, 0.5)))", [(2, 5), (5,)], lambda x, y: x ** 2 - y / (x + 0.5)),
+        ("gelu(hardsigmoid(neg($0), alpha=0.25, beta=0.4), approximate=tanh)", [(4, 3)],
+         lambda x: F.gelu(torch.clamp(-0.25 * x + 0.4, 0, 1), approximate="tanh")),
+        ("add($0, 1)", [(2, 3)], lambda x: x + 1),
+    ]
+    for expr, shapes, fn in elementwise:
+        args = [(f"x{k}", b.rand(*s, lo=0.2, hi=2) if "pow" in expr else b.rand(*s)) for k, s in enumerate(shapes)]
+        b.grad_case(f"elementwise {expr} {shapes}", "elementwise", args, fn, expr=quoted(expr))
+
+    x, w, bias, r = b.rand(1, 3, 6, 6), b.rand(4, 3, 3, 3), b.rand(4), b.rand(1, 4, 6, 6)
+    b.grad_case("fused_conv with a residual", "fused_conv", [("x", x), ("w", w), ("b", bias), ("res", r)],
+                lambda x, w, bb, r: torch.tanh(F.conv2d(x, w, bb, padding=1) + r), pads=[1, 1, 1, 1],
+                expr=quoted("tanh(add($0, $1))"))
+    x, w = b.rand(2, 4, 7, 5), b.rand(6, 2, 3, 2)
+    b.grad_case("fused_conv without bias, strided, grouped, a scalar operand", "fused_conv",
+                [("x", x), ("w", w), ("b", None), ("s", b.rand(1))],
+                lambda x, w, s: F.conv2d(x, w, stride=2, groups=2) * s, strides=[2, 2], groups=2,
+                expr=quoted("mul($0, $1)"))
+    b.grad_case("fused_conv with a one-element operand of higher rank", "fused_conv",
+                [("x", b.rand(1, 2, 5, 5)), ("w", b.rand(3, 2, 3, 3)), ("b", b.rand(3)),
+                 ("s", b.rand(1, 1, 1, 1, 1))],
+                lambda x, w, bb, s: torch.sigmoid(F.conv2d(x, w, bb) - s.reshape(())), expr=quoted("sigmoid(sub($0, $1))"))
+    xl, wl = b.rand(1, 6, 6, 3), b.rand(4, 3, 3, 3)
+    b.grad_case("fused_conv nhwc", "fused_conv", [("x", xl), ("w", wl), ("b", b.rand(4))],
+                nhwc(lambda x, w, bb: torch.tanh(F.conv2d(x, w, bb, padding=1))), pads=[1, 1, 1, 1], layout="nhwc",
+                expr=quoted("tanh($0)"))
+    b.grad_case("fused_linear", "fused_linear", [("x", b.rand(3, 4)), ("w", b.rand(5, 4)), ("b", b.rand(5)),
+                                                 ("e", b.rand(3, 5))],
+                lambda x, w, bb, e: torch.sigmoid(F.linear(x, w, bb) * e), expr=quoted("sigmoid(mul($0, $1))"))
+    b.grad_case("fused_linear without bias, a scalar operand, $0 twice", "fused_linear",
+                [("x", b.rand(2, 3, 4)), ("w", b.rand(2, 4)), ("b", None), ("s", np.array(0.7, np.float32))],
+                lambda x, w, s: F.linear(x, w) * F.linear(x, w) - s, expr=quoted("sub(mul($0, $0), $1)"))
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
     gen_nn(b)
+    gen_selections(b)
+    gen_pools(b)
+    gen_fused(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 
