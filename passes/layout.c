@@ -6,11 +6,14 @@
  * value holding the same data channels last, when there is one (nhwc[v]). A conv or
  * conv_transpose with layout=nchw becomes the same op with layout=nhwc on
  * nhwc[x] (made with a transpose when x has none yet) and on its weight transposed
- * to [O, k..., I/groups], which is the weight's nhwc twin too (a transpose of a
- * param, which constant folding computes at compile time, made once per weight);
- * a pool or batch_norm does so only when its input is channels last already,
- * since for it alone the transposes would cost more than they save.
- * An elementwise op, or a resize (with its per-dim attributes permuted), whose
+ * to [O, k..., I/groups] (a transpose of a param, which constant folding computes
+ * at compile time, made once per weight); a pool or batch_norm does so only when
+ * its input is channels last already, since for it alone the transposes would cost
+ * more than they save. So do the gradient ops of a training step's backward pass,
+ * max_pool_grad, avg_pool_grad (dy and x) and conv_weight_grad (x and dy; the
+ * weight gradient comes out [O, k..., I/groups] and goes back by a transpose), when
+ * either input is. An elementwise op (unary_grad included), or a resize (with its
+ * per-dim attributes permuted), whose
  * inputs are each channels last or small enough to transpose cheaply (a per-channel
  * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to
  * channels last too. The old value v then becomes transpose(nhwc[v]) back to NCHW,
@@ -153,13 +156,15 @@ static bool has_nchw_layout(const Node *n) {
     return a >= 0 && strcmp(node_enum(n, "layout"), "nchw") == 0;
 }
 
-/* conv, conv_transpose, pools and batch_norm. */
+/* conv, conv_transpose, pools, batch_norm, and the gradient ops of pools and of
+ * conv's weight, whose every input is an activation. */
 static int convert_layout_op(Layout *l, int i) {
     Node *n = l->c->g->nodes[i];
     int in[5];
     KILN_ASSERT(n->n_in <= 5);
     memcpy(in, n->in, sizeof *in * (size_t)n->n_in);
-    if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0)
+    bool two_activations = n->op == OP_MAX_POOL_GRAD || n->op == OP_AVG_POOL_GRAD || n->op == OP_CONV_WEIGHT_GRAD;
+    if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0 || (two_activations && (in[1] = to_nhwc(l, n->in[1], n->loc)) < 0))
         return -1;
     /* one transpose per weight, however many convs read it (a training step's
        forward conv and the conv_transpose of its backward pass) */
@@ -204,7 +209,7 @@ static int permute_resize(Layout *l, Node *m, int rank) {
  * them has a twin, and each other one has too or is smaller than the result. */
 static bool movable(const Layout *l, const Node *n) {
     const Graph *g = l->c->g;
-    if (!expr_callable(n->op) && n->op != OP_RESIZE)
+    if (!expr_callable(n->op) && n->op != OP_RESIZE && n->op != OP_UNARY_GRAD)
         return false;
     const Type *y = &g->values[n->out[0]].type;
     bool any = false;
@@ -289,7 +294,9 @@ int pass_layout(PassContext *c) {
         bool conv = n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE;
         bool layout_op = conv || n->op == OP_MAX_POOL || n->op == OP_AVG_POOL || n->op == OP_GLOBAL_AVG_POOL ||
                          n->op == OP_ADAPTIVE_AVG_POOL || n->op == OP_BATCH_NORM;
-        if (layout_op && has_nchw_layout(n) && rank >= 3 && (conv || l.nhwc[n->in[0]] >= 0))
+        bool grad_op = n->op == OP_MAX_POOL_GRAD || n->op == OP_AVG_POOL_GRAD || n->op == OP_CONV_WEIGHT_GRAD;
+        bool twin_in = l.nhwc[n->in[0]] >= 0 || (grad_op && l.nhwc[n->in[1]] >= 0);
+        if ((layout_op || grad_op) && has_nchw_layout(n) && rank >= 3 && (conv || twin_in))
             rc = convert_layout_op(&l, i);
         else if (movable(&l, n))
             rc = move_op(&l, i);
