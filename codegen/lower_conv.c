@@ -655,18 +655,28 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
                    (long long)(cg * in_positions), (long long)in_positions, (long long)c->groups, (long long)ktaps,
                    (long long)in_positions, (long long)in_positions);
 
-    Kernel *gk = kernel_loop(p, n, "gather", c->y.n * c->y.c * c->positions, grain_for(c->taps), d);
+    /* nhwc: one iteration per output position, adding each tap's whole row of
+       output channels (contiguous in the scratch); nchw: one per output element */
+    int64_t per_iteration = c->nhwc ? c->y.c : 1;
+    Kernel *gk = kernel_loop(p, n, "gather", c->y.n * c->y.c * c->positions / per_iteration,
+                             grain_for(c->taps * per_iteration), d);
     if (!gk)
         return -1;
     gk->scratch_bytes = bytes;
     Dim dims[KILN_MAX_RANK];
-    int nd = output_dims(c, dims);
+    int nd = output_dims(c, dims) - (c->nhwc ? 1 : 0); /* nhwc: o is the row's */
     s = &gk->body;
     emit_dims(s, dims, nd);
     if (c->y.n == 1)
         str_printf(s, "int64_t b = 0;\n");
-    str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n(void)g, (void)oc;\n", (long long)og, (long long)og);
-    str_printf(s, "float acc = %s%s;\n", c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+    if (c->nhwc) {
+        str_printf(s, "float *row = %s + i * %lld;\n", c->yn, (long long)c->y.c);
+        str_printf(s, "for (int64_t o = 0; o < %lld; o++)\n    row[o] = %s%s;\n", (long long)c->y.c,
+                   c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+    } else {
+        str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n(void)g, (void)oc;\n", (long long)og, (long long)og);
+        str_printf(s, "float acc = %s%s;\n", c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+    }
     char q[256] = "", kf[256] = "";
     int64_t qstride = 1, kstride = 1;
     for (int i = c->ns - 1; i >= 0; i--) {
@@ -690,15 +700,21 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
         str_printf(s, "%*s    if (t%d < 0 || t%d %% %lld != 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i,
                    i, (long long)c->strides[i], i, (long long)c->x.sp[i], ind, "");
     }
-    if (c->nhwc)
-        str_printf(s, "%*sacc += scratch[((b * %lld + %s) * %lld + g) * %lld + (%s) * %lld + oc];\n", 4 * c->ns, "",
-                   (long long)in_positions, q, (long long)c->groups, (long long)ktaps, kf, (long long)og);
-    else
+    if (c->nhwc) {
+        int ind = 4 * c->ns;
+        str_printf(s, "%*sconst float *src = scratch + (b * %lld + %s) * %lld + (%s) * %lld;\n", ind, "",
+                   (long long)in_positions, q, (long long)(c->groups * ktaps), kf, (long long)og);
+        str_printf(s, "%*sfor (int64_t g = 0; g < %lld; g++)\n", ind, "", (long long)c->groups);
+        str_printf(s, "%*s    for (int64_t oc = 0; oc < %lld; oc++)\n", ind, "", (long long)og);
+        str_printf(s, "%*s        row[g * %lld + oc] += src[g * %lld + oc];\n", ind, "", (long long)og,
+                   (long long)ktaps);
+    } else
         str_printf(s, "%*sacc += scratch[(((b * %lld + g) * %lld + oc) * %lld + %s) * %lld + %s];\n", 4 * c->ns, "",
                    (long long)c->groups, (long long)og, (long long)c->taps, kf, (long long)in_positions, q);
     for (int i = c->ns - 1; i >= 0; i--)
         str_printf(s, "%*s}\n", 4 * i, "");
-    str_printf(s, "%s[i] = acc;\n", c->yn);
+    if (!c->nhwc)
+        str_printf(s, "%s[i] = acc;\n", c->yn);
     return 0;
 }
 
