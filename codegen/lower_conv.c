@@ -723,6 +723,8 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
  * copy with extra steps. */
 int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
+    if (winograd_applies(p, n))
+        return lower_winograd(p, n, NULL, d);
     if (c.x.c / c.groups > 1)
         return conv_transpose_gemm(p, n, &c, d);
     int64_t cg = c.x.c / c.groups, og = c.w.c;

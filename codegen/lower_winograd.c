@@ -1,9 +1,11 @@
 /* A 3x3 convolution with stride 1 as Winograd's F(2x2, 3x3): each 2x2 tile of the
  * output costs 16 multiplies per input and output channel instead of 36.
  *
- * With channels last, groups 1 and the weights known at compile time:
- *   U = G g G^T per (input channel, output channel), computed now into the GEMM
- *       kernel's table as 16 matrices [C, O];
+ * With channels last and groups 1:
+ *   U = G g G^T per (input channel, output channel), as 16 matrices [C, O]: for
+ *       weights known at compile time computed now into the GEMM kernel's table,
+ *       else (a param a training step updates) by a kernel of its own into the
+ *       scratch;
  *   V = B^T d B per 4x4 input patch d (the tile's inputs, zeros outside) and channel,
  *       into the scratch as 16 matrices [tiles, C] (LOOP over tile rows);
  *   M = V U, 16 GEMMs [tiles, C] x [C, O] (a LOOP of 16 cblas_sgemm calls);
@@ -12,6 +14,9 @@
  * Both transforms are written out as one loop over the channels per element of the
  * result, a signed sum of the inputs (the matrices hold 0 and +-1 only), so that
  * each loop has one store stream and vectorizes.
+ * A conv_transpose with stride 1 is the conv of its input with the weights flipped
+ * in space and their channel dims swapped, padded by 2 - pad: the backward pass of
+ * a 3x3 conv takes the same path through its weight transform.
  * The transforms are exact in real arithmetic (Lavin and Gray, 2015); in float F(2x2,
  * 3x3) loses about as much as the direct sum does, far inside the tolerance. */
 #include "codegen.h"
@@ -28,32 +33,49 @@ typedef struct {
     View x, y;
     int64_t pad_top, pad_left;
     int64_t th, tw, tiles; /* tile rows and columns per image, tiles in all */
-    char xn[80], yn[80], bn[80];
+    bool transposed;       /* a conv_transpose: w is [C, 3, 3, O], read flipped */
+    int64_t u_at;          /* U in the scratch (weights not known at compile time), else -1 */
+    char xn[80], yn[80], bn[80], wn[80];
 } Wino;
 
 /* The 16 GEMMs have a row per tile; with fewer rows BLAS runs them slower than the
  * im2col GEMM runs 2.25 times the work (ResNet-18's 7x7 layer4, 16 tiles). */
 enum { MIN_TILES = 32 };
 
-/* Whether conv n takes this path: 2-D, nhwc, groups 1, 3x3, stride and dilation 1,
- * weights in the blob, and enough channels and tiles for the GEMMs to be worth it. */
+/* Whether conv or conv_transpose n takes this path: 2-D, nhwc, groups 1, 3x3,
+ * stride and dilation 1 (for conv_transpose also no output_padding and pads of at
+ * most 2), and enough channels and tiles for the GEMMs to be worth it. */
 bool winograd_applies(const Program *p, const Node *n) {
     const Graph *g = p->g;
-    if (!layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1 ||
-        p->buf[n->in[1]].kind != BUF_WEIGHT)
+    if (!layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1)
         return false;
+    bool transposed = n->op == OP_CONV_TRANSPOSE;
     const Type *w = &g->values[n->in[1]].type;
-    int64_t strides[2], dil[2];
+    int64_t strides[2], dil[2], pads[4], extra[2] = {0, 0};
     node_ints(n, "strides", strides, 2, 2);
     node_ints(n, "dilations", dil, 2, 2);
+    node_ints(n, "pads", pads, 4, 4);
+    if (transposed)
+        node_ints(n, "output_padding", extra, 2, 2);
     const Type *y = &g->values[n->out[0]].type;
-    int64_t c = w->dims[3], o = w->dims[0], tiles = y->dims[0] * ((y->dims[1] + 1) / 2) * ((y->dims[2] + 1) / 2);
+    int64_t c = transposed ? w->dims[0] : w->dims[3], o = transposed ? w->dims[3] : w->dims[0];
+    int64_t tiles = y->dims[0] * ((y->dims[1] + 1) / 2) * ((y->dims[2] + 1) / 2);
+    for (int k = 0; transposed && k < 4; k++)
+        if (pads[k] > 2)
+            return false;
     return w->dims[1] == 3 && w->dims[2] == 3 && strides[0] == 1 && strides[1] == 1 && dil[0] == 1 &&
-           dil[1] == 1 && c >= 16 && o >= 16 && tiles >= MIN_TILES && o <= INT_MAX && c <= INT_MAX;
+           dil[1] == 1 && extra[0] == 0 && extra[1] == 0 && c >= 16 && o >= 16 && tiles >= MIN_TILES &&
+           o <= INT_MAX && c <= INT_MAX;
 }
 
-/* U[k][c][o], k = 4 i + j, from w [O, 3, 3, C]. */
-static float *weight_transform(const Program *p, const Node *n, int64_t c, int64_t o) {
+/* The index into w of tap (r, s) from input channel ic to output channel oc: w is
+ * [O, 3, 3, C], or for a conv_transpose [C, 3, 3, O] with the taps flipped. */
+static int64_t tap_index(bool transposed, int64_t c, int64_t o, int64_t oc, int64_t ic, int r, int s) {
+    return transposed ? ((ic * 3 + 2 - r) * 3 + 2 - s) * o + oc : ((oc * 3 + r) * 3 + s) * c + ic;
+}
+
+/* U[k][c][o], k = 4 i + j, from w, known now. */
+static float *weight_transform(const Program *p, const Node *n, bool transposed, int64_t c, int64_t o) {
     const float *w = (const float *)(p->weights + p->buf[n->in[1]].offset);
     float *u = ir_malloc(sizeof(float) * (size_t)(16 * c * o) + 1);
     for (int64_t oc = 0; u && oc < o; oc++)
@@ -62,7 +84,7 @@ static float *weight_transform(const Program *p, const Node *n, int64_t c, int64
             for (int i = 0; i < 4; i++)
                 for (int s = 0; s < 3; s++)
                     for (int r = 0; r < 3; r++)
-                        gg[i][s] += gm[i][r] * w[((oc * 3 + r) * 3 + s) * c + ic];
+                        gg[i][s] += gm[i][r] * w[tap_index(transposed, c, o, oc, ic, r, s)];
             for (int i = 0; i < 4; i++)
                 for (int j = 0; j < 4; j++) {
                     double v = 0;
@@ -72,6 +94,36 @@ static float *weight_transform(const Program *p, const Node *n, int64_t c, int64
                 }
         }
     return u;
+}
+
+/* The weight transform at run time, into the scratch at u_at: one iteration per
+ * output channel, the same arithmetic as weight_transform in float. */
+static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
+    long long c = w->x.c, o = w->y.c;
+    Kernel *k = kernel_new(p, n, K_LOOP, "winograd_weights");
+    if (!k)
+        return diag_error(d, n->loc, "out of memory");
+    kernel_reads(k, n->in[1]);
+    k->scratch_bytes = scratch_bytes;
+    k->count = o;
+    k->grain = 1;
+    Str *s = &k->body;
+    str_printf(s, "const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};\n");
+    str_printf(s, "for (int64_t ic = 0; ic < %lld; ic++) {\n    float gg[4][3];\n", c);
+    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int t = 0; t < 3; t++)\n");
+    if (w->transposed)
+        str_printf(s, "            gg[a][t] = G[a][0] * %s[((ic * 3 + 2) * 3 + 2 - t) * %lld + i] + "
+                      "G[a][1] * %s[((ic * 3 + 1) * 3 + 2 - t) * %lld + i] + G[a][2] * %s[(ic * 3 * 3 + 2 - t) * %lld + i];\n",
+                   w->wn, o, w->wn, o, w->wn, o);
+    else
+        str_printf(s, "            gg[a][t] = G[a][0] * %s[(i * 9 + t) * %lld + ic] + G[a][1] * %s[(i * 9 + 3 + t) * %lld + ic] "
+                      "+ G[a][2] * %s[(i * 9 + 6 + t) * %lld + ic];\n",
+                   w->wn, c, w->wn, c, w->wn, c);
+    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int b = 0; b < 4; b++)\n");
+    str_printf(s, "            scratch[%lld + ((a * 4 + b) * %lld + ic) * %lld + i] = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] "
+                  "+ gg[a][2] * G[b][2];\n}\n",
+               (long long)w->u_at, c, o);
+    return 0;
 }
 
 /* The input transform: one iteration per tile row of an image. */
@@ -131,18 +183,24 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
     k->count = 16;
     k->grain = 1;
     k->flops = 2 * 16 * tiles * c * o;
-    float *u = weight_transform(p, n, c, o);
-    if (!u)
-        return diag_error(d, n->loc, "out of memory");
-    int rc = program_table(p, k, u, (int64_t)sizeof(float) * 16 * c * o, d);
-    ir_free(u);
-    if (rc)
-        return -1;
+    char u_expr[64] = "table";
+    if (w->u_at >= 0) {
+        kernel_reads(k, n->in[1]); /* through U, which the scratch holds */
+        snprintf(u_expr, sizeof u_expr, "scratch + %lld", (long long)w->u_at);
+    } else {
+        float *u = weight_transform(p, n, w->transposed, c, o);
+        if (!u)
+            return diag_error(d, n->loc, "out of memory");
+        int rc = program_table(p, k, u, (int64_t)sizeof(float) * 16 * c * o, d);
+        ir_free(u);
+        if (rc)
+            return -1;
+    }
     str_printf(&k->body,
                "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f,\n"
-               "            scratch + i * %lld, %lld, table + i * %lld, %lld, 0.0f,\n"
+               "            scratch + i * %lld, %lld, %s + i * %lld, %lld, 0.0f,\n"
                "            scratch + %lld + i * %lld, %lld);\n",
-               tiles, o, c, tiles * c, c, c * o, o, 16 * tiles * c, tiles * o, o);
+               tiles, o, c, tiles * c, c, u_expr, c * o, o, 16 * tiles * c, tiles * o, o);
     return 0;
 }
 
@@ -190,19 +248,29 @@ static int output_transform(Program *p, const Node *n, const Wino *w, const Expr
 
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
     const Graph *g = p->g;
-    Wino w = {.x = view_of(&g->values[n->in[0]].type, true), .y = view_of(&g->values[n->out[0]].type, true)};
+    Wino w = {.x = view_of(&g->values[n->in[0]].type, true),
+              .y = view_of(&g->values[n->out[0]].type, true),
+              .transposed = n->op == OP_CONV_TRANSPOSE};
     int64_t pads[4];
     node_ints(n, "pads", pads, 4, 4);
-    w.pad_top = pads[0], w.pad_left = pads[1];
+    w.pad_top = w.transposed ? 2 - pads[0] : pads[0], w.pad_left = w.transposed ? 2 - pads[1] : pads[1];
     w.th = (w.y.sp[0] + 1) / 2, w.tw = (w.y.sp[1] + 1) / 2;
     w.tiles = w.x.n * w.th * w.tw;
     if (w.tiles * 16 > INT_MAX || w.tiles * w.x.c > INT_MAX / 16)
         return diag_error(d, n->loc, "conv: too many Winograd tiles for BLAS");
     snprintf(w.xn, sizeof w.xn, "%s", value_name(p, n->in[0]));
     snprintf(w.yn, sizeof w.yn, "%s", value_name(p, n->out[0]));
+    snprintf(w.wn, sizeof w.wn, "%s", value_name(p, n->in[1]));
     if (n->n_in > 2 && n->in[2] >= 0)
         snprintf(w.bn, sizeof w.bn, "%s", value_name(p, n->in[2]));
     int64_t scratch_bytes = (int64_t)sizeof(float) * 16 * w.tiles * (w.x.c + w.y.c);
+    w.u_at = -1;
+    if (p->buf[n->in[1]].kind != BUF_WEIGHT) {
+        w.u_at = scratch_bytes / (int64_t)sizeof(float);
+        scratch_bytes += (int64_t)sizeof(float) * 16 * w.x.c * w.y.c;
+        if (runtime_weight_transform(p, n, &w, scratch_bytes, d))
+            return -1;
+    }
     if (input_transform(p, n, &w, scratch_bytes, d) || products(p, n, &w, scratch_bytes, d) ||
         output_transform(p, n, &w, epilogue, scratch_bytes, d))
         return -1;
