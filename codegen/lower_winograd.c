@@ -96,8 +96,9 @@ static float *weight_transform(const Program *p, const Node *n, bool transposed,
     return u;
 }
 
-/* The weight transform at run time, into the scratch at u_at: one iteration per
- * output channel, the same arithmetic as weight_transform in float. */
+/* The weight transform at run time, into the scratch at u_at: the arithmetic of
+ * weight_transform in float, one iteration per input channel, whose 16 rows of U
+ * it writes along the output channels (16 store streams). */
 static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
     long long c = w->x.c, o = w->y.c;
     Kernel *k = kernel_new(p, n, K_LOOP, "winograd_weights");
@@ -105,24 +106,22 @@ static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, in
         return diag_error(d, n->loc, "out of memory");
     kernel_reads(k, n->in[1]);
     k->scratch_bytes = scratch_bytes;
-    k->count = o;
+    k->count = c;
     k->grain = 1;
     Str *s = &k->body;
     str_printf(s, "const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};\n");
-    str_printf(s, "for (int64_t ic = 0; ic < %lld; ic++) {\n    float gg[4][3];\n", c);
-    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int t = 0; t < 3; t++)\n");
+    str_printf(s, "float *u = scratch + %lld + i * %lld;\n", (long long)w->u_at, o);
+    str_printf(s, "for (int64_t oc = 0; oc < %lld; oc++) {\n    float g[3][3], gg[4][3];\n", o);
+    str_printf(s, "    for (int r = 0; r < 3; r++)\n        for (int t = 0; t < 3; t++)\n");
     if (w->transposed)
-        str_printf(s, "            gg[a][t] = G[a][0] * %s[((ic * 3 + 2) * 3 + 2 - t) * %lld + i] + "
-                      "G[a][1] * %s[((ic * 3 + 1) * 3 + 2 - t) * %lld + i] + G[a][2] * %s[(ic * 3 * 3 + 2 - t) * %lld + i];\n",
-                   w->wn, o, w->wn, o, w->wn, o);
+        str_printf(s, "            g[r][t] = %s[((i * 3 + 2 - r) * 3 + 2 - t) * %lld + oc];\n", w->wn, o);
     else
-        str_printf(s, "            gg[a][t] = G[a][0] * %s[(i * 9 + t) * %lld + ic] + G[a][1] * %s[(i * 9 + 3 + t) * %lld + ic] "
-                      "+ G[a][2] * %s[(i * 9 + 6 + t) * %lld + ic];\n",
-                   w->wn, c, w->wn, c, w->wn, c);
-    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int b = 0; b < 4; b++)\n");
-    str_printf(s, "            scratch[%lld + ((a * 4 + b) * %lld + ic) * %lld + i] = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] "
-                  "+ gg[a][2] * G[b][2];\n}\n",
-               (long long)w->u_at, c, o);
+        str_printf(s, "            g[r][t] = %s[(oc * 9 + r * 3 + t) * %lld + i];\n", w->wn, c);
+    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int t = 0; t < 3; t++)\n"
+                  "            gg[a][t] = G[a][0] * g[0][t] + G[a][1] * g[1][t] + G[a][2] * g[2][t];\n");
+    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int b = 0; b < 4; b++)\n"
+                  "            u[(a * 4 + b) * %lld + oc] = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] + gg[a][2] * G[b][2];\n}\n",
+               c * o);
     return 0;
 }
 
