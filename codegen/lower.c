@@ -284,10 +284,18 @@ static bool update_in_place(const Program *p, const Update *u) {
                 writers++;
             }
     }
-    if (first_write < 0)
+    if (first_write < 0 || last_read > first_write)
         return false;
-    return last_read < first_write ||
-           (last_read == first_write && writers == 1 && p->kernels[first_write].in_place);
+    if (last_read < first_write)
+        return true;
+    /* in place reads values of the result's type only where it writes: a view of
+       the param under another type is read elsewhere */
+    const Kernel *kn = &p->kernels[first_write];
+    for (int r = 0; r < kn->n_reads; r++)
+        if (kn->reads[r] >= 0 && storage_of(p, kn->reads[r]) == u->param &&
+            !type_equal(&p->g->values[kn->reads[r]].type, &p->g->values[v].type))
+            return false;
+    return writers == 1 && kn->in_place;
 }
 
 /* A kernel copying update u's value into its param's state, at the end of a run. */
