@@ -223,6 +223,25 @@ def fmt_ratio(a, b):
     return "-" if a is None or b is None else "%.2f" % (a / b)
 
 
+def checked_args(args, known_models):
+    """The kiln binary, the models and the thread counts of the command line, or exit."""
+    kiln = os.path.abspath(args.kiln)
+    if not os.access(kiln, os.X_OK):
+        sys.exit("no kiln binary at %s (build it, or pass --kiln)" % kiln)
+    models = args.models.split(",")
+    for name in models:
+        if name not in known_models:
+            sys.exit("unknown model '%s' (%s)" % (name, ", ".join(known_models)))
+    return kiln, models, [int(t) for t in args.threads.split(",")]
+
+
+def warn_if_loaded():
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print("load average %.1f before starting: other processes share the cores, so the times "
+              "are noisy" % load)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"), help="the kiln binary")
@@ -238,24 +257,14 @@ def main():
         worker(engine, name, int(threads), int(iters))
         return
 
-    kiln = os.path.abspath(args.kiln)
-    if not os.access(kiln, os.X_OK):
-        sys.exit("no kiln binary at %s (build it, or pass --kiln)" % kiln)
-    models = args.models.split(",")
-    for name in models:
-        if name not in MODELS:
-            sys.exit("unknown model '%s' (%s)" % (name, ", ".join(MODELS)))
-    threads = [int(t) for t in args.threads.split(",")]
+    kiln, models, threads = checked_args(args, MODELS)
     ort = have_onnxruntime()
     import torch
 
     print("kiln %s; PyTorch %s; ONNX Runtime %s; %d cores" % (
         kiln, torch.__version__, "yes" if ort else "not installed (pip install onnxruntime)",
         os.cpu_count()))
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print("load average %.1f before starting: other processes share the cores, so the times "
-              "are noisy" % load)
+    warn_if_loaded()
     print("batch-1 latency, median ms over the runs shown; ratio < 1: kiln is faster\n")
     header = "%-12s %7s %6s %10s %10s %11s" % ("model", "threads", "runs", "kiln ms", "torch ms", "kiln/torch")
     if ort:

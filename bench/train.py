@@ -373,21 +373,11 @@ def main():
             kiln_check_worker(*args.worker[1:])
         return
 
-    kiln = os.path.abspath(args.kiln)
-    if not os.access(kiln, os.X_OK):
-        sys.exit("no kiln binary at %s (build it, or pass --kiln)" % kiln)
-    models = args.models.split(",")
-    for name in models:
-        if name not in MODELS:
-            sys.exit("unknown model '%s' (%s)" % (name, ", ".join(MODELS)))
-    threads = [int(t) for t in args.threads.split(",")]
+    kiln, models, threads = bench.checked_args(args, MODELS)
     import torch
 
     print("kiln %s; PyTorch %s; %d cores" % (kiln, torch.__version__, os.cpu_count()))
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print("load average %.1f before starting: other processes share the cores, so the times "
-              "are noisy" % load)
+    bench.warn_if_loaded()
     print("one training step (forward, backward, SGD update), median ms over the runs shown; "
           "ratio < 1: kiln is faster\n")
     print("%-12s %6s %7s %6s %10s %10s %11s" % ("model", "batch", "threads", "runs", "kiln ms", "torch ms",

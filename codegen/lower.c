@@ -241,19 +241,26 @@ static int place_weights(Program *p, const TensorList *weights, Diag *d) {
     return 0;
 }
 
+/* A kernel of node n's copying value src into `dst` (a value id, or -1 - k for the
+ * caller's k-th output), element by element. */
+static int copy_kernel(Program *p, const Node *n, const char *what, int src, int dst, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, what);
+    if (!k)
+        return diag_error(d, (Loc){0}, "out of memory");
+    k->count = type_numel(&p->g->values[src].type);
+    k->grain = 16384;
+    kernel_writes(k, dst);
+    kernel_reads(k, src);
+    char out[32];
+    snprintf(out, sizeof out, "out%d", -1 - dst);
+    str_printf(&k->body, "%s[i] = %s[i];\n", dst < 0 ? out : value_name(p, dst), value_name(p, src));
+    return 0;
+}
+
 /* A value output a second time, or output while it is an input or a weight, is
  * copied into its output buffer by a kernel of its own. */
 static int copy_to_output(Program *p, int v, int slot, Diag *d) {
-    const Node *def = p->g->nodes[p->g->values[v].node];
-    Kernel *k = kernel_new(p, def, K_LOOP, "copy_to_output");
-    if (!k)
-        return diag_error(d, (Loc){0}, "out of memory");
-    k->count = type_numel(&p->g->values[v].type);
-    k->grain = 16384;
-    kernel_writes(k, -1 - slot);
-    kernel_reads(k, v);
-    str_printf(&k->body, "out%d[i] = %s[i];\n", slot, value_name(p, v));
-    return 0;
+    return copy_kernel(p, p->g->nodes[p->g->values[v].node], "copy_to_output", v, -1 - slot, d);
 }
 
 /* The value whose memory v's data is in: v, or the value its views lead to. */
@@ -300,16 +307,7 @@ static bool update_in_place(const Program *p, const Update *u) {
 
 /* A kernel copying update u's value into its param's state, at the end of a run. */
 static int copy_update(Program *p, const Update *u, Diag *d) {
-    const Graph *g = p->g;
-    Kernel *k = kernel_new(p, g->nodes[g->values[u->param].node], K_LOOP, "update");
-    if (!k)
-        return diag_error(d, (Loc){0}, "out of memory");
-    k->count = type_numel(&g->values[u->param].type);
-    k->grain = 16384;
-    kernel_reads(k, u->value);
-    kernel_writes(k, u->param);
-    str_printf(&k->body, "%s[i] = %s[i];\n", value_name(p, u->param), value_name(p, u->value));
-    return 0;
+    return copy_kernel(p, p->g->nodes[p->g->values[u->param].node], "update", u->value, u->param, d);
 }
 
 /* Applies the updates after the run's kernels. An update's value is either placed
@@ -320,7 +318,7 @@ static int copy_update(Program *p, const Update *u, Diag *d) {
  * updated in place, and the other copies come after it. */
 static int lower_updates(Program *p, Diag *d) {
     const Graph *g = p->g;
-    int n = g->n_updates, rc = 0;
+    int n = g->n_updates, rc = 0, n_staged = 0;
     bool *staged = ir_calloc((size_t)n + 1, sizeof *staged), *done = ir_calloc((size_t)n + 1, sizeof *done);
     bool *read_old = ir_calloc((size_t)g->n_values + 1, sizeof *read_old); /* per param */
     if (!staged || !done || !read_old)
@@ -330,6 +328,7 @@ static int lower_updates(Program *p, Diag *d) {
         done[k] = s == g->updates[k].param; /* the param itself: nothing changes */
         staged[k] = !done[k] && p->buf[s].kind == BUF_STATE;
         read_old[s] |= staged[k];
+        n_staged += staged[k];
     }
     for (int k = 0; !rc && k < n; k++) {
         const Update *u = &g->updates[k];
@@ -340,11 +339,8 @@ static int lower_updates(Program *p, Diag *d) {
                 p->buf[v] = p->buf[u->param];
         done[k] = true;
     }
-    int n_staged = 0;
-    for (int k = 0; k < n; k++)
-        n_staged += !rc && staged[k];
     Kernel *stage = NULL;
-    if (n_staged) {
+    if (!rc && n_staged) {
         const Update *first = NULL;
         for (int k = 0; k < n && !first; k++)
             first = staged[k] ? &g->updates[k] : NULL;

@@ -139,6 +139,38 @@ static void offset_expr(char *e, size_t cap, const char *var, const int64_t *str
         snprintf(e, cap, "0");
 }
 
+/* The LOOP of a pool gradient, one iteration per (batch, channel) plane of dx: the
+ * planes' pointers dxp and dyp (and xp, with x), the plane of dx zeroed, and the
+ * loops over dy's positions p opened; *at and *yat are the offsets of q in x and of
+ * p in dy. The caller emits the body and closes the loops. */
+static Kernel *plane_grad_loop(Program *p, const Node *n, const View *xv, const View *yv, bool with_x, char *at,
+                               char *yat, size_t cap, Diag *d) {
+    int ns = xv->ns;
+    int64_t plane = 1;
+    for (int j = 0; j < ns; j++)
+        plane *= xv->sp[j];
+    Kernel *k = kernel_loop(p, n, NULL, xv->n * xv->c, 16384 / (plane ? plane : 1) + 1, d);
+    if (!k)
+        return NULL;
+    Str *s = &k->body;
+    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv->c, (long long)xv->c);
+    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv->sn,
+               (long long)xv->sc);
+    if (with_x)
+        str_printf(s, "const float *xp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[1]),
+                   (long long)xv->sn, (long long)xv->sc);
+    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv->sn,
+               (long long)yv->sc);
+    at[0] = yat[0] = 0;
+    offset_expr(at, cap, "q", xv->ss, ns);
+    open_loops(s, "q", xv->sp, ns);
+    str_printf(s, "dxp[%s] = 0.0f;\n", at);
+    close_loops(s, ns);
+    offset_expr(yat, cap, "p", yv->ss, ns);
+    open_loops(s, "p", yv->sp, ns);
+    return k;
+}
+
 /* Iteration i is one (batch, channel) plane of dx: zeroed, then each of dy's windows
  * adds its share, in the reference's order, so no two iterations write one element. */
 int lower_pool_grad(Program *p, const Node *n, Diag *d) {
@@ -146,32 +178,17 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL_GRAD;
     View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
     int ns = xv.ns;
-    int64_t kernel[3], strides[3], pads[6], dilations[3] = {1, 1, 1}, plane = 1;
+    int64_t kernel[3], strides[3], pads[6], dilations[3] = {1, 1, 1};
     node_ints(n, "kernel", kernel, 3, ns);
     node_ints(n, "strides", strides, 3, ns);
     node_ints(n, "pads", pads, 6, 2 * ns);
     if (is_max)
         node_ints(n, "dilations", dilations, 3, ns);
-    for (int j = 0; j < ns; j++)
-        plane *= xv.sp[j];
-    Kernel *k = kernel_loop(p, n, NULL, xv.n * xv.c, 16384 / (plane ? plane : 1) + 1, d);
+    char at[256], yat[256];
+    Kernel *k = plane_grad_loop(p, n, &xv, &yv, true, at, yat, sizeof at, d);
     if (!k)
         return -1;
     Str *s = &k->body;
-    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv.c, (long long)xv.c);
-    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv.sn,
-               (long long)xv.sc);
-    str_printf(s, "const float *xp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[1]), (long long)xv.sn,
-               (long long)xv.sc);
-    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv.sn,
-               (long long)yv.sc);
-    char at[256] = "", yat[256] = "";
-    offset_expr(at, sizeof at, "q", xv.ss, ns);
-    open_loops(s, "q", xv.sp, ns);
-    str_printf(s, "dxp[%s] = 0.0f;\n", at);
-    close_loops(s, ns);
-    offset_expr(yat, sizeof yat, "p", yv.ss, ns);
-    open_loops(s, "p", yv.sp, ns);
     str_printf(s, "float g = dyp[%s];\n", yat);
     for (int j = 0; j < ns; j++)
         str_printf(s, "int64_t s%d = p%d * %lld - %lld;\n", j, j, (long long)strides[j], (long long)pads[j]);
@@ -219,25 +236,11 @@ int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
     int ns = xv.ns;
-    int64_t plane = 1;
-    for (int j = 0; j < ns; j++)
-        plane *= xv.sp[j];
-    Kernel *k = kernel_loop(p, n, NULL, xv.n * xv.c, 16384 / (plane ? plane : 1) + 1, d);
+    char at[256], yat[256];
+    Kernel *k = plane_grad_loop(p, n, &xv, &yv, false, at, yat, sizeof at, d);
     if (!k)
         return -1;
     Str *s = &k->body;
-    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv.c, (long long)xv.c);
-    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv.sn,
-               (long long)xv.sc);
-    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv.sn,
-               (long long)yv.sc);
-    char at[256] = "", yat[256] = "";
-    offset_expr(at, sizeof at, "q", xv.ss, ns);
-    open_loops(s, "q", xv.sp, ns);
-    str_printf(s, "dxp[%s] = 0.0f;\n", at);
-    close_loops(s, ns);
-    offset_expr(yat, sizeof yat, "p", yv.ss, ns);
-    open_loops(s, "p", yv.sp, ns);
     str_printf(s, "int64_t count = 1;\n");
     for (int j = 0; j < ns; j++) {
         long long in = xv.sp[j], out = yv.sp[j];

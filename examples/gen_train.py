@@ -34,9 +34,8 @@ to 1.3) it waits about 40 steps near log 4, then drops, and float32 and float64
 part by 0.17 after step 100 (as kiln and PyTorch then do).
 """
 
-import json
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
@@ -44,6 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "ref"))
+from gen_reference import write_safetensors  # noqa: E402
 
 N, SIZE, CLASSES = 256, 16, 4
 BATCH, STEPS, LR, MOMENTUM = 32, 300, 0.05, 0.9
@@ -81,24 +82,6 @@ class TrainCNN(nn.Module):
         x = F.max_pool2d(torch.relu(self.conv1(x)), 2, 2)
         x = F.max_pool2d(torch.relu(self.conv2(x)), 2, 2)
         return self.fc(torch.flatten(x, 1))
-
-
-def write_safetensors(path, tensors):
-    """tensors: name -> float32 numpy array. The format: an 8-byte little-endian header
-    length, the JSON header {name: {dtype, shape, data_offsets}}, then the data."""
-    header, blobs, offset = {}, [], 0
-    for name, a in tensors.items():
-        data = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # pad so that the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def batch_indices(step):

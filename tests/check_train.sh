@@ -2,7 +2,8 @@
 # The training example end to end: every pass of the training step checked in the
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
-# curve PyTorch gives from the same weights (examples/gen_train.py).
+# curve PyTorch gives from the same weights (examples/gen_train.py). Bad data files
+# are errors naming the file, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 dir=$3
@@ -12,3 +13,13 @@ trap 'rm -rf "$tmp"' EXIT
 "$kiln" compile "$dir/train_cnn.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/train_cnn.so"
 "$driver" "$tmp/train_cnn.so" "$dir/train_x.npy" "$dir/train_y.npy" 300 --expect "$dir/train_cnn_loss.npy" |
   tail -n 2
+head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
+expect_error() {
+  status=0
+  "$@" > "$tmp/out" 2>&1 || status=$?
+  [ "$status" -eq 1 ] || { echo "exit status $status, expected 1: $*" >&2; exit 1; }
+}
+expect_error "$driver" "$tmp/train_cnn.so" "$tmp/short.npy" "$dir/train_y.npy" 3
+grep -q "short.npy: truncated" "$tmp/out"
+expect_error "$driver" "$tmp/train_cnn.so" "$dir/train_y.npy" "$dir/train_x.npy" 3
+grep -q "train_y.npy: shape \[256, 4\], but the model's input 'x' is \[32, 1, 16, 16\]" "$tmp/out"

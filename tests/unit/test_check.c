@@ -83,16 +83,28 @@ static const char model[] = "input x : f32[2, 3]\n"
                             "z = relu(y)\n"
                             "output y, z\n";
 
-/* Parses the model, starts a check on random inputs, and hands back the graph. */
-static Graph *start(Check *k, SrcFile **src, Diag *d, FILE *out) {
+/* A training step: a pass that changes only the new value of p must be caught too. */
+static const char step_model[] = "input x : f32[3]\n"
+                                 "param p : f32[3] = ones\n"
+                                 "y = mul(x, p)\n"
+                                 "q = add(p, y)\n"
+                                 "update p = q\n"
+                                 "output y\n";
+
+/* Parses a model, starts a check on random inputs, and hands back the graph. */
+static Graph *start_model(const char *text, Check *k, SrcFile **src, Diag *d, FILE *out) {
     diag_init(d, out);
-    *src = srcfile_from_string("t.kiln", model);
+    *src = srcfile_from_string("t.kiln", text);
     Graph *g = parse_model(*src, d);
     assert_non_null(g);
     assert_int_equal(verify_graph(g, d), 0);
     TensorList w = {0};
     assert_int_equal(check_begin(k, g, &w, NULL, d), 0);
     return g;
+}
+
+static Graph *start(Check *k, SrcFile **src, Diag *d, FILE *out) {
+    return start_model(model, k, src, d, out);
 }
 
 static int stage(Check *k, Graph *g, Diag *d) {
@@ -170,6 +182,26 @@ static void test_stage_wrong_op(void **state) {
     srcfile_free(src);
 }
 
+/* An update's value changed (add -> sub) while every output stays the same. */
+static void test_stage_update_drift(void **state) {
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    Check k;
+    SrcFile *src;
+    Diag d;
+    Graph *g = start_model(step_model, &k, &src, &d, out);
+    g->nodes[g->values[graph_find(g, "q")].node]->op = OP_SUB;
+    assert_int_equal(stage(&k, g, &d), -1);
+    fclose(out);
+    assert_non_null(strstr(text, "check: pass 'fake' changed the new value of param 'p': largest error "));
+    free(text);
+    check_free(&k);
+    graph_free(g);
+    srcfile_free(src);
+}
+
 /* Outputs computed elsewhere (a target) against the reference. */
 static void test_target_outputs(void **state) {
     (void)state;
@@ -230,6 +262,7 @@ int main(void) {
         cmocka_unit_test(test_stage_ok),
         cmocka_unit_test(test_stage_drift),
         cmocka_unit_test(test_stage_wrong_op),
+        cmocka_unit_test(test_stage_update_drift),
         cmocka_unit_test(test_target_outputs),
         cmocka_unit_test(test_inputs_deterministic),
     };
