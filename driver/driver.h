@@ -25,6 +25,9 @@ typedef struct {
     int n_weights;
     Binding inputs[MAX_FILES], outputs[MAX_FILES];
     int n_inputs, n_outputs;
+    Binding binds[MAX_FILES]; /* --bind: ONNX graph inputs made constants */
+    int n_binds;
+    const char *weights_out;  /* --weights-out (kiln import) */
     PipelineOptions pipeline;
     const char *disabled[MAX_FILES];
     bool list_passes;
@@ -42,7 +45,8 @@ JitOptions jit_options(const Options *o);
  * option names such as "-o --weights --input". Returns 0, or EXIT_USAGE after a message. */
 int parse_options(int argc, char **argv, int first, const char *allowed, const char *usage, Options *o);
 
-/* Reads and parses the model, checks it, and reads the weights (every param without
+/* Reads and parses the model (.kiln text, or .onnx through the importer, whose
+ * weights come first in `weights`), checks it, and reads the weights (every param without
  * an initializer must have one when require_weights). 0 or EXIT_USER. */
 int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
                TensorList *weights);
@@ -55,5 +59,6 @@ int cmd_compile(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_opt(int argc, char **argv);
 int cmd_dot(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 #endif

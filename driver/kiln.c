@@ -21,6 +21,7 @@ static const char usage_main[] =
     "  bench    time a model's runs, and with --profile each kernel's share\n"
     "  opt      parse, verify and optimize a model, and print it\n"
     "  dot      draw a model after the passes as a Graphviz graph\n"
+    "  import   translate an ONNX model into a .kiln model and its weights\n"
     "\n"
     "`kiln COMMAND --help` describes a command's options.\n"
     "Exit status: 0 success, 1 bad model/weights/inputs, 2 bad command line, 3 internal error.\n";
@@ -80,9 +81,12 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
                            strcmp(key, "--input") == 0 || strcmp(key, "--output") == 0 ||
                            strcmp(key, "--target") == 0 || strcmp(key, "--passes") == 0 ||
                            strcmp(key, "--dump-dir") == 0 || strcmp(key, "--emit-source") == 0 ||
-                           strcmp(key, "--header") == 0 || strcmp(key, "--steps") == 0;
+                           strcmp(key, "--header") == 0 || strcmp(key, "--steps") == 0 ||
+                           strcmp(key, "--bind") == 0 || strcmp(key, "--weights-out") == 0;
         bool is_no_pass = strncmp(key, "--no-", 5) == 0 && key[5];
-        if (!allowed_option(allowed, is_no_pass ? "--no-PASS" : key))
+        /* --bind goes with every command that reads a model with its weights */
+        bool bind_ok = strcmp(key, "--bind") == 0 && allowed_option(allowed, "--weights");
+        if (!bind_ok && !allowed_option(allowed, is_no_pass ? "--no-PASS" : key))
             return usage_error(usage, "unknown option '%s'", arg);
         if (takes_value) {
             value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
@@ -92,7 +96,7 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
             return usage_error(usage, "option '%s' takes no value", key);
         }
         if (o->n_weights == MAX_FILES || o->n_inputs == MAX_FILES || o->n_outputs == MAX_FILES ||
-            o->pipeline.n_disabled == MAX_FILES)
+            o->pipeline.n_disabled == MAX_FILES || o->n_binds == MAX_FILES)
             return usage_error(usage, "too many options%s", "");
         if (strcmp(key, "-o") == 0)
             o->out = value;
@@ -104,6 +108,11 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
         } else if (strcmp(key, "--output") == 0) {
             if (parse_binding(value, &o->outputs[o->n_outputs++], usage))
                 return EXIT_USAGE;
+        } else if (strcmp(key, "--bind") == 0) {
+            if (parse_binding(value, &o->binds[o->n_binds++], usage))
+                return EXIT_USAGE;
+        } else if (strcmp(key, "--weights-out") == 0) {
+            o->weights_out = value;
         } else if (strcmp(key, "--target") == 0) {
             if (strcmp(value, "interp") && strcmp(value, "c") && strcmp(value, "cuda"))
                 return usage_error(usage, "unknown target '%s' (interp, c or cuda)", value);
@@ -177,14 +186,24 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
                TensorList *weights) {
     *src = NULL;
     *g = NULL;
-    if (ends_with(o->model, ".onnx") || ends_with(o->model, ".so")) {
-        diag_error(d, (Loc){0}, "'%s': this command reads .kiln models%s", o->model,
-                   ends_with(o->model, ".onnx") ? " (ONNX import is not available in this version)" : "");
+    if (ends_with(o->model, ".so")) {
+        diag_error(d, (Loc){0}, "'%s': this command reads .kiln and .onnx models", o->model);
         return EXIT_USER;
     }
-    *src = srcfile_read(o->model, d);
-    if (!*src || !(*g = parse_model(*src, d)) || verify_graph(*g, d))
+    if (is_onnx_path(o->model)) {
+        OnnxBind binds[MAX_FILES];
+        for (int i = 0; i < o->n_binds; i++)
+            binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file};
+        if (!(*g = onnx_import(o->model, binds, o->n_binds, weights, d)))
+            return EXIT_USER;
+    } else if (o->n_binds) {
+        diag_error(d, (Loc){0}, "--bind applies to the inputs of .onnx models; '%s' is not one", o->model);
         return EXIT_USER;
+    } else {
+        *src = srcfile_read(o->model, d);
+        if (!*src || !(*g = parse_model(*src, d)) || verify_graph(*g, d))
+            return EXIT_USER;
+    }
     for (int i = 0; i < o->n_weights; i++)
         if (safetensors_read(o->weights[i], weights, d))
             return EXIT_USER;
@@ -206,10 +225,8 @@ int main(int argc, char **argv) {
         return cmd_bench(argc, argv);
     if (strcmp(argv[1], "dot") == 0)
         return cmd_dot(argc, argv);
-    if (strcmp(argv[1], "import") == 0) {
-        fprintf(stderr, "kiln: error: 'kiln %s' is not available in this version of kiln\n", argv[1]);
-        return EXIT_USER;
-    }
+    if (strcmp(argv[1], "import") == 0)
+        return cmd_import(argc, argv);
     fprintf(stderr, "kiln: error: unknown command '%s'\n%s", argv[1], usage_main);
     return EXIT_USAGE;
 }

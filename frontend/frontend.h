@@ -82,6 +82,38 @@ int npy_encode(const Tensor *t, unsigned char **buf, size_t *len);
 int safetensors_parse(const unsigned char *buf, size_t len, const char *name, TensorList *out, Diag *d);
 int safetensors_read(const char *path, TensorList *out, Diag *d);
 int safetensors_write(const char *path, const TensorList *l, Diag *d);
+/* The bytes of a safetensors file holding l; -1 when out of memory. */
+int safetensors_encode(const TensorList *l, unsigned char **buf, size_t *len);
+
+/* ---- ONNX import (onnx.c, onnx_tensor.c, onnx_ops.c; docs/onnx.md) ----
+ *
+ * A ModelProto becomes a verified Graph: graph inputs become `input`s, float
+ * initializers `param`s whose values go to `weights`, small constants `const`s, and
+ * each node one or a few kiln ops. Shape-like parameters (Reshape's shape, Slice's
+ * starts, Resize's scales, ...) must be constants at import: initializers, Constant
+ * nodes, shapes folded at import, or graph inputs bound to a value with a binding
+ * (NAME=FILE, FILE an .npy or an ONNX TensorProto .pb). Every error names the file
+ * and the node (name, op type, domain, opset) or tensor; all unsupported nodes of a
+ * model are listed at once. */
+
+typedef struct {
+    const char *name; /* a graph input */
+    const char *file; /* its value: .npy (f32) or .pb (an ONNX TensorProto) */
+} OnnxBind;
+
+/* Whether a model path names an ONNX file (ends in .onnx). */
+bool is_onnx_path(const char *path);
+/* Imports the model at path; external data is read from its directory. Appends the
+ * params' values to weights. NULL after diagnostics. */
+Graph *onnx_import(const char *path, const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d);
+/* The same from bytes in memory, named `name` in messages; dir is where external
+ * data files are looked for (NULL: a model with external data is an error). */
+Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name, const char *dir,
+                          const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d);
+/* A TensorProto file (the conformance tests' input_N.pb) as an f32 tensor, its
+ * values converted from the file's dtype; *name (may be NULL) gets its name,
+ * ir_malloc'ed. -1 after a diagnostic. */
+int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d);
 
 /* Reads a whole binary file; -1 after a diagnostic naming it. */
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d);

@@ -234,17 +234,17 @@ static char *header_json(const TensorList *l) {
     return text;
 }
 
-int safetensors_write(const char *path, const TensorList *l, Diag *d) {
+int safetensors_encode(const TensorList *l, unsigned char **out, size_t *len) {
     char *json = header_json(l);
     if (!json)
-        return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
+        return -1;
     size_t n = strlen(json), padded = (n + 7) / 8 * 8, data = 0;
     for (int i = 0; i < l->n; i++)
         data += sizeof(float) * (size_t)type_numel(&l->items[i].tensor->type);
     unsigned char *buf = ir_malloc(8 + padded + data);
     if (!buf) {
         cJSON_free(json);
-        return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
+        return -1;
     }
     for (int i = 0; i < 8; i++)
         buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
@@ -257,7 +257,17 @@ int safetensors_write(const char *path, const TensorList *l, Diag *d) {
         memcpy(p, l->items[i].tensor->data, bytes);
         p += bytes;
     }
-    int rc = write_file_atomic(path, buf, 8 + padded + data, d);
+    *out = buf;
+    *len = 8 + padded + data;
+    return 0;
+}
+
+int safetensors_write(const char *path, const TensorList *l, Diag *d) {
+    unsigned char *buf;
+    size_t len;
+    if (safetensors_encode(l, &buf, &len))
+        return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
+    int rc = write_file_atomic(path, buf, len, d);
     ir_free(buf);
     return rc;
 }
