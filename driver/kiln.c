@@ -193,7 +193,7 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
     if (is_onnx_path(o->model)) {
         OnnxBind binds[MAX_FILES];
         for (int i = 0; i < o->n_binds; i++)
-            binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file};
+            binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file, false};
         if (!(*g = onnx_import(o->model, binds, o->n_binds, weights, d)))
             return EXIT_USER;
     } else if (o->n_binds) {

@@ -99,6 +99,8 @@ int safetensors_encode(const TensorList *l, unsigned char **buf, size_t *len);
 typedef struct {
     const char *name; /* a graph input */
     const char *file; /* its value: .npy (f32) or .pb (an ONNX TensorProto) */
+    bool if_needed;   /* a constant only where an op needs one; elsewhere still an
+                         input (the conformance runner binds every input this way) */
 } OnnxBind;
 
 /* Whether a model path names an ONNX file (ends in .onnx). */

@@ -85,12 +85,20 @@ static Sym *sym_add(Importer *im, const char *name) {
     uint64_t j = hash_str(name) & (uint64_t)(im->cap_syms - 1);
     while (im->syms[j].name)
         j = (j + 1) & (uint64_t)(im->cap_syms - 1);
-    im->syms[j] = (Sym){name, -1, NULL};
+    im->syms[j] = (Sym){name, -1, NULL, NULL};
     im->n_syms++;
     return &im->syms[j];
 }
 
 /* ---- Errors ---- */
+
+/* "node 'NAME'", or "node #I" for an unnamed one (exporters often leave names out). */
+static void node_desc(const Onnx__NodeProto *n, int index, char *buf, size_t cap) {
+    if (*str(n->name))
+        snprintf(buf, cap, "node '%.256s'", n->name);
+    else
+        snprintf(buf, cap, "node #%d", index);
+}
 
 int im_error(Importer *im, const char *fmt, ...) {
     char msg[1024];
@@ -101,8 +109,10 @@ int im_error(Importer *im, const char *fmt, ...) {
     const Onnx__NodeProto *n = im->node;
     if (!n)
         return diag_error(im->d, (Loc){0}, "%s: %s", im->file, msg);
-    return diag_error(im->d, (Loc){0}, "%s: node '%s' (%s, domain %s, opset %lld): %s", im->file, str(n->name),
-                      str(n->op_type), *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
+    char who[320];
+    node_desc(n, im->node_index, who, sizeof who);
+    return diag_error(im->d, (Loc){0}, "%s: %s (%s, domain %s, opset %lld): %s", im->file, who, str(n->op_type),
+                      *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
 }
 
 OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims) {
@@ -173,10 +183,18 @@ static int materialize(Importer *im, Sym *s) {
     return 0;
 }
 
+static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s);
+
 int im_input(Importer *im, int k, int *value) {
     Sym *s = input_sym(im, k);
     if (!s)
         return im_error(im, "input %d is required", k + 1);
+    if (s->value < 0 && s->lazy) { /* read as data: an input after all */
+        s->c = NULL;
+        if (declare_input(im, s->lazy, s))
+            return -1;
+        s->lazy = NULL;
+    }
     if (s->value < 0 && materialize(im, s))
         return -1;
     *value = s->value;
@@ -423,9 +441,10 @@ int im_finish(Importer *im, Node *n, int out_k) {
         return im_error(im, "out of memory");
     if (attrs_normalize(im->g, n, im->d) || infer_node(im->g, n, im->d)) {
         const Onnx__NodeProto *p = im->node;
-        diag_note(im->d, "while importing node '%s' (%s, domain %s, opset %lld) of %s as kiln's %s", str(p->name),
-                  str(p->op_type), *str(p->domain) ? p->domain : "ai.onnx", (long long)im->opset, im->file,
-                  op_table[n->op].name);
+        char who[320];
+        node_desc(p, im->node_index, who, sizeof who);
+        diag_note(im->d, "while importing %s (%s, domain %s, opset %lld) of %s as kiln's %s", who, str(p->op_type),
+                  *str(p->domain) ? p->domain : "ai.onnx", (long long)im->opset, im->file, op_table[n->op].name);
         return -1;
     }
     if (s)
@@ -516,7 +535,9 @@ static int check_supported(Importer *im, const Onnx__GraphProto *gp) {
         if (!bad)
             diag_error(im->d, (Loc){0}, "%s: the model uses ops kiln cannot import:", im->file);
         bad++;
-        diag_note(im->d, "node '%s': op %s, domain %s, opset %lld%s", str(n->name), str(n->op_type),
+        char who[320];
+        node_desc(n, (int)i, who, sizeof who);
+        diag_note(im->d, "%s: op %s, domain %s, opset %lld%s", who, str(n->op_type),
                   *domain ? domain : "ai.onnx", (long long)im->opset,
                   default_domain ? "" : " (kiln imports the default domain only)");
     }
@@ -667,6 +688,8 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
                                   im->file, name, bind->file, type_str(&got, bb, sizeof bb), type_str(&t, a, sizeof a));
             }
             bool want_int = dtype != 1 && dtype != 10 && dtype != 11 && dtype != 16;
+            if (!want_int)
+                c->is_int = false; /* its f32 values stand */
             if (want_int && !c->is_int) {
                 c->is_int = true;
                 c->ints = arena_alloc(&im->arena, sizeof(int64_t) * (size_t)(c->numel ? c->numel : 1));
@@ -676,6 +699,8 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
                     c->ints[i] = (int64_t)c->f[i];
             }
             s->c = c;
+            if (bind->if_needed)
+                s->lazy = vi;
             continue;
         }
         if (declare_input(im, vi, s))
@@ -730,16 +755,17 @@ static int sort_nodes(Importer *im, const Onnx__GraphProto *gp, int *order) {
                 if (!*in)
                     continue;
                 Sym *s = im_sym(im, in);
+                char who[320];
+                node_desc(p, i, who, sizeof who);
                 if (!s) {
-                    rc = diag_error(im->d, (Loc){0},
-                                    "%s: node '%s' (%s) uses '%s', which no node, input or initializer defines",
-                                    im->file, str(p->name), str(p->op_type), in);
+                    rc = diag_error(im->d, (Loc){0}, "%s: %s (%s) uses '%s', which no node, input or initializer defines",
+                                    im->file, who, str(p->op_type), in);
                     break;
                 }
                 int def = prod[s - im->syms];
                 if (def >= 0 && state[def] == 1) {
-                    rc = diag_error(im->d, (Loc){0}, "%s: the graph has a cycle through node '%s' (%s) and '%s'",
-                                    im->file, str(p->name), str(p->op_type), in);
+                    rc = diag_error(im->d, (Loc){0}, "%s: the graph has a cycle: %s (%s) uses '%s', which depends on it",
+                                    im->file, who, str(p->op_type), in);
                     break;
                 }
                 if (def >= 0 && state[def] == 0)
@@ -765,8 +791,9 @@ done:
     return rc;
 }
 
-static int import_node(Importer *im, const Onnx__NodeProto *p) {
+static int import_node(Importer *im, const Onnx__NodeProto *p, int index) {
     im->node = p;
+    im->node_index = index;
     im->attr_used = ir_calloc(p->n_attribute + 1, sizeof(bool));
     if (!im->attr_used)
         return im_error(im, "out of memory");
@@ -798,6 +825,11 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
         Sym *s = im_sym(im, str(vi->name));
         if (!s)
             return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is not defined", im->file, str(vi->name));
+        if (s->value < 0 && s->lazy) {
+            s->c = NULL;
+            if (declare_input(im, s->lazy, s))
+                return -1;
+        }
         if (s->value < 0 && s->c && s->c->is_int)
             return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is an integer tensor; kiln computes in f32",
                               im->file, s->name);
@@ -878,7 +910,7 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     if (!rc)
         rc = sort_nodes(&im, gp, order);
     for (size_t i = 0; !rc && i < gp->n_node; i++)
-        rc = import_node(&im, gp->node[order[i]]);
+        rc = import_node(&im, gp->node[order[i]], order[i]);
     if (!rc)
         rc = set_outputs(&im, gp);
     if (!rc) {

@@ -29,6 +29,7 @@ typedef struct {
     const char *name;
     int value;   /* kiln value id, or -1 */
     OConst *c;   /* or a constant */
+    const Onnx__ValueInfoProto *lazy; /* a graph input bound if_needed: declared when read as data */
 } Sym;
 
 typedef struct {
@@ -42,6 +43,7 @@ typedef struct {
     Sym *syms;        /* open addressing by name */
     int cap_syms, n_syms;
     const Onnx__NodeProto *node; /* being imported */
+    int node_index;              /* its index in the graph's node list */
     bool *attr_used;  /* per attribute of node */
 } Importer;
 

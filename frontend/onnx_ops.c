@@ -73,14 +73,20 @@ static Sym *sym_in(Importer *im, int k) {
     return im_has_input(im, k) ? im_sym(im, im->node->input[k]) : NULL;
 }
 
+/* Input k's constant if ops on it fold at import: a constant, except a float graph
+ * input bound only where needed (the conformance runner's), which stays data. */
+static OConst *folded(Importer *im, int k) {
+    Sym *s = sym_in(im, k);
+    return s && s->c && (!s->lazy || s->c->is_int) ? s->c : NULL;
+}
+
 /* Whether every given input is a constant (then shape ops fold). */
 static bool all_const(Importer *im) {
     bool any = false;
     for (int k = 0; k < im_n_inputs(im); k++) {
-        Sym *s = sym_in(im, k);
-        if (s && !s->c)
+        if (im_has_input(im, k) && !folded(im, k))
             return false;
-        any |= s != NULL;
+        any |= im_has_input(im, k);
     }
     return any;
 }
@@ -88,6 +94,18 @@ static bool all_const(Importer *im) {
 /* ---- Elementwise ---- */
 
 static int unary(Importer *im, OpId op) {
+    OConst *c = folded(im, 0);
+    if (c && c->is_int && (op == OP_NEG || op == OP_ABS)) { /* shape arithmetic */
+        OConst *r = oconst_new(im, true, c->rank, c->dims);
+        if (!r)
+            return im_error(im, "out of memory");
+        for (int64_t i = 0; i < c->numel; i++) {
+            int64_t v = c->ints[i] == INT64_MIN ? INT64_MAX : c->ints[i];
+            r->ints[i] = op == OP_NEG ? -v : v < 0 ? -v : v;
+            r->f[i] = (float)r->ints[i];
+        }
+        return im_define_const(im, 0, r);
+    }
     int x;
     if (im_input(im, 0, &x))
         return -1;
@@ -112,9 +130,8 @@ UNARY(imp_hardswish, OP_HARDSWISH)
 /* Identity, Dropout in inference: the value under its new name (constants stay
  * constants). */
 static int imp_identity(Importer *im) {
-    Sym *s = sym_in(im, 0);
-    if (s && s->c)
-        return im_define_const(im, 0, s->c);
+    if (folded(im, 0))
+        return im_define_const(im, 0, folded(im, 0));
     int x;
     return im_input(im, 0, &x) || im_alias(im, 0, x);
 }
@@ -616,9 +633,33 @@ static int imp_layer_norm(Importer *im) {
     if (im_has_input(im, 2) && im_input(im, 2, &in[n_in++]))
         return -1;
     Node *n = im_node(im, OP_LAYER_NORM, n_in, in);
-    return !n || im_set_int(im, n, "axis", axis) || im_set_float(im, n, "epsilon", eps) || im_finish(im, n, 0) < 0
-               ? -1
-               : 0;
+    if (!n || im_set_int(im, n, "axis", axis) || im_set_float(im, n, "epsilon", eps) || im_finish(im, n, 0) < 0)
+        return -1;
+    bool want_mean = im_n_outputs(im) > 1 && *im->node->output[1];
+    bool want_inv = im_n_outputs(im) > 2 && *im->node->output[2];
+    if (!want_mean && !want_inv)
+        return 0;
+    /* The optional outputs: the mean and 1 / sqrt(var + epsilon) over the normalized
+     * dims, kept with size 1. */
+    Type t;
+    int a;
+    if (input_type(im, 0, &t) || axis_in(im, axis, t.rank, &a))
+        return -1;
+    int64_t axes[KILN_MAX_RANK];
+    for (int k = a; k < t.rank; k++)
+        axes[k - a] = k;
+    int mean, diff, var;
+    if (!(n = im_node(im, OP_MEAN, 1, in)) || im_set_ints(im, n, "axes", axes, t.rank - a) ||
+        im_set_int(im, n, "keepdims", 1) || (mean = im_finish(im, n, want_mean ? 1 : -1)) < 0)
+        return -1;
+    if (!want_inv)
+        return 0;
+    if ((diff = im_binary(im, OP_SUB, in[0], mean, -1)) < 0 || (var = im_binary(im, OP_MUL, diff, diff, -1)) < 0 ||
+        !(n = im_node(im, OP_MEAN, 1, &var)) || im_set_ints(im, n, "axes", axes, t.rank - a) ||
+        im_set_int(im, n, "keepdims", 1) || (var = im_finish(im, n, -1)) < 0 ||
+        (var = im_binary(im, OP_ADD, var, im_scalar(im, eps), -1)) < 0 || (var = im_unary(im, OP_SQRT, var, -1)) < 0)
+        return -1;
+    return im_binary(im, OP_DIV, im_scalar(im, 1), var, 2) < 0 ? -1 : 0;
 }
 
 static int reshape_to(Importer *im, int x, const int64_t *dims, int rank, int out_k);
@@ -808,9 +849,8 @@ static int imp_reshape(Importer *im) {
             return im_error(im, "cannot reshape %lld elements to the given shape", (long long)numel);
         dims[infer] = numel / known;
     }
-    Sym *s = sym_in(im, 0);
-    if (s && s->c)
-        return const_reshape(im, s->c, dims, n);
+    if (folded(im, 0))
+        return const_reshape(im, folded(im, 0), dims, n);
     int x;
     if (im_input(im, 0, &x))
         return -1;
@@ -850,8 +890,8 @@ static int squeeze_like(Importer *im, bool un) {
     Type t;
     if (input_type(im, 0, &t))
         return -1;
-    Sym *s = sym_in(im, 0);
-    if (s && s->c) { /* fold: the new shape by the same rule */
+    OConst *c0 = folded(im, 0);
+    if (c0) { /* fold: the new shape by the same rule */
         int64_t dims[KILN_MAX_RANK];
         int rank = 0;
         bool mark[KILN_MAX_RANK + MAXL] = {0};
@@ -872,7 +912,7 @@ static int squeeze_like(Importer *im, bool un) {
                 if (!(n_axes ? mark[k] : t.dims[k] == 1))
                     dims[rank++] = t.dims[k];
         }
-        return const_reshape(im, s->c, dims, rank);
+        return const_reshape(im, c0, dims, rank);
     }
     int x;
     if (im_input(im, 0, &x))
@@ -1017,9 +1057,8 @@ static int imp_slice(Importer *im) {
     if (!rs)
         for (int k = 0; k < ns; k++)
             steps[k] = 1;
-    Sym *s = sym_in(im, 0);
-    if (s && s->c)
-        return fold_slice(im, s->c, starts, ends, axes, steps, ns);
+    if (folded(im, 0))
+        return fold_slice(im, folded(im, 0), starts, ends, axes, steps, ns);
     int x;
     if (im_input(im, 0, &x))
         return -1;
@@ -1350,19 +1389,23 @@ static int imp_cast(Importer *im) {
     int64_t to = 0;
     if (im_attr_int(im, "to", &to) < 0)
         return -1;
-    Sym *s = sym_in(im, 0);
+    OConst *src = folded(im, 0);
     bool to_float = to == 1 || to == 10 || to == 11 || to == 16;
     bool to_int = to == 2 || to == 3 || to == 4 || to == 5 || to == 6 || to == 7 || to == 9 || to == 12 || to == 13;
-    if (s && s->c) {
-        OConst *c = oconst_new(im, to_int, s->c->rank, s->c->dims);
+    if (src) {
+        OConst *c = oconst_new(im, to_int, src->rank, src->dims);
         if (!c)
             return im_error(im, "out of memory");
         if (!to_float && !to_int)
             return im_error(im, "cast to %s is not supported", onnx_dtype_name((int32_t)to));
         for (int64_t i = 0; i < c->numel; i++) {
-            double v = s->c->is_int ? (double)s->c->ints[i] : s->c->f[i];
+            double v = src->is_int ? (double)src->ints[i] : src->f[i];
             if (to_int) {
-                int64_t iv = s->c->is_int ? s->c->ints[i] : isnan(v) ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
+                int64_t iv = src->is_int ? src->ints[i]
+                             : isnan(v)      ? 0
+                             : v >= 9.2e18   ? INT64_MAX
+                             : v <= -9.2e18  ? INT64_MIN
+                                             : (int64_t)v;
                 c->ints[i] = to == 9 ? iv != 0 : iv;
                 c->f[i] = (float)c->ints[i];
             } else {
@@ -1471,9 +1514,8 @@ static int imp_gather(Importer *im) {
             dims[rank++] = t.dims[k];
         }
     }
-    Sym *s = sym_in(im, 0);
-    if (s->c) {
-        OConst *c = s->c, *out = oconst_new(im, c->is_int, rank, dims);
+    if (folded(im, 0)) {
+        OConst *c = folded(im, 0), *out = oconst_new(im, c->is_int, rank, dims);
         if (!out)
             return im_error(im, "out of memory");
         int64_t outer = 1, inner = 1;

@@ -278,14 +278,16 @@ int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d) {
     int rc = 0;
     Onnx__TensorProto *t = onnx__tensor_proto__unpack(&onnx_allocator, len, buf);
     OConst *c = NULL;
+    if (t && name && t->name && !(*name = ir_strdup(t->name)))
+        rc = diag_error(d, (Loc){0}, "out of memory");
     if (!t)
         rc = diag_error(d, (Loc){0}, "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)", path);
-    else if (!(rc = onnx_tensor_decode(&im, t, "the tensor", &c)) && c->numel == 0)
+    else if (!rc && !(rc = onnx_tensor_decode(&im, t, "the tensor", &c)) && c->numel == 0)
         rc = diag_error(d, (Loc){0}, "%s: the tensor has no elements (kiln's tensors have at least one)", path);
     if (!rc) {
         Type ty = type_make(c->rank, c->dims);
         *out = tensor_new(&ty);
-        if (!*out || (name && t->name && !(*name = ir_strdup(t->name)))) {
+        if (!*out) {
             tensor_free(*out);
             *out = NULL;
             rc = diag_error(d, (Loc){0}, "out of memory");
