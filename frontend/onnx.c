@@ -523,8 +523,19 @@ static int read_opset(Importer *im, const Onnx__ModelProto *m) {
     return 0;
 }
 
+/* The opset a model imports for a domain ("" is the default one); 1 when not listed. */
+static int64_t domain_opset(const Onnx__ModelProto *m, const char *domain) {
+    bool dflt = !*domain || strcmp(domain, "ai.onnx") == 0;
+    for (size_t k = 0; k < m->n_opset_import; k++) {
+        const char *d = str(m->opset_import[k]->domain);
+        if (dflt ? !*d || strcmp(d, "ai.onnx") == 0 : strcmp(d, domain) == 0)
+            return m->opset_import[k]->has_version ? m->opset_import[k]->version : 1;
+    }
+    return 1;
+}
+
 /* Step 2: every unsupported node, all at once. */
-static int check_supported(Importer *im, const Onnx__GraphProto *gp) {
+static int check_supported(Importer *im, const Onnx__ModelProto *m, const Onnx__GraphProto *gp) {
     int bad = 0;
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *n = gp->node[i];
@@ -538,7 +549,7 @@ static int check_supported(Importer *im, const Onnx__GraphProto *gp) {
         char who[320];
         node_desc(n, (int)i, who, sizeof who);
         diag_note(im->d, "%s: op %s, domain %s, opset %lld%s", who, str(n->op_type),
-                  *domain ? domain : "ai.onnx", (long long)im->opset,
+                  *domain ? domain : "ai.onnx", (long long)domain_opset(m, domain),
                   default_domain ? "" : " (kiln imports the default domain only)");
     }
     if (bad)
@@ -902,7 +913,7 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     if (!rc)
         rc = read_opset(&im, m);
     if (!rc)
-        rc = check_supported(&im, gp);
+        rc = check_supported(&im, m, gp);
     if (!rc && !(order = ir_malloc(sizeof(int) * (gp->n_node + 1))))
         rc = diag_error(d, (Loc){0}, "out of memory");
     if (!rc)

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Writes the hostile and edge-case ONNX files of tests/onnx/malformed/ (committed):
+each must make `kiln import` fail with exit status 1, the message that
+tests/onnx/malformed/expected.txt gives for it, and no output file; external_ok.onnx
+(with its data in external_ok.bin) must import. Uses Debian's python3-onnx (1.12)."""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "malformed")
+os.makedirs(here, exist_ok=True)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=13):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="gen_malformed")
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def save(m, name):
+    with open(os.path.join(here, name), "wb") as f:
+        f.write(m.SerializeToString())
+
+
+relu = model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2, 3])], [f32("y", [2, 3])])
+good = relu.SerializeToString()
+open(os.path.join(here, "truncated.onnx"), "wb").write(good[: len(good) // 2])
+open(os.path.join(here, "not_protobuf.onnx"), "wb").write(b"this is not a protobuf message\n")
+# field 7 (graph) written as a varint instead of a length-delimited message
+open(os.path.join(here, "wrong_field_type.onnx"), "wb").write(bytes([0x08, 0x07, 0x38, 0x01]))
+
+w = TensorProto()
+w.name, w.data_type = "w", TensorProto.FLOAT
+w.dims.extend([2, 3])
+w.raw_data = b"\0" * 8  # 24 bytes needed
+save(model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [f32("x", [2, 3])], [f32("y", [2, 3])], [w]),
+     "initializer_size.onnx")
+
+w = TensorProto()
+w.name, w.data_type = "w", TensorProto.FLOAT
+w.dims.extend([2, 3])
+w.float_data.extend([1.0] * 5)  # 5 of 6
+save(model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [f32("x", [2, 3])], [f32("y", [2, 3])], [w]),
+     "initializer_count.onnx")
+
+big = TensorProto()
+big.name, big.data_type = "w", TensorProto.FLOAT
+big.dims.extend([1 << 40, 1 << 40])
+save(model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [f32("x", [2, 3])], [f32("y", [2, 3])], [big]),
+     "dims_overflow.onnx")
+
+
+def external(location, name):
+    t = TensorProto()
+    t.name, t.data_type = "w", TensorProto.FLOAT
+    t.dims.extend([2, 3])
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", "24")):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    save(model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+               [t]), name)
+
+
+external("missing.bin", "external_missing.onnx")
+external("../../../etc/passwd", "external_escape.onnx")
+external("external_ok.bin", "external_ok.onnx")
+np.arange(6, dtype="<f4").tofile(os.path.join(here, "external_ok.bin"))
+np.save(os.path.join(here, "external_ok_input.npy"), np.ones((2, 3), "<f4"))
+np.save(os.path.join(here, "external_ok_expected.npy"), np.arange(6, dtype="<f4").reshape(2, 3) + 1)
+
+save(model([helper.make_node("Relu", ["b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second")],
+           [f32("x", [2])], [f32("a", [2])]), "cycle.onnx")
+save(model([helper.make_node("Relu", ["nope"], ["y"], name="r")], [f32("x", [2])], [f32("y", [2])]), "undefined.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r1"), helper.make_node("Relu", ["x"], ["y"], name="r2")],
+           [f32("x", [2])], [f32("y", [2])]), "defined_twice.onnx")
+save(model([helper.make_node("ArgMax", ["x"], ["a"], name="am"),
+            helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top"),
+            helper.make_node("Relu", ["x"], ["r"], name="ok"),
+            helper.make_node("FancyOp", ["x"], ["y"], name="custom", domain="com.example")],
+           [f32("x", [2, 3])], [f32("y", [2, 3])]), "unsupported.onnx")
+save(model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+           [f32("x", [2, 3]), helper.make_tensor_value_info("shape", TensorProto.INT64, [2])], [f32("y", [3, 2])]),
+     "unbound_shape.onnx")
+np.save(os.path.join(here, "unbound_shape_bind.npy"), np.array([3, 2], "<f4"))
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", strides=[1.0, 1.0])],
+           [f32("x", [1, 1, 4, 4]), f32("w", [1, 1, 3, 3])], [f32("y", [1, 1, 2, 2])]), "wrong_attr_type.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r", fancy=3)], [f32("x", [2])], [f32("y", [2])]),
+     "unknown_attr.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", ["N", 3])], [f32("y", ["N", 3])]),
+     "symbolic_dim.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2, 3])], [f32("y", [3, 2])]),
+     "output_type.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+           [f32("x", [1, 2, 4, 4]), f32("w", [1, 3, 3, 3])], [f32("y", [1, 1, 2, 2])]), "shape_error.onnx")
+print("wrote", here)
