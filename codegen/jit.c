@@ -225,7 +225,43 @@ kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_err
     return jit_source("<model>", model_text, opts, err);
 }
 
+/* An ONNX model: imported (frontend/onnx.c) with its weights, then the given weights
+ * files, then compiled as jit_source compiles a parsed one. */
+static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_error *err) {
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&msg, &len);
+    Diag d;
+    diag_init(&d, f ? f : stderr);
+    kiln_module *m = NULL;
+    TensorList weights = {0};
+    Graph *g = onnx_import(path, NULL, 0, &weights, &d);
+    int ok = g != NULL;
+    for (int i = 0; ok && opts && i < opts->n_weights; i++)
+        ok = safetensors_read(opts->weights[i], &weights, &d) == 0;
+    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
+    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0) {
+        diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
+        ok = 0;
+    }
+    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
+    if (ok && pipeline_run(g, &weights, &po, &d) == 0)
+        m = jit_graph(g, &weights, &jo, &d, err);
+    if (f)
+        fclose(f);
+    if (!m && msg && *msg)
+        kiln_set_error(err, "%s", msg);
+    else if (!m)
+        kiln_set_error(err, "cannot import '%s'", path);
+    free(msg);
+    tensors_free(&weights);
+    graph_free(g);
+    return m;
+}
+
 kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err) {
+    if (is_onnx_path(path))
+        return jit_onnx(path, opts, err);
     char *msg = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&msg, &len);

@@ -417,8 +417,11 @@ static const char *out_name(Importer *im, int k) {
     return k < (int)im->node->n_output ? str(im->node->output[k]) : "";
 }
 
-/* The ONNX output k, checked to be new (its symbol was reserved by the walk). */
+/* The ONNX output k, checked to be new (its symbol was reserved by the walk); NULL
+ * for an output left unnamed (not asked for). */
 static Sym *out_sym(Importer *im, int k) {
+    if (!*out_name(im, k))
+        return NULL;
     Sym *s = im_sym(im, out_name(im, k));
     KILN_ASSERT(s && s->value < 0 && !s->c);
     return s;
@@ -427,8 +430,7 @@ static Sym *out_sym(Importer *im, int k) {
 int im_finish(Importer *im, Node *n, int out_k) {
     const char *name;
     Sym *s = NULL;
-    if (out_k >= 0) {
-        s = out_sym(im, out_k);
+    if (out_k >= 0 && (s = out_sym(im, out_k))) {
         name = s->name;
     } else {
         const char *base = im->node->n_output ? out_name(im, 0) : str(im->node->name);
@@ -483,7 +485,9 @@ int im_scalar(Importer *im, double v) {
 }
 
 int im_define_const(Importer *im, int out_k, OConst *c) {
-    out_sym(im, out_k)->c = c;
+    Sym *s = out_sym(im, out_k);
+    if (s)
+        s->c = c;
     return 0;
 }
 
@@ -678,6 +682,11 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
             if (strcmp(binds[b].name, name) == 0)
                 bind = &binds[b];
         Sym *s = *name ? im_sym(im, name) : NULL;
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = strcmp(str(gp->input[j]->name), name) == 0;
+        if (seen)
+            return diag_error(im->d, (Loc){0}, "%s: graph input '%s' is listed twice", im->file, name);
         if (s && s->c && !bind)
             continue; /* an input with an initializer (IR < 4): the initializer is its value */
         if (!s && check_name(im, name, "a graph input"))

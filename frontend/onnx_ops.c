@@ -17,6 +17,25 @@
 
 enum { MAXL = 64 }; /* longest list attribute or shape input read */
 
+/* The most elements a constant computed at import may have: shape arithmetic is
+ * small, and a hostile model must not make the importer allocate without bound. */
+#define MAX_FOLDED (1LL << 24)
+
+/* A new constant for a folded result, refused when too large. */
+static OConst *fold_new(Importer *im, bool is_int, int rank, const int64_t *dims) {
+    double numel = 1;
+    for (int k = 0; k < rank; k++)
+        numel *= (double)dims[k];
+    if (numel > (double)MAX_FOLDED) {
+        im_error(im, "a constant computed at import would have %.0f elements (at most %lld)", numel, MAX_FOLDED);
+        return NULL;
+    }
+    OConst *c = oconst_new(im, is_int, rank, dims);
+    if (!c)
+        im_error(im, "out of memory");
+    return c;
+}
+
 /* ---- Reading constants ---- */
 
 static int const_ints(Importer *im, OConst *c, const char *what, int64_t *v, int *n) {
@@ -286,9 +305,9 @@ static int fold_binary(Importer *im, char op) {
             return im_error(im, "the constant operands do not broadcast");
         dims[k] = da == 1 ? db : da;
     }
-    OConst *c = oconst_new(im, true, rank, dims);
+    OConst *c = fold_new(im, true, rank, dims);
     if (!c)
-        return im_error(im, "out of memory");
+        return -1;
     for (int64_t i = 0; i < c->numel; i++) {
         int64_t ia = 0, ib = 0, rem = i, sa = 1, sb = 1;
         for (int k = rank - 1; k >= 0; k--) {
@@ -1437,9 +1456,9 @@ static int imp_constant_of_shape(Importer *im) {
         return im_error(im, "the shape is too large");
     if (value && value->numel != 1)
         return im_error(im, "value must hold one element");
-    OConst *c = oconst_new(im, value && value->is_int, n, dims);
+    OConst *c = fold_new(im, value && value->is_int, n, dims);
     if (!c)
-        return im_error(im, "out of memory");
+        return -1;
     for (int64_t i = 0; i < c->numel; i++) {
         c->f[i] = value ? value->f[0] : 0;
         if (c->is_int)
@@ -1462,7 +1481,7 @@ static int imp_range(Importer *im) {
     double count = ceil((b - a) / step);
     if (count < 0)
         count = 0;
-    if (count > 1e7)
+    if (count > (double)MAX_FOLDED)
         return im_error(im, "the range is too long");
     int64_t n = (int64_t)count;
     OConst *c = oconst_new(im, is_int, 1, &n);
@@ -1515,9 +1534,9 @@ static int imp_gather(Importer *im) {
         }
     }
     if (folded(im, 0)) {
-        OConst *c = folded(im, 0), *out = oconst_new(im, c->is_int, rank, dims);
+        OConst *c = folded(im, 0), *out = fold_new(im, c->is_int, rank, dims);
         if (!out)
-            return im_error(im, "out of memory");
+            return -1;
         int64_t outer = 1, inner = 1;
         for (int k = 0; k < a; k++)
             outer *= t.dims[k];

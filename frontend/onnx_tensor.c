@@ -199,12 +199,13 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         numel *= t->dims[k];
     }
     bool is_int = di.kind == EL_SIGNED || di.kind == EL_UNSIGNED || di.kind == EL_BOOL;
-    OConst *c = oconst_new(im, is_int, (int)t->n_dims, t->dims);
-    if (!c)
-        return diag_error(im->d, (Loc){0}, "out of memory");
     size_t bytes = (size_t)numel * (size_t)di.size;
     bool external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
     const unsigned char *raw = NULL;
+    size_t have = 0;
+    const char *field = "raw_data";
+    /* The data's size is checked against the shape before anything the shape sizes
+     * is allocated: a hostile shape with no data behind it allocates nothing. */
     if (external) {
         unsigned char *buf = NULL;
         if (read_external(im, t, what, bytes, &buf))
@@ -215,13 +216,7 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
             return diag_error(im->d, (Loc){0}, "%s: %s: raw_data holds %zu bytes, its shape and dtype %s need %zu",
                               im->file, what, t->raw_data.len, di.name, bytes);
         raw = t->raw_data.data;
-    }
-    if (raw) {
-        for (int64_t i = 0; i < numel; i++)
-            store_raw(c, &di, raw, i);
     } else {
-        size_t have;
-        const char *field;
         switch (di.kind) {
         case EL_F32: have = t->n_float_data, field = "float_data"; break;
         case EL_F64: have = t->n_double_data, field = "double_data"; break;
@@ -242,6 +237,14 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         if (have != (size_t)numel)
             return diag_error(im->d, (Loc){0}, "%s: %s: %s holds %zu elements, its shape needs %lld", im->file, what,
                               field, have, (long long)numel);
+    }
+    OConst *c = oconst_new(im, is_int, (int)t->n_dims, t->dims);
+    if (!c)
+        return diag_error(im->d, (Loc){0}, "out of memory");
+    if (raw) {
+        for (int64_t i = 0; i < numel; i++)
+            store_raw(c, &di, raw, i);
+    } else {
         for (int64_t i = 0; i < numel; i++) {
             switch (di.kind) {
             case EL_F32: c->f[i] = t->float_data[i]; break;

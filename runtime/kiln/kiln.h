@@ -33,8 +33,9 @@ typedef struct kiln_module kiln_module;
 
 /* Opens a shared object made by `kiln compile` and creates an instance. */
 kiln_module *kiln_load(const char *path_to_so, kiln_error *err);
-/* Compiles a model given as text (or read from a file) and creates an instance;
- * opts may be NULL for the defaults. */
+/* Compiles a model given as text (or read from a file: .kiln, or .onnx, imported
+ * with its initializers as weights) and creates an instance; opts may be NULL for
+ * the defaults. */
 kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err);
 kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err);
 /* Runs the model once on dense, C-order float buffers of the sizes kiln_def gives. */

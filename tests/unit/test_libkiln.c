@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,35 @@ static void test_jit_bad_text(void **state) {
     assert_non_null(strstr(err.message, ":2:5: error: relu takes 1 input, got 2"));
 }
 
+/* kiln_jit_file on an ONNX model exported from PyTorch (tests/onnx/gen_models.py)
+ * gives PyTorch's output; on a model with unsupported ops, the importer's message. */
+static void test_jit_onnx(void **state) {
+    (void)state;
+    kiln_error err = {""};
+    kiln_module *m = kiln_jit_file(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13.onnx", NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit_file: %s", err.message);
+    Diag d;
+    diag_init(&d, stdout);
+    Tensor *in = NULL, *want = NULL;
+    float *got = NULL;
+    if (npy_read(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13_input.npy", &in, &d) == 0 &&
+        npy_read(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13_expected.npy", &want, &d) == 0)
+        got = run_once(m, in);
+    bool close = got && want && numel(&kiln_def(m)->outputs[0]) == type_numel(&want->type);
+    for (int64_t i = 0; close && i < type_numel(&want->type); i++)
+        close = fabsf(got[i] - want->data[i]) <= 1e-4f + 1e-4f * fabsf(want->data[i]);
+    free(got);
+    tensor_free(in);
+    tensor_free(want);
+    kiln_free(m);
+    assert_true(close);
+    m = kiln_jit_file(KILN_SOURCE_DIR "/tests/onnx/malformed/unsupported.onnx", NULL, &err);
+    printf("message: %s\n", err.message);
+    assert_null(m);
+    assert_non_null(strstr(err.message, "the model uses ops kiln cannot import"));
+}
+
 /* kiln_load refuses path with a message containing `want`. */
 static void expect_load_error(const char *path, const char *want) {
     kiln_error err = {""};
@@ -183,6 +213,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jit_autograd),   cmocka_unit_test(test_jit_matches_load),
         cmocka_unit_test(test_jit_bad_text),   cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_jit_onnx),
         cmocka_unit_test(test_load_wrong_abi), cmocka_unit_test(test_load_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
