@@ -110,6 +110,8 @@ static bool all_const(Importer *im) {
     return any;
 }
 
+static int reshape_to(Importer *im, int x, const int64_t *dims, int rank, int out_k);
+
 /* ---- Elementwise ---- */
 
 static int unary(Importer *im, OpId op) {
@@ -259,10 +261,21 @@ static int imp_celu(Importer *im) {
     return attr_float_or(im, "alpha", 1, &alpha) || elu_like(im, alpha, alpha, 1);
 }
 
-/* PRelu: relu(x) + slope min(x, 0). */
+/* PRelu: relu(x) + slope min(x, 0). Before opset 7 a 1-D slope of x's channel
+ * count is per channel (dim 1), so it is reshaped to [C, 1, ...] to broadcast so. */
 static int imp_prelu(Importer *im) {
     int x, slope, r, m;
-    if (im_input(im, 0, &x) || im_input(im, 1, &slope) || (r = im_unary(im, OP_RELU, x, -1)) < 0 ||
+    Type xt, st;
+    if (im_input(im, 0, &x) || im_input(im, 1, &slope) || input_type(im, 0, &xt) || input_type(im, 1, &st))
+        return -1;
+    if (im->opset < 7 && st.rank == 1 && xt.rank > 2 && st.dims[0] == xt.dims[1] && st.dims[0] > 1) {
+        int64_t dims[KILN_MAX_RANK];
+        for (int k = 0; k < xt.rank - 1; k++)
+            dims[k] = k == 0 ? st.dims[0] : 1;
+        if ((slope = reshape_to(im, slope, dims, xt.rank - 1, -1)) < 0)
+            return -1;
+    }
+    if ((r = im_unary(im, OP_RELU, x, -1)) < 0 ||
         (m = im_binary(im, OP_MIN, x, im_scalar(im, 0), -1)) < 0 || (m = im_binary(im, OP_MUL, slope, m, -1)) < 0)
         return -1;
     return im_binary(im, OP_ADD, r, m, 0) < 0 ? -1 : 0;
@@ -680,8 +693,6 @@ static int imp_layer_norm(Importer *im) {
         return -1;
     return im_binary(im, OP_DIV, im_scalar(im, 1), var, 2) < 0 ? -1 : 0;
 }
-
-static int reshape_to(Importer *im, int x, const int64_t *dims, int rank, int out_k);
 
 /* InstanceNormalization: per sample and channel over the spatial dims,
  * (x - mean) / sqrt(var + epsilon) * scale + bias, scale and bias [C]. */
@@ -1497,8 +1508,9 @@ static int imp_range(Importer *im) {
 }
 
 /* Gather: on constants, folded (shape arithmetic); on a run-time tensor with
- * constant indices, a slice per index (concatenated for a list, the dim dropped for a
- * scalar index). */
+ * constant indices, a slice per index, concatenated along the axis in the indices'
+ * row-major order, then reshaped to the input's dims with the axis replaced by the
+ * indices' dims (none for a scalar index). */
 static int imp_gather(Importer *im) {
     int64_t axis = 0;
     OConst *idx;
@@ -1512,8 +1524,8 @@ static int imp_gather(Importer *im) {
         return -1;
     if (!idx->is_int)
         return im_error(im, "indices must be integers");
-    if (idx->rank > 1 || t.rank - 1 + idx->rank > KILN_MAX_RANK)
-        return im_error(im, "indices of rank %d are not supported (a scalar or a list)", idx->rank);
+    if (t.rank - 1 + idx->rank > KILN_MAX_RANK)
+        return im_error(im, "the result would have rank %d (at most %d)", t.rank - 1 + idx->rank, KILN_MAX_RANK);
     if (idx->numel == 0 || idx->numel > MAXL)
         return im_error(im, "indices has %lld entries (1 to %d)", (long long)idx->numel, MAXL);
     int64_t ids[MAXL];
@@ -1527,8 +1539,8 @@ static int imp_gather(Importer *im) {
     int rank = 0;
     for (int k = 0; k < t.rank; k++) {
         if (k == a) {
-            if (idx->rank == 1)
-                dims[rank++] = idx->numel;
+            for (int j = 0; j < idx->rank; j++)
+                dims[rank++] = idx->dims[j];
         } else {
             dims[rank++] = t.dims[k];
         }

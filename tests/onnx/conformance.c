@@ -17,7 +17,8 @@
  * mismatch), for review before it replaces the committed one.
  *
  * usage: onnx_conformance [--write-expected FILE] [--filter SUBSTRING] [--interp-only] [-v]
- *                         DATA_DIR EXPECTED_FILE */
+ *                         EXPECTED_FILE DATA_DIR...   (the node tests, and the older
+ *                         pytorch-converted, pytorch-operator and simple ones) */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -195,9 +196,29 @@ static bool run_test(const char *dir, const char *name, char *reason) {
             break;
         onnx_read_tensor(td.in_path[k], &td.in[k], &td.in_name[k], &quiet);
         td.n_in = k + 1;
+    }
+    /* Older test data (pytorch-converted, pytorch-operator) leaves the tensors unnamed:
+     * input_k is then the model's k-th graph input, as an import without bindings
+     * declares them. */
+    bool unnamed = false;
+    for (int k = 0; k < td.n_in; k++)
+        unnamed |= td.in[k] && (!td.in_name[k] || !td.in_name[k][0]);
+    if (unnamed) {
+        TensorList w = {0};
+        Graph *probe = onnx_import(model, NULL, 0, &w, &d);
+        ok = probe != NULL; /* else its message is the reason */
+        int ids[MAX_IO], n = probe ? graph_inputs(probe, ids, MAX_IO) : 0;
+        for (int k = 0; k < td.n_in && k < n; k++) {
+            ir_free(td.in_name[k]);
+            td.in_name[k] = ir_strdup(probe->values[ids[k]].name);
+        }
+        tensors_free(&w);
+        if (probe)
+            graph_free(probe);
+    }
+    for (int k = 0; k < td.n_in && ok; k++)
         if (!td.in_name[k] || !td.in_name[k][0])
             ok = false, fprintf(mf, "error: input_%d.pb is not a tensor kiln reads (a sequence, an optional?)\n", k);
-    }
     if (null)
         fclose(null);
     for (int k = 0; k < MAX_IO && ok; k++) {
@@ -299,12 +320,19 @@ static bool run_test(const char *dir, const char *name, char *reason) {
     return ok;
 }
 
+typedef struct {
+    const char *dir;
+    char *name;
+} Test;
+
 static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return strcmp(((const Test *)a)->name, ((const Test *)b)->name);
 }
 
 int main(int argc, char **argv) {
-    const char *write_to = NULL, *filter = NULL, *dir = NULL, *list = NULL;
+    const char *write_to = NULL, *filter = NULL, *list = NULL;
+    const char *dirs[16];
+    int n_dirs = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--write-expected") == 0 && i + 1 < argc)
             write_to = argv[++i];
@@ -314,74 +342,73 @@ int main(int argc, char **argv) {
             interp_only = true;
         else if (strcmp(argv[i], "-v") == 0)
             verbose = true;
-        else if (!dir)
-            dir = argv[i];
         else if (!list)
             list = argv[i];
-        else {
-            fprintf(stderr, "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] DATA_DIR EXPECTED\n",
-                    argv[0]);
-            return 2;
-        }
+        else if (n_dirs < 16)
+            dirs[n_dirs++] = argv[i];
     }
-    if (!dir || !list) {
-        fprintf(stderr, "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] DATA_DIR EXPECTED\n",
+    if (!list || !n_dirs) {
+        fprintf(stderr, "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] EXPECTED DATA_DIR...\n",
                 argv[0]);
         return 2;
     }
     if (read_expected(list))
         return 1;
-    DIR *dp = opendir(dir);
-    if (!dp) {
-        fprintf(stderr, "cannot read the test data directory '%s' (Debian's libonnx-testdata)\n", dir);
-        return 1;
-    }
-    char **names = NULL;
+    Test *tests = NULL;
     int n = 0, cap = 0;
-    for (struct dirent *e; (e = readdir(dp));) {
-        if (strncmp(e->d_name, "test_", 5) != 0 || (filter && !strstr(e->d_name, filter)))
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1024;
-            names = realloc(names, sizeof *names * (size_t)cap);
+    for (int k = 0; k < n_dirs; k++) {
+        DIR *dp = opendir(dirs[k]);
+        if (!dp) {
+            fprintf(stderr, "cannot read the test data directory '%s' (Debian's libonnx-testdata)\n", dirs[k]);
+            return 1;
         }
-        names[n++] = strdup(e->d_name);
+        int first = n;
+        for (struct dirent *e; (e = readdir(dp));) {
+            if (strncmp(e->d_name, "test_", 5) != 0 || (filter && !strstr(e->d_name, filter)))
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                tests = realloc(tests, sizeof *tests * (size_t)cap);
+            }
+            tests[n++] = (Test){dirs[k], strdup(e->d_name)};
+        }
+        closedir(dp);
+        qsort(tests + first, (size_t)(n - first), sizeof *tests, by_name);
     }
-    closedir(dp);
-    qsort(names, (size_t)n, sizeof *names, by_name);
     FILE *out = write_to ? fopen(write_to, "w") : NULL;
     if (write_to && !out) {
         fprintf(stderr, "cannot write '%s'\n", write_to);
         return 1;
     }
     if (out)
-        fprintf(out, "# ONNX backend node tests (libonnx-testdata) expected to fail on kiln, with why.\n"
+        fprintf(out, "# ONNX backend tests (libonnx-testdata) expected to fail on kiln, with why.\n"
                      "# Written by onnx_conformance --write-expected; see docs/onnx.md.\n");
     int passed = 0, xfail = 0, unexpected_fail = 0, unexpected_pass = 0;
     time_t start = time(NULL);
     for (int i = 0; i < n; i++) {
+        const char *name = tests[i].name;
         char reason[REASON] = "";
-        bool ok = run_test(dir, names[i], reason);
-        Expected *e = find_expected(names[i]);
+        bool ok = run_test(tests[i].dir, name, reason);
+        Expected *e = find_expected(name);
         if (e)
             e->seen = true;
         if (ok && !e) {
             passed++;
             if (verbose)
-                printf("PASS   %s\n", names[i]);
+                printf("PASS   %s\n", name);
         } else if (ok) {
             unexpected_pass++;
-            printf("UNEXPECTED PASS  %s (listed as expected to fail: %s)\n", names[i], e->reason);
+            printf("UNEXPECTED PASS  %s (listed as expected to fail: %s)\n", name, e->reason);
         } else if (e) {
             xfail++;
             if (verbose)
-                printf("XFAIL  %s: %s\n", names[i], reason);
+                printf("XFAIL  %s: %s\n", name, reason);
         } else {
             unexpected_fail++;
-            printf("FAIL   %s: %s\n", names[i], reason);
+            printf("FAIL   %s: %s\n", name, reason);
         }
         if (out && !ok)
-            fprintf(out, "%-60s %s\n", names[i], reason);
+            fprintf(out, "%-60s %s\n", name, reason);
         fflush(stdout);
     }
     for (int i = 0; i < n_expected && !filter; i++)
@@ -394,8 +421,8 @@ int main(int argc, char **argv) {
            interp_only ? "interp" : "interp and c", n, passed, xfail, unexpected_fail, unexpected_pass,
            (long)(time(NULL) - start));
     for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+        free(tests[i].name);
+    free(tests);
     free(expected);
     return unexpected_fail || unexpected_pass ? 1 : 0;
 }
