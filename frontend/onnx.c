@@ -52,7 +52,8 @@ static uint64_t hash_str(const char *s) {
 Sym *im_sym(Importer *im, const char *name) {
     if (!im->cap_syms)
         return NULL;
-    for (uint64_t i = hash_str(name) & (uint64_t)(im->cap_syms - 1);; i = (i + 1) & (uint64_t)(im->cap_syms - 1)) {
+    for (uint64_t i = hash_str(name) & (uint64_t)(im->cap_syms - 1);;
+         i = (i + 1) & (uint64_t)(im->cap_syms - 1)) {
         Sym *s = &im->syms[i];
         if (!s->name)
             return NULL;
@@ -111,8 +112,8 @@ int im_error(Importer *im, const char *fmt, ...) {
         return diag_error(im->d, (Loc){0}, "%s: %s", im->file, msg);
     char who[320];
     node_desc(n, im->node_index, who, sizeof who);
-    return diag_error(im->d, (Loc){0}, "%s: %s (%s, domain %s, opset %lld): %s", im->file, who, str(n->op_type),
-                      *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
+    return diag_error(im->d, (Loc){0}, "%s: %s (%s, domain %s, opset %lld): %s", im->file, who,
+                      str(n->op_type), *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
 }
 
 OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims) {
@@ -243,10 +244,10 @@ static const Onnx__AttributeProto *find_attr(Importer *im, const char *name, int
 }
 
 static const char *attr_type_name(int t) {
-    static const char *const names[] = {"UNDEFINED", "FLOAT",   "INT",     "STRING",  "TENSOR",
-                                        "GRAPH",     "FLOATS",  "INTS",    "STRINGS", "TENSORS",
-                                        "GRAPHS",    "SPARSE_TENSOR", "SPARSE_TENSORS", "TYPE_PROTO",
-                                        "TYPE_PROTOS"};
+    static const char *const names[] = {"UNDEFINED",      "FLOAT",      "INT",        "STRING",
+                                        "TENSOR",         "GRAPH",      "FLOATS",     "INTS",
+                                        "STRINGS",        "TENSORS",    "GRAPHS",     "SPARSE_TENSOR",
+                                        "SPARSE_TENSORS", "TYPE_PROTO", "TYPE_PROTOS"};
     return t >= 0 && t < 15 ? names[t] : "UNDEFINED";
 }
 
@@ -265,7 +266,8 @@ static int get_attr(Importer *im, const char *name, int want, const Onnx__Attrib
             t = want; /* an empty list */
     }
     if (t != want)
-        return im_error(im, "attribute '%s' is %s, expected %s", name, attr_type_name(t), attr_type_name(want));
+        return im_error(im, "attribute '%s' is %s, expected %s", name, attr_type_name(t),
+                        attr_type_name(want));
     return 1;
 }
 
@@ -331,8 +333,8 @@ int im_attr_tensor(Importer *im, const char *name, OConst **c) {
         return im_error(im, "attribute '%s' has no tensor", name);
     if (r == 1) {
         char what[256];
-        snprintf(what, sizeof what, "node '%s' (%s): attribute '%s'", str(im->node->name), str(im->node->op_type),
-                 name);
+        snprintf(what, sizeof what, "node '%s' (%s): attribute '%s'", str(im->node->name),
+                 str(im->node->op_type), name);
         if (onnx_tensor_decode(im, a->t, what, c))
             return -1;
     }
@@ -445,8 +447,9 @@ int im_finish(Importer *im, Node *n, int out_k) {
         const Onnx__NodeProto *p = im->node;
         char who[320];
         node_desc(p, im->node_index, who, sizeof who);
-        diag_note(im->d, "while importing %s (%s, domain %s, opset %lld) of %s as kiln's %s", who, str(p->op_type),
-                  *str(p->domain) ? p->domain : "ai.onnx", (long long)im->opset, im->file, op_table[n->op].name);
+        diag_note(im->d, "while importing %s (%s, domain %s, opset %lld) of %s as kiln's %s", who,
+                  str(p->op_type), *str(p->domain) ? p->domain : "ai.onnx", (long long)im->opset, im->file,
+                  op_table[n->op].name);
         return -1;
     }
     if (s)
@@ -522,8 +525,8 @@ static int read_opset(Importer *im, const Onnx__ModelProto *m) {
     if (im->opset < 0)
         im->opset = m->n_opset_import ? 1 : 1; /* IR version 2 and older: opset 1 */
     if (im->opset < 1 || im->opset > 1000)
-        return diag_error(im->d, (Loc){0}, "%s: opset %lld of the default domain is not a valid version", im->file,
-                          (long long)im->opset);
+        return diag_error(im->d, (Loc){0}, "%s: opset %lld of the default domain is not a valid version",
+                          im->file, (long long)im->opset);
     return 0;
 }
 
@@ -557,7 +560,8 @@ static int check_supported(Importer *im, const Onnx__ModelProto *m, const Onnx__
                   default_domain ? "" : " (kiln imports the default domain only)");
     }
     if (bad)
-        diag_note(im->d, "%d of %zu nodes unsupported; docs/onnx.md lists the ops kiln imports", bad, gp->n_node);
+        diag_note(im->d, "%d of %zu nodes unsupported; docs/onnx.md lists the ops kiln imports", bad,
+                  gp->n_node);
     return bad ? -1 : 0;
 }
 
@@ -570,9 +574,10 @@ static int read_binding(Importer *im, const OnnxBind *b, OConst **c) {
         if (read_file_bytes(b->file, &buf, &len, im->d))
             return -1;
         Onnx__TensorProto *t = onnx__tensor_proto__unpack(&onnx_allocator, len, buf);
-        int rc = t ? onnx_tensor_decode(im, t, b->file, c)
-                   : diag_error(im->d, (Loc){0}, "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)",
-                                b->file);
+        int rc =
+            t ? onnx_tensor_decode(im, t, b->file, c)
+              : diag_error(im->d, (Loc){0},
+                           "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)", b->file);
         if (t)
             onnx__tensor_proto__free_unpacked(t, &onnx_allocator);
         ir_free(buf);
@@ -603,8 +608,8 @@ static int declared_type(Importer *im, const Onnx__ValueInfoProto *vi, int32_t *
     if (!tt->shape)
         return 0;
     if (tt->shape->n_dim > KILN_MAX_RANK)
-        return diag_error(im->d, (Loc){0}, "%s: '%s' has rank %zu (kiln's largest is %d)", im->file, str(vi->name),
-                          tt->shape->n_dim, KILN_MAX_RANK);
+        return diag_error(im->d, (Loc){0}, "%s: '%s' has rank %zu (kiln's largest is %d)", im->file,
+                          str(vi->name), tt->shape->n_dim, KILN_MAX_RANK);
     t->dtype = DT_F32;
     t->rank = (int)tt->shape->n_dim;
     for (int k = 0; k < t->rank; k++) {
@@ -624,20 +629,23 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
     if (declared_type(im, vi, &dtype, &t, &known))
         return -1;
     if (dtype != 1)
-        return diag_error(im->d, (Loc){0},
-                          "%s: graph input '%s' is %s; kiln computes in f32. If it is a shape-like parameter, "
-                          "bind it to a constant (kiln: --bind %s=FILE.npy or FILE.pb)",
-                          im->file, s->name, onnx_dtype_name(dtype), s->name);
+        return diag_error(
+            im->d, (Loc){0},
+            "%s: graph input '%s' is %s; kiln computes in f32. If it is a shape-like parameter, "
+            "bind it to a constant (kiln: --bind %s=FILE.npy or FILE.pb)",
+            im->file, s->name, onnx_dtype_name(dtype), s->name);
     if (!known)
-        return diag_error(im->d, (Loc){0},
-                          "%s: graph input '%s' has no static shape (a dim is symbolic or missing); kiln's shapes "
-                          "are static",
-                          im->file, s->name);
+        return diag_error(
+            im->d, (Loc){0},
+            "%s: graph input '%s' has no static shape (a dim is symbolic or missing); kiln's shapes "
+            "are static",
+            im->file, s->name);
     double numel = 1;
     for (int k = 0; k < t.rank; k++) {
         if (t.dims[k] < 1)
-            return diag_error(im->d, (Loc){0}, "%s: graph input '%s' has dim %d of size %lld (kiln's are >= 1)",
-                              im->file, s->name, k, (long long)t.dims[k]);
+            return diag_error(im->d, (Loc){0},
+                              "%s: graph input '%s' has dim %d of size %lld (kiln's are >= 1)", im->file,
+                              s->name, k, (long long)t.dims[k]);
         numel *= (double)t.dims[k];
     }
     if (numel > (double)KILN_MAX_NUMEL)
@@ -671,8 +679,8 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
         for (size_t k = 0; k < gp->n_input && !found; k++)
             found = strcmp(str(gp->input[k]->name), binds[b].name) == 0;
         if (!found)
-            return diag_error(im->d, (Loc){0}, "%s: '%s' is bound to '%s' but is not an input of the model", im->file,
-                              binds[b].name, binds[b].file);
+            return diag_error(im->d, (Loc){0}, "%s: '%s' is bound to '%s' but is not an input of the model",
+                              im->file, binds[b].name, binds[b].file);
     }
     for (size_t k = 0; k < gp->n_input; k++) {
         const Onnx__ValueInfoProto *vi = gp->input[k];
@@ -701,11 +709,13 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
             bool known;
             if (declared_type(im, vi, &dtype, &t, &known))
                 return -1;
-            if (known && (t.rank != c->rank || memcmp(t.dims, c->dims, sizeof(int64_t) * (size_t)t.rank) != 0)) {
+            if (known &&
+                (t.rank != c->rank || memcmp(t.dims, c->dims, sizeof(int64_t) * (size_t)t.rank) != 0)) {
                 Type got = type_make(c->rank, c->dims);
                 char a[128], bb[128];
-                return diag_error(im->d, (Loc){0}, "%s: input '%s' is bound to '%s' of shape %s, but it is declared %s",
-                                  im->file, name, bind->file, type_str(&got, bb, sizeof bb), type_str(&t, a, sizeof a));
+                return diag_error(
+                    im->d, (Loc){0}, "%s: input '%s' is bound to '%s' of shape %s, but it is declared %s",
+                    im->file, name, bind->file, type_str(&got, bb, sizeof bb), type_str(&t, a, sizeof a));
             }
             bool want_int = dtype != 1 && dtype != 10 && dtype != 11 && dtype != 16;
             if (!want_int)
@@ -778,13 +788,15 @@ static int sort_nodes(Importer *im, const Onnx__GraphProto *gp, int *order) {
                 char who[320];
                 node_desc(p, i, who, sizeof who);
                 if (!s) {
-                    rc = diag_error(im->d, (Loc){0}, "%s: %s (%s) uses '%s', which no node, input or initializer defines",
+                    rc = diag_error(im->d, (Loc){0},
+                                    "%s: %s (%s) uses '%s', which no node, input or initializer defines",
                                     im->file, who, str(p->op_type), in);
                     break;
                 }
                 int def = prod[s - im->syms];
                 if (def >= 0 && state[def] == 1) {
-                    rc = diag_error(im->d, (Loc){0}, "%s: the graph has a cycle: %s (%s) uses '%s', which depends on it",
+                    rc = diag_error(im->d, (Loc){0},
+                                    "%s: the graph has a cycle: %s (%s) uses '%s', which depends on it",
                                     im->file, who, str(p->op_type), in);
                     break;
                 }
@@ -844,15 +856,17 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
         const Onnx__ValueInfoProto *vi = gp->output[k];
         Sym *s = im_sym(im, str(vi->name));
         if (!s)
-            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is not defined", im->file, str(vi->name));
+            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is not defined", im->file,
+                              str(vi->name));
         if (s->value < 0 && s->lazy) {
             s->c = NULL;
             if (declare_input(im, s->lazy, s))
                 return -1;
         }
         if (s->value < 0 && s->c && s->c->is_int)
-            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is an integer tensor; kiln computes in f32",
-                              im->file, s->name);
+            return diag_error(im->d, (Loc){0},
+                              "%s: graph output '%s' is an integer tensor; kiln computes in f32", im->file,
+                              s->name);
         if (s->value < 0 && materialize(im, s))
             return -1;
         int32_t dtype;
@@ -866,12 +880,13 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
         const Type *got = &im->g->values[s->value].type;
         if (known && !type_equal(&t, got)) {
             char a[128], b[128];
-            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is declared %s, but kiln infers %s", im->file,
-                              s->name, type_str(&t, a, sizeof a), type_str(got, b, sizeof b));
+            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is declared %s, but kiln infers %s",
+                              im->file, s->name, type_str(&t, a, sizeof a), type_str(got, b, sizeof b));
         }
         for (size_t j = 0; j < k; j++)
             if (im->g->outputs[j] == s->value)
-                return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is listed twice", im->file, s->name);
+                return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is listed twice", im->file,
+                                  s->name);
         im->g->outputs[im->g->n_outputs++] = s->value;
     }
     return 0;

@@ -16,19 +16,19 @@
 
 /* A tensor known at import. numel may be 0 (an empty list of scales, say). */
 typedef struct {
-    bool is_int;   /* an integer or bool dtype: ints holds the exact values */
+    bool is_int; /* an integer or bool dtype: ints holds the exact values */
     int rank;
     int64_t dims[KILN_MAX_RANK];
     int64_t numel;
-    int64_t *ints; /* is_int */
-    float *f;      /* the values as f32 (always) */
+    int64_t *ints;    /* is_int */
+    float *f;         /* the values as f32 (always) */
     bool initializer; /* a weight of the model: a param when read as data */
 } OConst;
 
 typedef struct {
     const char *name;
-    int value;   /* kiln value id, or -1 */
-    OConst *c;   /* or a constant */
+    int value;                        /* kiln value id, or -1 */
+    OConst *c;                        /* or a constant */
     const Onnx__ValueInfoProto *lazy; /* a graph input bound if_needed: declared when read as data */
 } Sym;
 
@@ -38,13 +38,13 @@ typedef struct {
     Graph *g;
     TensorList *weights;
     Diag *d;
-    Arena arena;      /* constants and scratch */
-    int64_t opset;    /* of the default domain */
-    Sym *syms;        /* open addressing by name */
+    Arena arena;   /* constants and scratch */
+    int64_t opset; /* of the default domain */
+    Sym *syms;     /* open addressing by name */
     int cap_syms, n_syms;
     const Onnx__NodeProto *node; /* being imported */
     int node_index;              /* its index in the graph's node list */
-    bool *attr_used;  /* per attribute of node */
+    bool *attr_used;             /* per attribute of node */
 } Importer;
 
 /* ---- onnx.c ---- */
@@ -111,10 +111,44 @@ const char *onnx_dtype_name(int32_t dtype);
 /* The protobuf-c allocator that goes through ir_malloc. */
 extern ProtobufCAllocator onnx_allocator;
 
-/* ---- onnx_ops.c ---- */
+/* ---- onnx_ops.c, onnx_ops_nn.c, onnx_ops_shape.c: the op mapping ---- */
 
 typedef int (*OnnxImportFn)(Importer *im);
+typedef struct {
+    const char *op_type;
+    OnnxImportFn fn;
+} OnnxOp;
+/* Each family's importers by op type, ending with a NULL op_type. */
+extern const OnnxOp onnx_ops_elementwise[], onnx_ops_nn[], onnx_ops_shape[];
 /* The importer of an op type of the default domain, or NULL. */
 OnnxImportFn onnx_find_op(const char *op_type);
+
+/* What the families share (onnx_ops.c). */
+enum { ONNX_MAXL = 64 }; /* the longest list attribute or constant list input read */
+/* The most elements a constant computed at import may have: shape arithmetic is
+ * small, and a hostile model must not make the importer allocate without bound. */
+#define ONNX_MAX_FOLDED (1LL << 24)
+/* A new constant for a folded result; NULL after an error when too large. */
+OConst *im_fold_new(Importer *im, bool is_int, int rank, const int64_t *dims);
+/* A constant's values as a list of integers / numbers (a scalar or 1-D). */
+int im_const_ints(Importer *im, OConst *c, const char *what, int64_t *v, int *n);
+int im_const_floats(Importer *im, OConst *c, const char *what, double *v, int *n);
+/* Input k, a constant list of integers: 1 read, 0 absent, -1 error. */
+int im_input_ints(Importer *im, int k, const char *what, int64_t *v, int *n);
+/* Input k, a constant scalar, into *v when given; -1 after an error. */
+int im_bound_input(Importer *im, int k, const char *what, double *v);
+/* axis in [-rank, rank) made non-negative. */
+int im_axis(Importer *im, int64_t axis, int rank, int *out);
+/* Input k's symbol, or NULL when absent. */
+Sym *im_in_sym(Importer *im, int k);
+/* Input k's constant if ops on it fold at import: a constant, except a float graph
+ * input bound only where needed (the conformance runner's), which stays data. */
+OConst *im_folded(Importer *im, int k);
+/* Whether every given input folds. */
+bool im_all_const(Importer *im);
+/* x reshaped to dims, defined as output out_k (or an intermediate when < 0). */
+int im_reshape(Importer *im, int x, const int64_t *dims, int rank, int out_k);
+/* Output 0 as input 0 itself (a constant stays one): Identity, Dropout, Cast to f32. */
+int im_pass_through(Importer *im);
 
 #endif

@@ -71,7 +71,9 @@ const char *onnx_dtype_name(int32_t dtype) {
 
 static float half_to_float(uint16_t h) {
     int e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    float v = e == 0    ? ldexpf((float)m, -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : ldexpf((float)(m | 1024), e - 25);
     return h & 0x8000 ? -v : v;
 }
 
@@ -108,9 +110,7 @@ static void store_raw(OConst *c, const DTypeInfo *di, const unsigned char *p, in
         c->ints[i] = s;
         break;
     }
-    case EL_UNSIGNED:
-        c->ints[i] = u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)u;
-        break;
+    case EL_UNSIGNED: c->ints[i] = u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)u; break;
     case EL_BOOL: c->ints[i] = u != 0; break;
     case EL_NONE: break;
     }
@@ -131,23 +131,27 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
             errno = 0;
             long long v = strtoll(val, &end, 10);
             if (errno || *end || end == val || v < 0)
-                return diag_error(im->d, (Loc){0}, "%s: %s: external data %s '%s' is not a non-negative integer",
-                                  im->file, what, key, val);
+                return diag_error(im->d, (Loc){0},
+                                  "%s: %s: external data %s '%s' is not a non-negative integer", im->file,
+                                  what, key, val);
             *(key[0] == 'o' ? &offset : &length) = v;
         }
     }
     if (!location || !*location)
         return diag_error(im->d, (Loc){0}, "%s: %s: external data without a 'location'", im->file, what);
     if (location[0] == '/' || strstr(location, "..") != NULL)
-        return diag_error(im->d, (Loc){0},
-                          "%s: %s: external data location '%s' must be a relative path inside the model's directory",
-                          im->file, what, location);
+        return diag_error(
+            im->d, (Loc){0},
+            "%s: %s: external data location '%s' must be a relative path inside the model's directory",
+            im->file, what, location);
     if (!im->dir)
-        return diag_error(im->d, (Loc){0}, "%s: %s: external data '%s' cannot be read (the model is not a file)",
-                          im->file, what, location);
+        return diag_error(im->d, (Loc){0},
+                          "%s: %s: external data '%s' cannot be read (the model is not a file)", im->file,
+                          what, location);
     if (length >= 0 && (uint64_t)length != want)
-        return diag_error(im->d, (Loc){0}, "%s: %s: external data length %lld does not match its shape (%zu bytes)",
-                          im->file, what, (long long)length, want);
+        return diag_error(im->d, (Loc){0},
+                          "%s: %s: external data length %lld does not match its shape (%zu bytes)", im->file,
+                          what, (long long)length, want);
     size_t plen = strlen(im->dir) + strlen(location) + 2;
     char *path = ir_malloc(plen);
     if (!path)
@@ -160,7 +164,8 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
         rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot open external data '%s': %s", im->file, what, path,
                         strerror(errno));
     else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rc = diag_error(im->d, (Loc){0}, "%s: %s: external data '%s' is not a regular file", im->file, what, path);
+        rc = diag_error(im->d, (Loc){0}, "%s: %s: external data '%s' is not a regular file", im->file, what,
+                        path);
     else if ((uint64_t)offset > (uint64_t)st.st_size || want > (uint64_t)st.st_size - (uint64_t)offset)
         rc = diag_error(im->d, (Loc){0},
                         "%s: %s: external data '%s' is %lld bytes, too short for %zu bytes at offset %lld",
@@ -185,10 +190,11 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
 int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *what, OConst **out) {
     DTypeInfo di = dtype_info(t->data_type);
     if (di.kind == EL_NONE)
-        return diag_error(im->d, (Loc){0}, "%s: %s has dtype %s, which kiln does not read", im->file, what, di.name);
+        return diag_error(im->d, (Loc){0}, "%s: %s has dtype %s, which kiln does not read", im->file, what,
+                          di.name);
     if (t->n_dims > KILN_MAX_RANK)
-        return diag_error(im->d, (Loc){0}, "%s: %s has rank %zu (kiln's largest is %d)", im->file, what, t->n_dims,
-                          KILN_MAX_RANK);
+        return diag_error(im->d, (Loc){0}, "%s: %s has rank %zu (kiln's largest is %d)", im->file, what,
+                          t->n_dims, KILN_MAX_RANK);
     int64_t numel = 1;
     for (size_t k = 0; k < t->n_dims; k++) {
         if (t->dims[k] < 0)
@@ -213,8 +219,9 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         raw = buf;
     } else if (t->has_raw_data) {
         if (t->raw_data.len != bytes)
-            return diag_error(im->d, (Loc){0}, "%s: %s: raw_data holds %zu bytes, its shape and dtype %s need %zu",
-                              im->file, what, t->raw_data.len, di.name, bytes);
+            return diag_error(im->d, (Loc){0},
+                              "%s: %s: raw_data holds %zu bytes, its shape and dtype %s need %zu", im->file,
+                              what, t->raw_data.len, di.name, bytes);
         raw = t->raw_data.data;
     } else {
         switch (di.kind) {
@@ -235,8 +242,8 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         default: have = t->n_int32_data, field = "int32_data"; break;
         }
         if (have != (size_t)numel)
-            return diag_error(im->d, (Loc){0}, "%s: %s: %s holds %zu elements, its shape needs %lld", im->file, what,
-                              field, have, (long long)numel);
+            return diag_error(im->d, (Loc){0}, "%s: %s: %s holds %zu elements, its shape needs %lld",
+                              im->file, what, field, have, (long long)numel);
     }
     OConst *c = oconst_new(im, is_int, (int)t->n_dims, t->dims);
     if (!c)
@@ -253,9 +260,10 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
             case EL_BF16: c->f[i] = bf16_to_float((uint16_t)t->int32_data[i]); break;
             case EL_SIGNED: c->ints[i] = t->data_type == 7 ? t->int64_data[i] : t->int32_data[i]; break;
             case EL_UNSIGNED:
-                c->ints[i] = t->data_type == 12 || t->data_type == 13
-                                 ? (t->uint64_data[i] > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)t->uint64_data[i])
-                                 : (int64_t)(uint32_t)t->int32_data[i];
+                c->ints[i] =
+                    t->data_type == 12 || t->data_type == 13
+                        ? (t->uint64_data[i] > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)t->uint64_data[i])
+                        : (int64_t)(uint32_t)t->int32_data[i];
                 break;
             case EL_BOOL: c->ints[i] = t->int32_data[i] != 0; break;
             case EL_NONE: break;
@@ -284,9 +292,11 @@ int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d) {
     if (t && name && t->name && !(*name = ir_strdup(t->name)))
         rc = diag_error(d, (Loc){0}, "out of memory");
     if (!t)
-        rc = diag_error(d, (Loc){0}, "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)", path);
+        rc = diag_error(d, (Loc){0}, "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)",
+                        path);
     else if (!rc && !(rc = onnx_tensor_decode(&im, t, "the tensor", &c)) && c->numel == 0)
-        rc = diag_error(d, (Loc){0}, "%s: the tensor has no elements (kiln's tensors have at least one)", path);
+        rc = diag_error(d, (Loc){0}, "%s: the tensor has no elements (kiln's tensors have at least one)",
+                        path);
     if (!rc) {
         Type ty = type_make(c->rank, c->dims);
         *out = tensor_new(&ty);

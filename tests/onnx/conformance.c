@@ -124,7 +124,8 @@ static bool close_enough(float got, float want) {
 }
 
 /* Compares outputs; fills reason with the first mismatch. */
-static bool compare(const Graph *g, Tensor *const *got, Tensor *const *want, const char *target, char *reason) {
+static bool compare(const Graph *g, Tensor *const *got, Tensor *const *want, const char *target,
+                    char *reason) {
     for (int k = 0; k < g->n_outputs; k++) {
         char a[160], b[160];
         if (!type_equal(&got[k]->type, &want[k]->type)) {
@@ -144,7 +145,8 @@ static bool compare(const Graph *g, Tensor *const *got, Tensor *const *want, con
                     worst = e;
             }
         if (bad) {
-            snprintf(reason, REASON, "%s: output %d: %lld of %lld elements differ (max error %.3g; [%lld] %.7g vs %.7g)",
+            snprintf(reason, REASON,
+                     "%s: output %d: %lld of %lld elements differ (max error %.3g; [%lld] %.7g vs %.7g)",
                      target, k, (long long)bad, (long long)n, worst, (long long)first,
                      (double)got[k]->data[first], (double)want[k]->data[first]);
             return false;
@@ -218,7 +220,8 @@ static bool run_test(const char *dir, const char *name, char *reason) {
     }
     for (int k = 0; k < td.n_in && ok; k++)
         if (!td.in_name[k] || !td.in_name[k][0])
-            ok = false, fprintf(mf, "error: input_%d.pb is not a tensor kiln reads (a sequence, an optional?)\n", k);
+            ok = false,
+            fprintf(mf, "error: input_%d.pb is not a tensor kiln reads (a sequence, an optional?)\n", k);
     if (null)
         fclose(null);
     for (int k = 0; k < MAX_IO && ok; k++) {
@@ -348,7 +351,8 @@ int main(int argc, char **argv) {
             dirs[n_dirs++] = argv[i];
     }
     if (!list || !n_dirs) {
-        fprintf(stderr, "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] EXPECTED DATA_DIR...\n",
+        fprintf(stderr,
+                "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] EXPECTED DATA_DIR...\n",
                 argv[0]);
         return 2;
     }
@@ -359,7 +363,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < n_dirs; k++) {
         DIR *dp = opendir(dirs[k]);
         if (!dp) {
-            fprintf(stderr, "cannot read the test data directory '%s' (Debian's libonnx-testdata)\n", dirs[k]);
+            fprintf(stderr, "cannot read the test data directory '%s' (Debian's libonnx-testdata)\n",
+                    dirs[k]);
             return 1;
         }
         int first = n;

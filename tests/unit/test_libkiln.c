@@ -211,10 +211,10 @@ int main(int argc, char **argv) {
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jit_autograd),   cmocka_unit_test(test_jit_matches_load),
-        cmocka_unit_test(test_jit_bad_text),   cmocka_unit_test(test_load_not_a_model),
-        cmocka_unit_test(test_jit_onnx),
-        cmocka_unit_test(test_load_wrong_abi), cmocka_unit_test(test_load_missing),
+        cmocka_unit_test(test_jit_autograd), cmocka_unit_test(test_jit_matches_load),
+        cmocka_unit_test(test_jit_bad_text), cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_jit_onnx),     cmocka_unit_test(test_load_wrong_abi),
+        cmocka_unit_test(test_load_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
