@@ -56,12 +56,6 @@ static void fail(const char *what) {
 
 /* The threads of one block, as fibers, until all of them have returned. */
 static void run_block_fibers(unsigned block) {
-    if (!fibers) {
-        fibers = static_cast<Fiber *>(calloc(MAX_THREADS, sizeof(Fiber)));
-        stacks = static_cast<char *>(malloc((size_t)MAX_THREADS * STACK_BYTES));
-        if (!fibers || !stacks)
-            fail("out of memory for the fibers");
-    }
     for (unsigned t = 0; t < block; t++) {
         Fiber *f = &fibers[t];
         if (getcontext(&f->context) != 0)
@@ -105,6 +99,12 @@ extern "C" void kiln_emu_launch(void (*fn)(KilnArgs, int64_t), KilnArgs args, in
     gridDim = {grid[0], grid[1], grid[2]};
     blockDim = {block, 1, 1};
     threadIdx = {0, 0, 0};
+    if (cooperative) { /* the fibers of one block, reused by the next */
+        fibers = static_cast<Fiber *>(calloc(block, sizeof(Fiber)));
+        stacks = static_cast<char *>(malloc((size_t)block * STACK_BYTES));
+        if (!fibers || !stacks)
+            fail("out of memory for the fibers");
+    }
     for (unsigned z = 0; z < grid[2]; z++)
         for (unsigned y = 0; y < grid[1]; y++)
             for (unsigned x = 0; x < grid[0]; x++) {
@@ -118,4 +118,8 @@ extern "C" void kiln_emu_launch(void (*fn)(KilnArgs, int64_t), KilnArgs args, in
                     fn(args, count);
                 }
             }
+    free(fibers);
+    free(stacks);
+    fibers = nullptr;
+    stacks = nullptr;
 }
