@@ -3,7 +3,9 @@
  * The source and the weights blob go into a fresh temporary directory, the compiler
  * ($KILN_CC, default `cc`) runs there with its output captured, and the shared
  * object is moved into place through a temporary file beside the target; the
- * directory is removed whatever happens, so nothing is left behind. */
+ * directory is removed whatever happens, so nothing is left behind. Emulated CUDA
+ * kernels are C++ that the system C++ compiler ($KILN_CXX, default `c++`) compiles
+ * first, into an object linked into the same shared object. */
 #include "codegen.h"
 #include "../frontend/frontend.h"
 
@@ -52,7 +54,7 @@ static int run_logged(char *const *argv, const char *log) {
 }
 
 static void remove_dir(const char *dir) {
-    const char *names[] = {"model.c", "weights.bin", "model.so", "cc.log"};
+    const char *names[] = {"model.c", "kernels.cpp", "kernels.o", "weights.bin", "model.so", "cc.log"};
     char path[PATH_MAX_LEN];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -61,50 +63,69 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
-int cc_compile_so(const Str *src, const unsigned char *weights, int64_t weights_bytes, const char *out_path,
-                  Diag *d) {
+/* Runs a compiler; on failure, the diagnostic quotes the start of its log. */
+static int run_compiler(char **argv, const char *log, Diag *d) {
+    int status = run_logged(argv, log);
+    if (status == 0)
+        return 0;
+    unsigned char *text = NULL;
+    size_t len = 0;
+    Diag quiet = {fopen("/dev/null", "w"), 0};
+    if (quiet.out && read_file_bytes(log, &text, &len, &quiet) == 0 && len > 2000)
+        len = 2000;
+    if (quiet.out)
+        fclose(quiet.out);
+    diag_error(d, (Loc){0}, "the compiler '%s' %s (a bug in kiln, or no compiler here)%s%.*s", argv[0],
+               status < 0 ? "could not run" : "failed", len ? ":\n" : "", (int)len, text ? (const char *)text : "");
+    ir_free(text);
+    return -1;
+}
+
+static const char *compiler(const char *env, const char *fallback) {
+    const char *cc = getenv(env);
+    return cc && *cc ? cc : fallback;
+}
+
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, Diag *d) {
     const char *tmp = getenv("TMPDIR");
     char dir[DIR_MAX], weights_def[PATH_MAX_LEN], so[PATH_MAX_LEN], c_file[PATH_MAX_LEN], log[PATH_MAX_LEN];
+    char cxx_file[PATH_MAX_LEN], obj[PATH_MAX_LEN];
     if (snprintf(dir, sizeof dir, "%s/kiln-cc-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= (int)sizeof dir)
         return diag_error(d, (Loc){0}, "TMPDIR is too long");
     if (!mkdtemp(dir))
         return diag_error(d, (Loc){0}, "cannot create a temporary directory: %s", strerror(errno));
     snprintf(c_file, sizeof c_file, "%s/model.c", dir);
+    snprintf(cxx_file, sizeof cxx_file, "%s/kernels.cpp", dir);
+    snprintf(obj, sizeof obj, "%s/kernels.o", dir);
     snprintf(so, sizeof so, "%s/model.so", dir);
     snprintf(log, sizeof log, "%s/cc.log", dir);
     snprintf(weights_def, sizeof weights_def, "-DKILN_WEIGHTS_FILE=\"%s/weights.bin\"", dir);
-    int rc = write_in(dir, "model.c", src->s, src->len, d) ||
-             write_in(dir, "weights.bin", weights, (size_t)weights_bytes, d);
+    int rc = write_in(dir, "model.c", src->host.s, src->host.len, d) ||
+             write_in(dir, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
+             (src->emulated && write_in(dir, "kernels.cpp", src->kernels.s, src->kernels.len, d));
+    if (!rc && src->emulated) {
+        char *argv[] = {(char *)compiler("KILN_CXX", "c++"), "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
+                        "-o", obj, "-c", cxx_file, NULL};
+        rc = run_compiler(argv, log, d);
+    }
     if (!rc) {
-        const char *cc = getenv("KILN_CC");
         char *argv[32];
         int argc = 0;
-        argv[argc++] = (char *)(cc && *cc ? cc : "cc");
+        argv[argc++] = (char *)compiler("KILN_CC", "cc");
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = weights_def;
         argv[argc++] = "-o";
         argv[argc++] = so;
         argv[argc++] = c_file;
-        argv[argc++] = "-lopenblas";
+        if (src->emulated)
+            argv[argc++] = obj;
+        if (p->blas)
+            argv[argc++] = "-lopenblas";
         argv[argc++] = "-lm";
         argv[argc++] = "-lpthread";
         argv[argc] = NULL;
-        int status = run_logged(argv, log);
-        if (status != 0) {
-            unsigned char *text = NULL;
-            size_t len = 0;
-            Diag quiet = {fopen("/dev/null", "w"), 0};
-            if (quiet.out && read_file_bytes(log, &text, &len, &quiet) == 0 && len > 2000)
-                len = 2000;
-            if (quiet.out)
-                fclose(quiet.out);
-            rc =
-                diag_error(d, (Loc){0}, "the C compiler '%s' %s (a bug in kiln, or no C compiler here)%s%.*s",
-                           argv[0], status < 0 ? "could not run" : "failed", len ? ":\n" : "", (int)len,
-                           text ? (const char *)text : "");
-            ir_free(text);
-        }
+        rc = run_compiler(argv, log, d);
     }
     if (!rc) {
         unsigned char *bytes = NULL;

@@ -58,7 +58,10 @@ typedef struct {
 
 /* ---- Kernels ---- */
 
-typedef enum { K_LOOP, K_CALL } KernelKind;
+typedef enum { K_LOOP, K_CALL, K_GEMM } KernelKind;
+
+/* The targets a program is lowered for. */
+typedef enum { TARGET_C, TARGET_CUDA } Target;
 
 typedef struct {
     KernelKind kind;
@@ -84,6 +87,10 @@ typedef struct {
     bool in_place;
     int64_t flops; /* FLOPs per run where lowering counts them (GEMMs), else 0 */
     Str body;
+    /* K_GEMM: `batch` products of an [m, depth] A and a [depth, n] B (kernel_gemm). */
+    int64_t batch, m, n, depth;
+    Str load_a, load_b;              /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
+    bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
 } Kernel;
 
 /* A buffer of the workspace: a value with the views and in-place results that share
@@ -122,13 +129,17 @@ typedef struct {
     Kernel *kernels;
     int n_kernels, cap_kernels;
     int *inputs, n_inputs; /* value ids in declaration order */
+    Target target;
+    /* GEMMs call OpenBLAS: the C target, where kiln is built with it and $KILN_BLAS
+       is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
+    bool blas;
     bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
 } Program;
 
-/* Lowers a verified graph (no grad left) with its weights;
+/* Lowers a verified graph (no grad left) with its weights for a target;
  * memplan: plan the workspace with reuse (plan.c), else every value its own offset.
  * NULL after a diagnostic (an op with no lowering, a missing weight). */
-Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *d);
+Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, Diag *d);
 void program_free(Program *p);
 
 /* ---- The memory plan (plan.c) ---- */
@@ -150,6 +161,14 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
+/* A new K_GEMM kernel of op node n: for each of `batch` items bi, the product of an
+ * [m, depth] matrix A and a [depth, cols] matrix B. The lowering writes load_a, the
+ * statements setting the float `v` to A(bi, r, kk), load_b, setting it to
+ * B(bi, kk, q) (the int64_t indices in range), and the body, storing the float
+ * `acc`, the sum of element (bi, r, q) (emit_gemm_store). It reads every input n
+ * has and writes its first result; NULL after a diagnostic when memory runs out. */
+Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, int64_t m, int64_t cols,
+                    int64_t depth, Diag *d);
 /* Appends `bytes` of data to the weights blob as kernel k's table; -1 after a
  * diagnostic when memory runs out. */
 int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *d);
@@ -183,6 +202,12 @@ void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap);
  * there is neither. */
 void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
                         const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step);
+
+/* Emits the store of a K_GEMM element's sum `acc` into n's result at offset `at`
+ * (an expression of bi, r and q), adding `bias` (an element expression, or NULL)
+ * and computing the epilogue (NULL: none) as emit_tile_epilogue does. */
+void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                     const char *at);
 
 typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 
@@ -229,11 +254,13 @@ typedef struct {
     const char *kernel_decl; /* before a kernel's name: "static void" */
     const char *params;      /* after it: "(const KilnArgs *args, int64_t begin, int64_t end)" */
     const char *args;        /* how the body reaches the arguments: "args->" */
+    const char *restrict_kw; /* "restrict " */
     const char *loop_open;   /* around a LOOP kernel's body, iteration `i` */
     const char *loop_close;
+    const char *call_open; /* before a CALL kernel's body */
 } Lang;
 
-extern const Lang lang_c;
+extern const Lang lang_c, lang_cuda;
 
 /* The whole translation unit of a compiled model: the public header, the runtime,
  * the kernels, the run function and the `kiln_model` definition. With p->profile
@@ -245,13 +272,49 @@ extern const Lang lang_c;
  * kernels' names and comments, and their FLOPs per run (0 where not counted). */
 int emit_c_model(const Program *p, Str *out, Diag *d);
 
+/* The CUDA target (emit_cuda.c). The kernels as CUDA C++, for NVRTC; with
+ * `emulated`, as C++ for the host instead, after cuda/emulate.h, whose fibers run
+ * them on the CPU. */
+int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d);
+/* The host side of a compiled CUDA model, in C: kiln/model.h, the CUDA runtime
+ * (cuda/cuda_rt.c), the kernel source as a string (or, emulated, declarations of
+ * the kernels compiled beside it), the launches, the weights and `kiln_model`. */
+int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *out, Diag *d);
+
+/* What the emitters share (emit_c.c). */
+void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out);
+/* A kernel's pointers to the buffers it reads and writes, and to its scratch and table. */
+void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out);
+/* kiln/model.h and a runtime's source without its include of it. */
+void emit_runtime(Str *out, const char *runtime);
+/* The weights blob, linked in with `.incbin` (or, with KILN_WEIGHTS_EXTERN, defined
+ * by the host of an in-process JIT). */
+void emit_weights_blob(const Program *p, Str *out);
+/* The tensor infos, the kiln_model_def (with a model_create defined before) and kiln_model. */
+void emit_model_def(const Program *p, Str *out, const char *run, const char *destroy);
+/* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
+void emit_profile_tables(const Program *p, Str *out);
+void indent_lines(Str *out, const char *text, int indent);
+/* s as the contents of a C string literal. */
+void c_string(Str *out, const char *s);
+
 /* ---- Compilers ---- */
 
 /* The flags kiln gives the C compiler, also part of the compile cache's key. */
 extern const char *const cc_flags[8];
-/* Compiles generated C and its weights blob into a shared object at out_path
- * with the system C compiler; nothing is left behind on failure. */
-int cc_compile_so(const Str *src, const unsigned char *weights, int64_t weights_bytes, const char *out_path,
-                  Diag *d);
+/* A program's generated source. */
+typedef struct {
+    Str host;      /* the C translation unit of the shared object */
+    Str kernels;   /* CUDA: the kernels' source (in host as a string, or, emulated, C++ compiled beside it) */
+    bool emulated; /* CUDA kernels for the CPU (KILN_CUDA=emulate) */
+} Source;
+
+/* The source of p for its target; -1 after a diagnostic. */
+int program_source(const Program *p, Source *src, Diag *d);
+void source_free(Source *src);
+
+/* Compiles a program's source and its weights blob into a shared object at
+ * out_path with the system compilers; nothing is left behind on failure. */
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, Diag *d);
 
 #endif

@@ -24,8 +24,10 @@ const Lang lang_c = {
     .kernel_decl = "static __attribute__((noinline)) void",
     .params = "(const KilnArgs *args, int64_t begin, int64_t end)",
     .args = "args->",
+    .restrict_kw = "restrict ",
     .loop_open = "for (int64_t i = begin; i < end; i++) {",
     .loop_close = "}",
+    .call_open = "(void)begin, (void)end;",
 };
 
 /* The expression for a value's buffer, as a float pointer. */
@@ -49,7 +51,7 @@ static bool seen_before(const int *ids, int n, int v) {
 }
 
 /* Copies text line by line, each indented by `indent` spaces. */
-static void indent_lines(Str *out, const char *text, int indent) {
+void indent_lines(Str *out, const char *text, int indent) {
     for (const char *p = text; p && *p;) {
         const char *nl = strchr(p, '\n');
         int len = nl ? (int)(nl - p) : (int)strlen(p);
@@ -73,42 +75,74 @@ static bool shares_memory(const Program *p, const Kernel *k, int v) {
     return false;
 }
 
-static void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
+void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     char expr[128];
-    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, l->kernel_decl, k->name, l->params);
     for (int r = 0; r < k->n_reads; r++)
         if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r])) {
             buffer_expr(p, l, k->reads[r], expr, sizeof expr);
-            str_printf(out, "    const float *%s%s = %s;\n",
-                       shares_memory(p, k, k->reads[r]) ? "" : "restrict ", value_name(p, k->reads[r]), expr);
+            str_printf(out, "    const float *%s%s = %s;\n", shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw,
+                       value_name(p, k->reads[r]), expr);
         }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
         if (v < 0)
-            str_printf(out, "    float *restrict out%d = %sout[%d];\n", -1 - v, l->args, -1 - v);
+            str_printf(out, "    float *%sout%d = %sout[%d];\n", l->restrict_kw, -1 - v, l->args, -1 - v);
         else {
             buffer_expr(p, l, v, expr, sizeof expr);
-            str_printf(out, "    float *%s%s = %s;\n", shares_memory(p, k, v) ? "" : "restrict ",
+            str_printf(out, "    float *%s%s = %s;\n", shares_memory(p, k, v) ? "" : l->restrict_kw,
                        value_name(p, v), expr);
         }
     }
     if (k->scratch_bytes)
-        str_printf(out, "    float *restrict scratch = %sws + %lld;\n", l->args, (long long)(k->scratch / 4));
+        str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args, (long long)(k->scratch / 4));
     if (k->table_bytes)
-        str_printf(out, "    const float *restrict table = %swt + %lld;\n", l->args, (long long)(k->table / 4));
+        str_printf(out, "    const float *%stable = %swt + %lld;\n", l->restrict_kw, l->args,
+                   (long long)(k->table / 4));
+}
+
+/* A K_GEMM kernel in C, where there is no BLAS: one iteration per row of a batch
+ * item's result, each element a dot product of A's row and B's column as the
+ * lowering loads them. */
+static void emit_gemm_loops(const Program *p, const Kernel *k, Str *out) {
+    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, lang_c.kernel_decl, k->name, lang_c.params);
+    emit_kernel_decls(p, &lang_c, k, out);
+    str_printf(out,
+               "    for (int64_t i = begin; i < end; i++) {\n"
+               "        int64_t bi = i / %lld, r = i %% %lld;\n"
+               "        (void)bi;\n"
+               "        for (int64_t q = 0; q < %lld; q++) {\n"
+               "            float acc = 0.0f;\n"
+               "            for (int64_t kk = 0; kk < %lld; kk++) {\n"
+               "                float v, a;\n"
+               "                {\n",
+               (long long)k->m, (long long)k->m, (long long)k->n, (long long)k->depth);
+    indent_lines(out, k->load_a.s, 20);
+    str_printf(out, "                }\n                a = v;\n                {\n");
+    indent_lines(out, k->load_b.s, 20);
+    str_printf(out, "                }\n                acc += a * v;\n            }\n");
+    indent_lines(out, k->body.s, 12);
+    str_printf(out, "        }\n    }\n}\n\n");
+}
+
+void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
+    if (k->kind == K_GEMM && l == &lang_c) {
+        emit_gemm_loops(p, k, out);
+        return;
+    }
+    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, l->kernel_decl, k->name, l->params);
+    emit_kernel_decls(p, l, k, out);
     if (k->kind == K_LOOP) {
         str_printf(out, "    %s\n", l->loop_open);
         indent_lines(out, k->body.s, 8);
         str_printf(out, "    %s\n", l->loop_close);
     } else {
-        str_printf(out, "    (void)begin, (void)end;\n");
+        str_printf(out, "    %s\n", l->call_open);
         indent_lines(out, k->body.s, 4);
     }
     str_printf(out, "}\n\n");
 }
 
-/* s as the contents of a C string literal. */
-static void c_string(Str *out, const char *s) {
+void c_string(Str *out, const char *s) {
     for (; *s; s++)
         str_printf(out,
                    *s == '"' || *s == '\\' ? "\\%c"
@@ -138,7 +172,7 @@ static void emit_infos(const Program *p, Str *out, const char *what, const int *
 
 /* The per-kernel tables and the clock of a profiling build (sized at least 1, as C
  * has no empty arrays), and kiln_profile, exported for kiln bench. */
-static void emit_profile_tables(const Program *p, Str *out) {
+void emit_profile_tables(const Program *p, Str *out) {
     int n = p->n_kernels ? p->n_kernels : 1;
     str_printf(out,
                "/* Profiling: seconds per kernel, summed over runs, and what each kernel is. */\n"
@@ -184,26 +218,16 @@ static bool uses_blas(const Program *p) {
     return false;
 }
 
-int emit_c_model(const Program *p, Str *out, Diag *d) {
-    const Lang *l = &lang_c;
-    const char *rt = kiln_runtime_text, *include = "#include \"kiln/model.h\"\n";
-    const char *skip = strstr(rt, include);
-    str_printf(out, "/* Generated by kiln from model '%s'. */\n\n", p->g->name);
+void emit_runtime(Str *out, const char *runtime) {
+    const char *include = "#include \"kiln/model.h\"\n", *skip = strstr(runtime, include);
     str_printf(out, "%s\n", kiln_model_h_text);
     if (skip)
-        str_printf(out, "%.*s%s\n", (int)(skip - rt), rt, skip + strlen(include));
+        str_printf(out, "%.*s%s\n", (int)(skip - runtime), runtime, skip + strlen(include));
     else
-        str_printf(out, "%s\n", rt);
-    str_printf(out,
-               "#include <math.h>\n\n"
-               "/* OpenBLAS, declared here so that no BLAS header is needed. */\n"
-               "enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };\n"
-               "void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,\n"
-               "                 const float *a, int lda, const float *b, int ldb, float beta, float *c,\n"
-               "                 int ldc);\n"
-               "void cblas_sgemv(int order, int trans, int m, int n, float alpha, const float *a, int lda,\n"
-               "                 const float *x, int incx, float beta, float *y, int incy);\n"
-               "void openblas_set_num_threads(int n);\n\n");
+        str_printf(out, "%s\n", runtime);
+}
+
+void emit_weights_blob(const Program *p, Str *out) {
     str_printf(out, "/* The weights: %lld bytes of params, consts and kernel tables. */\n", (long long)p->weights_bytes);
     str_printf(
         out,
@@ -214,6 +238,38 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
         "        \"kiln_weights_blob:\\n.incbin \\\"\" KILN_WEIGHTS_FILE \"\\\"\\n.byte 0\\n.previous\");\n"
         "extern const unsigned char kiln_weights_blob[] __attribute__((visibility(\"hidden\")));\n"
         "#endif\n\n");
+}
+
+void emit_model_def(const Program *p, Str *out, const char *run, const char *destroy) {
+    emit_infos(p, out, "inputs", p->inputs, p->n_inputs);
+    emit_infos(p, out, "outputs", p->g->outputs, p->g->n_outputs);
+    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, \"");
+    c_string(out, p->g->name);
+    str_printf(out,
+               "\", %d, %d, model_inputs, model_outputs,\n"
+               "    model_create, %s, %s,\n"
+               "};\n\n"
+               "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
+               "    return &model_def;\n"
+               "}\n",
+               p->n_inputs, p->g->n_outputs, run, destroy);
+}
+
+int emit_c_model(const Program *p, Str *out, Diag *d) {
+    const Lang *l = &lang_c;
+    str_printf(out, "/* Generated by kiln from model '%s'. */\n\n", p->g->name);
+    emit_runtime(out, kiln_runtime_text);
+    str_printf(out,
+               "#include <math.h>\n\n"
+               "/* OpenBLAS, declared here so that no BLAS header is needed. */\n"
+               "enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };\n"
+               "void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,\n"
+               "                 const float *a, int lda, const float *b, int ldb, float beta, float *c,\n"
+               "                 int ldc);\n"
+               "void cblas_sgemv(int order, int trans, int m, int n, float alpha, const float *a, int lda,\n"
+               "                 const float *x, int incx, float beta, float *y, int incy);\n"
+               "void openblas_set_num_threads(int n);\n\n");
+    emit_weights_blob(p, out);
     for (int k = 0; k < p->n_kernels; k++)
         emit_kernel(p, l, &p->kernels[k], out);
     if (p->profile)
@@ -226,6 +282,9 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
         if (kn->kind == K_LOOP)
             str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
                        (long long)kn->count, (long long)kn->grain);
+        else if (kn->kind == K_GEMM)
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
+                       (long long)(kn->batch * kn->m));
         else
             str_printf(out, "    %s(args, 0, 1);\n", kn->name);
         if (p->profile)
@@ -238,26 +297,14 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
     if (p->n_kernels == 0)
         str_printf(out, "    (void)inst, (void)args;\n");
     str_printf(out, "}\n\n");
-    emit_infos(p, out, "inputs", p->inputs, p->n_inputs);
-    emit_infos(p, out, "outputs", p->g->outputs, p->g->n_outputs);
     str_printf(out,
-               "\nstatic const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n"
+               "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n"
                "static int model_create(void **instance, char *err, size_t errlen) {\n"
                "    return kiln_rt_create(&program, instance, err, errlen);\n"
-               "}\n\n"
-               "static const kiln_model_def model_def = {\n"
-               "    KILN_ABI_VERSION, \"",
+               "}\n",
                (long long)p->workspace_bytes, (long long)p->state_bytes,
                uses_blas(p) ? "openblas_set_num_threads" : "NULL");
-    c_string(out, p->g->name);
-    str_printf(out,
-               "\", %d, %d, model_inputs, model_outputs,\n"
-               "    model_create, kiln_rt_run, kiln_rt_destroy,\n"
-               "};\n\n"
-               "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
-               "    return &model_def;\n"
-               "}\n",
-               p->n_inputs, p->g->n_outputs);
+    emit_model_def(p, out, "kiln_rt_run", "kiln_rt_destroy");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");
     return 0;

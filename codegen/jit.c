@@ -24,15 +24,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int codegen_c(Graph *g, const TensorList *weights, bool memplan, Str *src, Diag *d) {
-    Program *p = program_lower(g, weights, memplan, d);
-    if (!p)
-        return -1;
-    int rc = emit_c_model(p, src, d);
-    program_free(p);
-    return rc;
-}
-
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     const unsigned char *b = data;
     for (size_t i = 0; i < n; i++)
@@ -57,17 +48,20 @@ static uint64_t cpu_hash(uint64_t h) {
 }
 
 /* Two independent 64-bit hashes of everything that determines the shared object. */
-static void cache_key(const Str *src, const Program *p, char *key, size_t n) {
+static void cache_key(const Source *src, const Program *p, char *key, size_t n) {
     uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
     for (int k = 0; k < 2; k++) {
         h[k] = cpu_hash(h[k]);
-        h[k] = fnv1a(h[k], src->s, src->len);
+        h[k] = fnv1a(h[k], src->host.s, src->host.len);
+        if (src->emulated)
+            h[k] = fnv1a(h[k], src->kernels.s, src->kernels.len);
         h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
         for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
             h[k] = fnv1a(h[k], cc_flags[f], strlen(cc_flags[f]) + 1);
-        const char *cc = getenv("KILN_CC");
-        if (cc)
-            h[k] = fnv1a(h[k], cc, strlen(cc));
+        const char *compilers[] = {getenv("KILN_CC"), getenv("KILN_CXX")};
+        for (int c = 0; c < 2; c++)
+            if (compilers[c])
+                h[k] = fnv1a(h[k], compilers[c], strlen(compilers[c]) + 1);
     }
     snprintf(key, n, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }
@@ -113,8 +107,12 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
     char msg[2048];
     void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, dir, key, &def, msg,
                                 sizeof msg);
-    if (h)
-        return kiln_module_new(h, clang_jit_free, def, g->name, err);
+    if (h) {
+        kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
+        if (!m)
+            diag_error(d, (Loc){0}, "%s", err->message);
+        return m;
+    }
     diag_error(d, (Loc){0}, "%s", msg);
     kiln_set_error(err, "cannot compile the model");
     return NULL;
@@ -125,26 +123,28 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
 #endif
 }
 
-/* DIR/model.c, for --dump-dir. */
-static int dump_source(const char *dir, const Str *src, Diag *d) {
+/* DIR/model.c, or DIR/model.cu with the CUDA kernels, for --dump-dir. */
+static int dump_source(const char *dir, const Program *p, const Source *src, Diag *d) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/model.c", dir);
-    return write_file_atomic(path, src->s, src->len, d);
+    bool cuda = p->target == TARGET_CUDA;
+    snprintf(path, sizeof path, "%s/model.%s", dir, cuda ? "cu" : "c");
+    const Str *shown = cuda ? &src->kernels : &src->host;
+    return write_file_atomic(path, shown->s, shown->len, d);
 }
 
 /* The profiling build is different source, so it has its own cache entry; it is
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
 static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
                         kiln_error *err) {
-    Program *p = program_lower(g, weights, o->memplan, d);
-    Str src = {0};
+    Program *p = program_lower(g, weights, o->target, o->memplan, d);
+    Source src = {0};
     if (p)
         p->profile = profile;
     if (p && o->report)
         plan_report(p, o->report);
-    if (!p || emit_c_model(p, &src, d) || (o->dump_dir && dump_source(o->dump_dir, &src, d))) {
+    if (!p || program_source(p, &src, d) || (o->dump_dir && dump_source(o->dump_dir, p, &src, d))) {
         program_free(p);
-        str_free(&src);
+        source_free(&src);
         kiln_set_error(err, "cannot compile the model");
         return NULL;
     }
@@ -152,10 +152,10 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     cache_key(&src, p, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
     kiln_module *m =
-        profile ? NULL : jit_in_process(g, p, &src, cached ? dir : NULL, key, d, err, &in_process);
+        profile || src.emulated ? NULL : jit_in_process(g, p, &src.host, cached ? dir : NULL, key, d, err, &in_process);
     if (in_process) {
         program_free(p);
-        str_free(&src);
+        source_free(&src);
         return m;
     }
     if (cached)
@@ -164,15 +164,16 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         const char *tmp = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld.so", tmp && *tmp ? tmp : "/tmp", key, (long)getpid());
     }
-    if ((cached && access(path, R_OK) == 0) ||
-        cc_compile_so(&src, p->weights, p->weights_bytes, path, d) == 0)
-        m = kiln_module_open(path, g->name, err);
-    else
+    if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, d) == 0) {
+        if (!(m = kiln_module_open(path, g->name, err)))
+            diag_error(d, (Loc){0}, "%s", err->message);
+    } else {
         kiln_set_error(err, "cannot compile the model");
+    }
     if (!cached)
         unlink(path);
     program_free(p);
-    str_free(&src);
+    source_free(&src);
     return m;
 }
 
@@ -183,6 +184,27 @@ kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o,
 kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d,
                                 kiln_error *err) {
     return jit(g, weights, o, true, d, err);
+}
+
+/* A parsed or imported graph compiled as the library's options say: their weights
+ * files after any the graph came with, their target and -O level. */
+static kiln_module *jit_loaded(Graph *g, TensorList *weights, const kiln_options *opts, Diag *d,
+                               kiln_error *err) {
+    int ok = 1;
+    for (int i = 0; ok && opts && i < opts->n_weights; i++)
+        ok = safetensors_read(opts->weights[i], weights, d) == 0;
+    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
+    Target target = TARGET_C;
+    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0 && strcmp(opts->target, "cuda") != 0) {
+        diag_error(d, (Loc){0}, "unknown target '%s' (c or cuda)", opts->target);
+        ok = 0;
+    } else if (opts && opts->target && strcmp(opts->target, "cuda") == 0) {
+        target = TARGET_CUDA;
+    }
+    JitOptions jo = {opts ? opts->cache_dir : NULL, target, pipeline_selects(&po, "memplan"), NULL, NULL};
+    if (ok && pipeline_run(g, weights, &po, d) == 0)
+        return jit_graph(g, weights, &jo, d, err);
+    return NULL;
 }
 
 /* The diagnostics of a library call go into err: the first line of them. */
@@ -197,17 +219,8 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
     SrcFile *src = srcfile_from_string(name, text);
     Graph *g = src ? parse_model(src, &d) : NULL;
     TensorList weights = {0};
-    int ok = g && verify_graph(g, &d) == 0;
-    for (int i = 0; ok && opts && i < opts->n_weights; i++)
-        ok = safetensors_read(opts->weights[i], &weights, &d) == 0;
-    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
-    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0) {
-        diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
-        ok = 0;
-    }
-    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
-    if (ok && pipeline_run(g, &weights, &po, &d) == 0)
-        m = jit_graph(g, &weights, &jo, &d, err);
+    if (g && verify_graph(g, &d) == 0)
+        m = jit_loaded(g, &weights, opts, &d, err);
     if (f)
         fclose(f);
     if (!m && msg && *msg)
@@ -225,8 +238,8 @@ kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_err
     return jit_source("<model>", model_text, opts, err);
 }
 
-/* An ONNX model: imported (frontend/onnx.c) with its weights, then the given weights
- * files, then compiled as jit_source compiles a parsed one. */
+/* An ONNX model: imported (frontend/onnx.c) with its weights, then compiled as a
+ * parsed one. */
 static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_error *err) {
     char *msg = NULL;
     size_t len = 0;
@@ -236,17 +249,8 @@ static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_er
     kiln_module *m = NULL;
     TensorList weights = {0};
     Graph *g = onnx_import(path, NULL, 0, &weights, &d);
-    int ok = g != NULL;
-    for (int i = 0; ok && opts && i < opts->n_weights; i++)
-        ok = safetensors_read(opts->weights[i], &weights, &d) == 0;
-    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
-    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0) {
-        diag_error(&d, (Loc){0}, "target '%s' is not available in this version of kiln", opts->target);
-        ok = 0;
-    }
-    JitOptions jo = {opts ? opts->cache_dir : NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
-    if (ok && pipeline_run(g, &weights, &po, &d) == 0)
-        m = jit_graph(g, &weights, &jo, &d, err);
+    if (g)
+        m = jit_loaded(g, &weights, opts, &d, err);
     if (f)
         fclose(f);
     if (!m && msg && *msg)

@@ -1,5 +1,5 @@
-/* Internal to libkiln and the driver: generating C for a graph, and compiling and
- * loading a graph through the compile cache. */
+/* Internal to libkiln and the driver: compiling and loading a graph through the
+ * compile cache. */
 #ifndef KILN_JIT_H
 #define KILN_JIT_H
 
@@ -9,13 +9,12 @@
 /* How a graph is compiled in process. */
 typedef struct {
     const char *cache;    /* the compile cache's directory; NULL: the default one */
+    Target target;
     bool memplan;         /* plan the workspace with reuse (the pipeline's `memplan` stage) */
     const char *dump_dir; /* also write the generated C as DIR/model.c; NULL: no */
     Str *report;          /* non-NULL: the memory plan's report (plan_report) is appended here */
 } JitOptions;
 
-/* The whole C translation unit for g (weights are part of the Program, not the text). */
-int codegen_c(Graph *g, const TensorList *weights, bool memplan, Str *src, Diag *d);
 /* Compiles g (already optimized) through the cache and loads it; NULL with
  * diagnostics in d and a summary in err. */
 kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d, kiln_error *err);

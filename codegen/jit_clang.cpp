@@ -44,11 +44,13 @@
 #error "KILN_CLANG_RESOURCE_DIR (clang -print-resource-dir) must be defined by the build"
 #endif
 
+#ifdef KILN_HAVE_OPENBLAS
 /* The BLAS entry points generated code calls, bound explicitly so that they resolve
  * (and this library links OpenBLAS) whatever the process has loaded. */
 extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
                             const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 extern "C" void openblas_set_num_threads(int n);
+#endif
 
 namespace {
 
@@ -152,10 +154,12 @@ llvm::Error define_host_symbols(llvm::orc::LLJIT &jit, const void *weights) {
     return dylib.define(llvm::orc::absoluteSymbols({
         {jit.mangleAndIntern("kiln_weights_blob"),
          llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(weights), exported)},
+#ifdef KILN_HAVE_OPENBLAS
         {jit.mangleAndIntern("cblas_sgemm"),
          llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(&cblas_sgemm), exported)},
         {jit.mangleAndIntern("openblas_set_num_threads"),
          llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(&openblas_set_num_threads), exported)},
+#endif
     }));
 }
 

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const LowerFn lowerings[OP_COUNT] = {
@@ -158,6 +159,20 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
         if (n->in[i] >= 0)
             kernel_reads(k, n->in[i]);
     kernel_writes(k, n->out[0]);
+    return k;
+}
+
+Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, int64_t m, int64_t cols,
+                    int64_t depth, Diag *d) {
+    Kernel *k = kernel_loop(p, n, what, 0, 1, d);
+    if (!k)
+        return NULL;
+    k->kind = K_GEMM;
+    k->batch = batch;
+    k->m = m;
+    k->n = cols;
+    k->depth = depth;
+    k->flops = 2 * batch * m * cols * depth;
     return k;
 }
 
@@ -406,7 +421,7 @@ static int mark_views(Program *p) {
     return 0;
 }
 
-Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *d) {
+Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
@@ -415,6 +430,11 @@ Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *
         return NULL;
     }
     p->g = g;
+    p->target = target;
+#ifdef KILN_HAVE_OPENBLAS
+    const char *blas = getenv("KILN_BLAS");
+    p->blas = target == TARGET_C && !(blas && strcmp(blas, "off") == 0);
+#endif
     for (int v = 0; v < g->n_values; v++)
         p->buf[v].kind = BUF_NONE;
     p->n_inputs = graph_inputs(g, p->inputs, g->n_values);
@@ -450,7 +470,7 @@ Program *program_lower(Graph *g, const TensorList *weights, bool memplan, Diag *
         if (lower(p, n, d))
             goto fail;
         for (int k = first; k < p->n_kernels; k++)
-            if (p->kernels[k].body.oom) {
+            if (p->kernels[k].body.oom || p->kernels[k].load_a.oom || p->kernels[k].load_b.oom) {
                 diag_error(d, n->loc, "out of memory");
                 goto fail;
             }
@@ -477,6 +497,8 @@ void program_free(Program *p) {
         ir_free(p->kernels[k].reads);
         ir_free(p->kernels[k].writes);
         str_free(&p->kernels[k].body);
+        str_free(&p->kernels[k].load_a);
+        str_free(&p->kernels[k].load_b);
     }
     ir_free(p->kernels);
     ir_free(p->plan.bufs);

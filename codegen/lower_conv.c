@@ -545,6 +545,166 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     return 0;
 }
 
+/* ---- Without BLAS: implicit GEMMs (the CUDA target) ----
+ *
+ * Each GEMM above is one K_GEMM kernel that reads the column matrix's elements
+ * straight from x (an implicit GEMM), so no im2col pass and no scratch:
+ *   conv nchw: per (batch item, group), y = w[g] x cols, cols' rows (c, tap);
+ *   conv nhwc: per group, y[:, g] = cols[:, g] x w[g]^T, cols' columns (tap, c);
+ *   conv_weight_grad: per group, dw[g] = dy[:, g]^T x cols over (b, position);
+ *   conv_transpose: per (batch item, group) or group, the same GEMMs over output
+ *   positions, each input element fetched through the tap that reaches it (zero
+ *   where none does). */
+
+/* Emits `int64_t PREFIX0 = ..., ...;`: the multi-index of flat index `flat` over
+ * the spatial sizes `sp`, declaring only the dims whose size is above 1 (the others
+ * are never named). */
+static void emit_spatial(Str *s, const char *prefix, const char *flat, const int64_t *sp, int ns) {
+    int64_t stride = 1;
+    for (int i = ns - 1; i >= 0; i--) {
+        if (sp[i] > 1)
+            str_printf(s, "int64_t %s%d = %s / %lld %% %lld;\n", prefix, i, flat, (long long)stride,
+                       (long long)sp[i]);
+        stride *= sp[i];
+    }
+}
+
+/* Emits `v = `: the element of x, batch item b, channel ch, that output position
+ * `pos` (flat over y's spatial dims) meets through tap `tap` (flat over w's), zero
+ * in the padding; for conv_transpose, the element whose output reaches `pos`
+ * through `tap`, zero where none does. */
+static void emit_x_element(Str *s, const Conv *c, const char *tap, const char *pos) {
+    bool transposed = c->node->op == OP_CONV_TRANSPOSE;
+    emit_spatial(s, "k", tap, c->w.sp, c->ns);
+    emit_spatial(s, "p", pos, c->y.sp, c->ns);
+    char inside[512] = "", e[256];
+    for (int i = 0; i < c->ns; i++) {
+        size_t len = strlen(inside);
+        if (transposed) {
+            /* in * stride - pad + k * dilation == p */
+            if (c->y.sp[i] == 1)
+                str_printf(s, "int64_t p%d = 0;\n", i);
+            snprintf(e, sizeof e, "p%d + %lld", i, (long long)c->pads[i]);
+            if (c->w.sp[i] > 1)
+                snprintf(e + strlen(e), sizeof e - strlen(e), " - k%d * %lld", i, (long long)c->dilations[i]);
+            str_printf(s, "int64_t t%d = %s, in%d = t%d / %lld;\n", i, e, i, i, (long long)c->strides[i]);
+            snprintf(inside + len, sizeof inside - len, "%st%d >= 0 && t%d %% %lld == 0 && in%d < %lld",
+                     len ? " && " : "", i, i, (long long)c->strides[i], i, (long long)c->x.sp[i]);
+        } else {
+            if (c->y.sp[i] == 1)
+                str_printf(s, "int64_t p%d = 0;\n", i);
+            input_pos(c, i, e, sizeof e);
+            str_printf(s, "int64_t in%d = %s;\n", i, e);
+            snprintf(inside + len, sizeof inside - len, "%sin%d >= 0 && in%d < %lld", len ? " && " : "", i, i,
+                     (long long)c->x.sp[i]);
+        }
+    }
+    x_offset(c, "ch", 1, NULL, e, sizeof e);
+    str_printf(s, "v = %s ? %s[%s] : 0.0f;\n", inside[0] ? inside : "1", c->xn, e[0] ? e : "0");
+}
+
+/* conv, fused_conv and conv_transpose as one implicit GEMM (see above). */
+static int conv_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
+    bool transposed = n->op == OP_CONV_TRANSPOSE;
+    int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
+    long long G = c->groups, taps = c->taps, positions = c->positions;
+    Kernel *k = c->nhwc ? kernel_gemm(p, n, NULL, G, c->y.n * positions, og, depth, d)
+                        : kernel_gemm(p, n, NULL, c->y.n * G, og, positions, depth, d);
+    if (!k)
+        return -1;
+    /* the weight element of output channel `o` (within its group), input channel c, tap */
+    char wi[256] = "";
+    if (transposed) {
+        append_term(wi, sizeof wi, "ch", c->w.sn);
+        append_term(wi, sizeof wi, "o", c->w.sc);
+        for (int i = 0; i < c->ns; i++) {
+            char kv[16];
+            snprintf(kv, sizeof kv, "k%d", i);
+            if (c->w.sp[i] > 1)
+                append_term(wi, sizeof wi, kv, c->w.ss[i]);
+        }
+    }
+    char bias[128] = "", at[256];
+    Str *a = &k->load_a, *b = &k->load_b, *x_side = c->nhwc ? a : b, *w_side = c->nhwc ? b : a;
+    const char *o = c->nhwc ? "q" : "r", *flat_pos = c->nhwc ? "pos" : "q";
+    /* the x side: its element's batch item (only where x has a batch, as x_offset
+       names b only then), tap and channel */
+    if (c->nhwc) {
+        if (c->x.n > 1)
+            str_printf(x_side, "int64_t b = r / %lld;\n", positions);
+        str_printf(x_side, "int64_t pos = r %% %lld, tap = kk / %lld, ch = bi * %lld + kk %% %lld;\n", positions,
+                   (long long)cg, (long long)cg, (long long)cg);
+    } else {
+        if (c->x.n > 1)
+            str_printf(x_side, "int64_t b = bi / %lld;\n", G);
+        str_printf(x_side, "int64_t tap = kk %% %lld, ch = bi %% %lld * %lld + kk / %lld;\n", taps, G,
+                   (long long)cg, taps);
+    }
+    emit_x_element(x_side, c, "tap", flat_pos);
+    /* the w side */
+    if (transposed) {
+        if (c->nhwc)
+            str_printf(w_side, "int64_t tap = kk / %lld, ch = bi * %lld + kk %% %lld;\n", (long long)cg,
+                       (long long)cg, (long long)cg);
+        else
+            str_printf(w_side, "int64_t tap = kk %% %lld, ch = bi %% %lld * %lld + kk / %lld;\n", taps, G,
+                       (long long)cg, taps);
+        str_printf(w_side, "int64_t o = %s;\n", o);
+        emit_spatial(w_side, "k", "tap", c->w.sp, c->ns);
+        str_printf(w_side, "v = %s[%s];\n", c->wn, wi);
+    } else {
+        char group[32] = "bi";
+        if (!c->nhwc)
+            snprintf(group, sizeof group, "bi %% %lld", G);
+        str_printf(w_side, "v = %s[(%s * %lld + %s) * %lld + kk];\n", c->wn, group, (long long)og, o,
+                   (long long)depth);
+    }
+    k->a_depth_inner = true; /* nhwc: x's channels; nchw: w's rows */
+    k->b_depth_inner = c->nhwc && !transposed;
+    /* the store: y[r, g * og + q] (nhwc), y[b, g * og + r, q] (nchw) */
+    if (c->nhwc) {
+        snprintf(at, sizeof at, "r * %lld + bi * %lld + q", (long long)c->y.c, (long long)og);
+        if (c->bn[0])
+            snprintf(bias, sizeof bias, "%s[bi * %lld + q]", c->bn, (long long)og);
+    } else {
+        snprintf(at, sizeof at, "bi / %lld * %lld + (bi %% %lld * %lld + r) * %lld + q", G, (long long)c->y.sn, G,
+                 (long long)og, positions);
+        if (c->bn[0])
+            snprintf(bias, sizeof bias, "%s[bi %% %lld * %lld + r]", c->bn, G, (long long)og);
+    }
+    emit_gemm_store(&k->body, p, n, c->epilogue, bias[0] ? bias : NULL, at);
+    return 0;
+}
+
+/* conv_weight_grad as one implicit GEMM per group (see above). */
+static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
+    int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
+    long long positions = c->positions, taps = c->taps;
+    Kernel *k = kernel_gemm(p, n, NULL, c->groups, og, depth, c->y.n * positions, d);
+    if (!k)
+        return -1;
+    if (c->nhwc)
+        str_printf(&k->load_a, "v = %s[kk * %lld + bi * %lld + r];\n", c->yn, (long long)c->y.c, (long long)og);
+    else
+        str_printf(&k->load_a, "v = %s[kk / %lld * %lld + (bi * %lld + r) * %lld + kk %% %lld];\n", c->yn, positions,
+                   (long long)c->y.sn, (long long)og, positions, positions);
+    Str *s = &k->load_b;
+    if (c->x.n > 1)
+        str_printf(s, "int64_t b = kk / %lld;\n", positions);
+    str_printf(s, "int64_t pos = kk %% %lld;\n", positions);
+    if (c->nhwc)
+        str_printf(s, "int64_t tap = q / %lld, ch = bi * %lld + q %% %lld;\n", (long long)cg, (long long)cg,
+                   (long long)cg);
+    else
+        str_printf(s, "int64_t tap = q %% %lld, ch = bi * %lld + q / %lld;\n", taps, (long long)cg, taps);
+    emit_x_element(s, c, "tap", "pos");
+    k->a_depth_inner = k->b_depth_inner = !c->nhwc;
+    char at[128];
+    snprintf(at, sizeof at, "(bi * %lld + r) * %lld + q", (long long)og, (long long)depth);
+    emit_gemm_store(&k->body, p, n, NULL, NULL, at);
+    return 0;
+}
+
 int lower_conv(Program *p, const Node *n, Diag *d) {
     Conv c = conv_of(p, n);
     Arena arena = {0};
@@ -556,6 +716,8 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         rc = depthwise_nhwc(p, n, &c, d);
     } else if (cg == 1 && c.groups > 1) {
         rc = depthwise(p, n, &c, d);
+    } else if (!p->blas) {
+        rc = conv_gemm(p, n, &c, d);
     } else if (winograd_applies(p, n)) {
         rc = lower_winograd(p, n, c.epilogue, d);
     } else {
@@ -581,6 +743,8 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
  * never add into the same element. */
 int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
     Conv c = conv_views(p, n, n->in[0], n->out[0], n->in[1]);
+    if (!p->blas)
+        return weight_grad_gemm(p, n, &c, d);
     int64_t cg = c.x.c / c.groups, og = c.y.c / c.groups, depth = cg * c.taps;
     int64_t inner = c.nhwc ? c.y.n * c.positions : c.positions;
     if (!fits_int(og) || !fits_int(depth * c.groups) || !fits_int(inner) || !fits_int(c.y.c))
@@ -726,7 +890,7 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     if (winograd_applies(p, n))
         return lower_winograd(p, n, NULL, d);
     if (c.x.c / c.groups > 1)
-        return conv_transpose_gemm(p, n, &c, d);
+        return p->blas ? conv_transpose_gemm(p, n, &c, d) : conv_gemm(p, n, &c, d);
     int64_t cg = c.x.c / c.groups, og = c.w.c;
     Kernel *k = kernel_loop(p, n, NULL, c.y.n * c.y.c * c.positions, grain_for(cg * c.taps), d);
     if (!k)

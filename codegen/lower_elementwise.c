@@ -165,6 +165,27 @@ static void append_indented(Str *dst, const char *text, const char *indent) {
     }
 }
 
+/* Emits, at `ind`, the statements giving `x0` (the element's value so far) the
+ * epilogue and storing it into dst: n's inputs from expr_first_input(n) on are
+ * read at offset `at` (when not NULL) of the element in the result. */
+static void emit_element_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *at,
+                                  const char *dst, const char *ind) {
+    char res[48] = "x0";
+    if (epilogue) {
+        int first = expr_first_input(n), next = 0;
+        for (int k = first; k < n->n_in; k++) {
+            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
+            str_printf(s, "%sfloat x%d = %s[%s];\n", ind, k - first + 1, value_name(p, n->in[k]), one ? "0" : at);
+        }
+        Str calc = {0};
+        emit_expr(&calc, epilogue, &next, res, sizeof res);
+        append_indented(s, calc.s ? calc.s : "", ind);
+        s->oom |= calc.oom;
+        str_free(&calc);
+    }
+    str_printf(s, "%s%s = %s;\n", ind, dst, res);
+}
+
 void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
                         const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step) {
     bool biased = bias_at && bias[0];
@@ -174,30 +195,28 @@ void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epi
     bool located = false; /* some input is read at the element's offset in y */
     for (int k = first; epilogue && k < n->n_in; k++)
         located |= type_numel(&p->g->values[n->in[k]].type) != 1;
-    char at[96] = "", plus_bias[160] = "", res[48] = "x0";
+    char at[96] = "", in_y[128], dst[128], plus_bias[160] = "";
     if (ld)
         append_term(at, sizeof at, "r", ld);
     append_term(at, sizeof at, "q", step);
+    snprintf(in_y, sizeof in_y, "at0 + %s", at);
+    snprintf(dst, sizeof dst, "tile[%s]", at);
     if (biased)
         snprintf(plus_bias, sizeof plus_bias, " + %s[%s]", bias, bias_at);
     if (located)
         str_printf(s, "int64_t at0 = tile - %s;\n", value_name(p, n->out[0]));
     str_printf(s, "for (int64_t r = 0; r < %s; r++)\n    for (int64_t q = 0; q < %s; q++) {\n", rows, cols);
-    str_printf(s, "        float x0 = tile[%s]%s;\n", at, plus_bias);
-    if (epilogue) {
-        int next = 0;
-        for (int k = first; k < n->n_in; k++) {
-            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
-            str_printf(s, "        float x%d = %s[%s%s];\n", k - first + 1, value_name(p, n->in[k]),
-                       one ? "0" : "at0 + ", one ? "" : at);
-        }
-        Str calc = {0};
-        emit_expr(&calc, epilogue, &next, res, sizeof res);
-        append_indented(s, calc.s ? calc.s : "", "        ");
-        s->oom |= calc.oom;
-        str_free(&calc);
-    }
-    str_printf(s, "        tile[%s] = %s;\n    }\n", at, res);
+    str_printf(s, "        float x0 = %s%s;\n", dst, plus_bias);
+    emit_element_epilogue(s, p, n, epilogue, in_y, dst, "        ");
+    str_printf(s, "    }\n");
+}
+
+void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                     const char *at) {
+    char dst[160];
+    snprintf(dst, sizeof dst, "%s[%s]", value_name(p, n->out[0]), at);
+    str_printf(s, "float x0 = acc%s%s;\n", bias ? " + " : "", bias ? bias : "");
+    emit_element_epilogue(s, p, n, epilogue, at, dst, "");
 }
 
 /* How an input is read inside a block of the output's last dims: FULL when

@@ -1,4 +1,5 @@
-/* Lowering of matmul, gemm and linear: each is one CALL kernel around cblas_sgemm.
+/* Lowering of matmul, gemm and linear: for the C target, each is one CALL kernel
+ * around cblas_sgemm; for CUDA, one K_GEMM kernel (each *_gemm function).
  *
  * matmul follows numpy as ir/op_linalg.c does: a 1-D a is the row [1, K] and a 1-D
  * b the column [K, 1], and the dims before the last two broadcast. One sgemm runs
@@ -64,6 +65,27 @@ static void batch_offset(const Type *t, const Type *batch, int64_t matrix, char 
             len += (size_t)snprintf(buf + len, cap - len, " + b%d * %lld", k, (long long)(st[k] * matrix));
 }
 
+/* matmul as one K_GEMM kernel, batch item bi at its offsets in a, b and y. */
+static int matmul_gemm(Program *p, const Node *n, const Type *ba, const Type *bb, const Type *batch,
+                       long long count, long long m_len, long long n_len, long long k_len, Diag *d) {
+    Kernel *k = kernel_gemm(p, n, NULL, count, m_len, n_len, k_len, d);
+    if (!k)
+        return -1;
+    char at_a[300] = "", at_b[300] = "", at_y[64];
+    if (count > 1) {
+        emit_unravel(&k->load_a, "bi", batch, "b");
+        emit_unravel(&k->load_b, "bi", batch, "b");
+        batch_offset(ba, batch, m_len * k_len, at_a, sizeof at_a);
+        batch_offset(bb, batch, k_len * n_len, at_b, sizeof at_b);
+    }
+    str_printf(&k->load_a, "v = %s[r * %lld + kk%s];\n", value_name(p, n->in[0]), k_len, at_a);
+    str_printf(&k->load_b, "v = %s[kk * %lld + q%s];\n", value_name(p, n->in[1]), n_len, at_b);
+    k->a_depth_inner = true;
+    snprintf(at_y, sizeof at_y, "(bi * %lld + r) * %lld + q", m_len, n_len);
+    emit_gemm_store(&k->body, p, n, NULL, NULL, at_y);
+    return 0;
+}
+
 int lower_matmul(Program *p, const Node *n, Diag *d) {
     Type ma = as_matrices(&p->g->values[n->in[0]].type, false);
     Type mb = as_matrices(&p->g->values[n->in[1]].type, true);
@@ -71,9 +93,6 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     broadcast_types(&ba, &bb, &batch);
     long long m_len = ma.dims[ma.rank - 2], k_len = ma.dims[ma.rank - 1], n_len = mb.dims[mb.rank - 1];
     long long count = type_numel(&batch);
-    Kernel *k = new_call(p, n, d);
-    if (!k)
-        return -1;
     char a[80], b[80], y[80];
     snprintf(a, sizeof a, "%s", value_name(p, n->in[0]));
     snprintf(b, sizeof b, "%s", value_name(p, n->in[1]));
@@ -83,6 +102,11 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
         m_len *= count;
         count = 1;
     }
+    if (!p->blas)
+        return matmul_gemm(p, n, &ba, &bb, &batch, count, m_len, n_len, k_len, d);
+    Kernel *k = new_call(p, n, d);
+    if (!k)
+        return -1;
     k->flops = 2 * count * m_len * n_len * k_len;
     const char *gemm = "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s, "
                        "%lld, %s%s, %lld, 0.0f, %s%s, %lld);\n";
@@ -107,18 +131,53 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
 
 /* ---- gemm ---- */
 
+/* gemm as a K_GEMM kernel: y = alpha op(a) op(b) + beta c, c broadcast. */
+static int gemm_gemm(Program *p, const Node *n, const char *alpha, const char *beta, Diag *d) {
+    const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
+    const Type *yt = &p->g->values[n->out[0]].type;
+    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    int c = n->n_in > 2 ? n->in[2] : -1;
+    Kernel *k = kernel_gemm(p, n, NULL, 1, yt->dims[0], yt->dims[1], at->dims[!ta], d);
+    if (!k)
+        return -1;
+    str_printf(&k->load_a, ta ? "v = %s[kk * %lld + r];\n" : "v = %s[r * %lld + kk];\n", value_name(p, n->in[0]),
+               (long long)at->dims[1]);
+    str_printf(&k->load_b, tb ? "v = %s[q * %lld + kk];\n" : "v = %s[kk * %lld + q];\n", value_name(p, n->in[1]),
+               (long long)bt->dims[1]);
+    k->a_depth_inner = !ta;
+    k->b_depth_inner = tb;
+    Str *s = &k->body;
+    str_printf(s, "int64_t i = r * %lld + q;\n", (long long)yt->dims[1]);
+    char term[360] = "";
+    if (c >= 0) {
+        const Type *ct = &p->g->values[c].type;
+        char off[256] = "i";
+        if (type_numel(ct) == 1) {
+            snprintf(off, sizeof off, "0");
+        } else if (!type_equal(ct, yt)) {
+            emit_unravel(s, "i", yt, "o");
+            broadcast_offset(ct, yt, "o", off, sizeof off);
+        }
+        snprintf(term, sizeof term, " + %s * %s[%s]", beta, value_name(p, c), off);
+    }
+    str_printf(s, "%s[i] = %s * acc%s;\n", value_name(p, n->out[0]), alpha, term);
+    return 0;
+}
+
 int lower_gemm(Program *p, const Node *n, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
     bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
     int c = n->n_in > 2 ? n->in[2] : -1;
-    Kernel *k = new_call(p, n, d);
-    if (!k)
-        return -1;
     char alpha[32], beta[32], y[80];
     float_literal(node_float(n, "alpha"), alpha, sizeof alpha);
     float_literal(node_float(n, "beta"), beta, sizeof beta);
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
+    if (!p->blas)
+        return gemm_gemm(p, n, alpha, beta, d);
+    Kernel *k = new_call(p, n, d);
+    if (!k)
+        return -1;
     if (c >= 0) {
         /* y = beta * c broadcast, which sgemm then adds to */
         const Type *ct = &p->g->values[c].type;
@@ -150,12 +209,38 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
 
 /* ---- linear ---- */
 
+/* linear (and fused_linear) as a K_GEMM kernel: x [rows, in] times w [out, in]
+ * transposed, each element finished with the bias and the epilogue. */
+static int linear_gemm(Program *p, const Node *n, long long rows, long long in_len, long long out_len, Diag *d) {
+    Arena arena = {0};
+    const Expr *epilogue = NULL;
+    if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
+        return -1;
+    Kernel *k = kernel_gemm(p, n, NULL, 1, rows, out_len, in_len, d);
+    if (k) {
+        str_printf(&k->load_a, "v = %s[r * %lld + kk];\n", value_name(p, n->in[0]), in_len);
+        str_printf(&k->load_b, "v = %s[q * %lld + kk];\n", value_name(p, n->in[1]), in_len);
+        k->a_depth_inner = k->b_depth_inner = true;
+        char bias[96], at[64];
+        if (n->n_in > 2 && n->in[2] >= 0)
+            snprintf(bias, sizeof bias, "%s[q]", value_name(p, n->in[2]));
+        snprintf(at, sizeof at, "r * %lld + q", out_len);
+        emit_gemm_store(&k->body, p, n, epilogue, n->n_in > 2 && n->in[2] >= 0 ? bias : NULL, at);
+        if (epilogue)
+            kernel_annotate(k, node_attr(n, "expr")->s);
+    }
+    arena_free(&arena);
+    return k ? 0 : -1;
+}
+
 int lower_linear(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *w = &p->g->values[n->in[1]].type;
     long long rows = 1, in_len = w->dims[1], out_len = w->dims[0];
     for (int i = 0; i < x->rank - 1; i++)
         rows *= x->dims[i];
     int b = n->n_in > 2 ? n->in[2] : -1;
+    if (!p->blas)
+        return linear_gemm(p, n, rows, in_len, out_len, d);
     /* one row (batch 1): a matrix-vector product, in chunks of outputs the pool runs
        in parallel, each at the speed of reading its part of w; more rows: a GEMM per
        tile of rows, also in parallel, each tile finished (bias, epilogue) while it

@@ -47,7 +47,7 @@ enum { MIN_TILES = 32 };
  * most 2), and enough channels and tiles for the GEMMs to be worth it. */
 bool winograd_applies(const Program *p, const Node *n) {
     const Graph *g = p->g;
-    if (!layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1)
+    if (!p->blas || !layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1)
         return false;
     bool transposed = n->op == OP_CONV_TRANSPOSE;
     const Type *w = &g->values[n->in[1]].type;

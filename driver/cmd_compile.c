@@ -95,23 +95,26 @@ int cmd_compile(int argc, char **argv) {
     }
     Diag d;
     diag_init(&d, stderr);
-    if (o.target && strcmp(o.target, "c") != 0) {
-        diag_error(&d, (Loc){0}, "target '%s' cannot be compiled in this version of kiln", o.target);
+    if (o.target && strcmp(o.target, "interp") == 0) {
+        diag_error(&d, (Loc){0}, "the interpreter compiles nothing; kiln compile takes --target c or cuda");
         return EXIT_USER;
     }
+    JitOptions jo = jit_options(&o);
     SrcFile *src;
     Graph *g;
     TensorList weights = {0};
     Program *p = NULL;
-    Str c = {0}, h = {0};
+    Source c = {0};
+    Str h = {0};
     Check check = {0}; /* --check: the interpreter's outputs before the passes */
     o.pipeline.check_result = &check;
     rc = load_model(&o, true, &d, &src, &g, &weights);
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
-    if (!rc && (!(p = program_lower(g, &weights, pipeline_selects(&o.pipeline, "memplan"), &d)) ||
-                emit_c_model(p, &c, &d)))
+    if (!rc && (!(p = program_lower(g, &weights, jo.target, jo.memplan, &d)) || program_source(p, &c, &d)))
         rc = EXIT_USER;
+    /* the source people read: the C, or the CUDA kernels */
+    const Str *shown = jo.target == TARGET_CUDA ? &c.kernels : &c.host;
     if (!rc && o.memory_report) {
         Str report = {0};
         plan_report(p, &report);
@@ -128,14 +131,16 @@ int cmd_compile(int argc, char **argv) {
     bool wrote_source = false, wrote_header = false, wrote_dump = false;
     char dump_path[4200] = "";
     if (o.pipeline.dump_dir)
-        snprintf(dump_path, sizeof dump_path, "%s/model.c", o.pipeline.dump_dir);
-    if (!rc && *dump_path && !(wrote_dump = write_file_atomic(dump_path, c.s, c.len, &d) == 0))
+        snprintf(dump_path, sizeof dump_path, "%s/model.%s", o.pipeline.dump_dir,
+                 jo.target == TARGET_CUDA ? "cu" : "c");
+    if (!rc && *dump_path && !(wrote_dump = write_file_atomic(dump_path, shown->s, shown->len, &d) == 0))
         rc = EXIT_USER;
-    if (!rc && o.emit_source && !(wrote_source = write_file_atomic(o.emit_source, c.s, c.len, &d) == 0))
+    if (!rc && o.emit_source &&
+        !(wrote_source = write_file_atomic(o.emit_source, shown->s, shown->len, &d) == 0))
         rc = EXIT_USER;
     if (!rc && o.header && !(wrote_header = !h.oom && write_file_atomic(o.header, h.s, h.len, &d) == 0))
         rc = EXIT_USER;
-    if (!rc && cc_compile_so(&c, p->weights, p->weights_bytes, o.out, &d))
+    if (!rc && cc_compile_so(&c, p, o.out, &d))
         rc = EXIT_USER;
     else if (!rc && o.pipeline.check && check_compiled(&check, g, o.out, &d)) {
         remove(o.out);
@@ -148,7 +153,7 @@ int cmd_compile(int argc, char **argv) {
     if (rc && wrote_header)
         remove(o.header);
     check_free(&check);
-    str_free(&c);
+    source_free(&c);
     str_free(&h);
     program_free(p);
     tensors_free(&weights);

@@ -170,9 +170,7 @@ static int run_model(const Options *o, Diag *d) {
     Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
     bool interp = o->target && strcmp(o->target, "interp") == 0, inputs_read = false;
     int rc = 0;
-    if (o->target && strcmp(o->target, "cuda") == 0)
-        rc = diag_error(d, (Loc){0}, "target 'cuda' is not available in this version of kiln");
-    else if (is_shared_object(o->model)) {
+    if (is_shared_object(o->model)) {
         if (o->pipeline.check)
             rc = diag_error(d, (Loc){0}, "'%s' is compiled; --check needs the .kiln model", o->model);
         else if (interp)

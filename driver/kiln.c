@@ -150,7 +150,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
 }
 
 JitOptions jit_options(const Options *o) {
-    return (JitOptions){NULL, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir, NULL};
+    Target target = o->target && strcmp(o->target, "cuda") == 0 ? TARGET_CUDA : TARGET_C;
+    return (JitOptions){NULL, target, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir, NULL};
 }
 
 static bool ends_with(const char *s, const char *suffix) {

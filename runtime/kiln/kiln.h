@@ -22,7 +22,7 @@ typedef struct {
 } kiln_error;
 
 typedef struct {
-    const char *target;         /* "c" (the default when NULL) */
+    const char *target;         /* "c" (the default when NULL) or "cuda" */
     int opt_level;              /* 0, 1 or 2 (the pass pipeline's -O level) */
     const char *const *weights; /* safetensors files with values for params */
     int n_weights;

@@ -6,7 +6,8 @@
  * test value where an op needs it constant (OnnxBind.if_needed: Reshape's shape,
  * Resize's scales, Clip's bounds, ... which kiln's static shapes need at import),
  * feeds the others as inputs, runs the model in the reference interpreter and, after
- * the -O2 pipeline, compiled to C (jit_graph, through the compile cache), and
+ * the -O2 pipeline, compiled for each target (C, and CUDA: on the GPU, or emulated on
+ * the CPU with KILN_CUDA=emulate; jit_graph, through the compile cache), and
  * compares each output with output_N.pb within cli.md's tolerance
  * |a - b| <= 1e-4 + 1e-4 |b| (NaN matches NaN, an infinity itself).
  *
@@ -16,7 +17,7 @@
  * the run found, each failure with its reason (the importer's message, or the
  * mismatch), for review before it replaces the committed one.
  *
- * usage: onnx_conformance [--write-expected FILE] [--filter SUBSTRING] [--interp-only] [-v]
+ * usage: onnx_conformance [--write-expected FILE] [--filter SUBSTRING] [--targets c,cuda|c|cuda|none] [-v]
  *                         EXPECTED_FILE DATA_DIR...   (the node tests, and the older
  *                         pytorch-converted, pytorch-operator and simple ones) */
 #include <dirent.h>
@@ -41,7 +42,10 @@ typedef struct {
 
 static Expected *expected;
 static int n_expected;
-static bool verbose, interp_only;
+static bool verbose;
+/* The compiled targets each test runs on after the interpreter (--targets). */
+static Target targets[2] = {TARGET_C, TARGET_CUDA};
+static int n_targets = 2;
 
 static void trim(char *s) {
     size_t n = strlen(s);
@@ -274,35 +278,41 @@ static bool run_test(const char *dir, const char *name, char *reason) {
         for (int k = 0; k < g->n_outputs; k++)
             tensor_free(got[k]), got[k] = NULL;
     }
-    if (ok && !interp_only) {
+    /* Each compiled target on a fresh import: the pipeline rewrites the graph. */
+    for (int t = 0; ok && t < n_targets; t++) {
+        const char *tname = targets[t] == TARGET_CUDA ? "cuda" : "c";
+        TensorList tw = {0};
+        Graph *tg = onnx_import(model, binds, td.n_in, &tw, &d);
         PipelineOptions po = {.level = 2, .verify = true, .lower = true};
         kiln_error err = {""};
         kiln_module *m = NULL;
-        if (pipeline_run(g, &weights, &po, &d) == 0) {
-            JitOptions jo = {NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
-            m = jit_graph(g, &weights, &jo, &d, &err);
+        if (tg && pipeline_run(tg, &tw, &po, &d) == 0) {
+            JitOptions jo = {.target = targets[t], .memplan = pipeline_selects(&po, "memplan")};
+            m = jit_graph(tg, &tw, &jo, &d, &err);
         }
         void *bufs[MAX_IO];
         const void *inbufs[MAX_IO];
         for (int i = 0; i < n_in; i++)
             inbufs[i] = inputs[i]->data;
-        for (int k = 0; m && k < g->n_outputs; k++) {
-            got[k] = tensor_new(&g->values[g->outputs[k]].type);
+        for (int k = 0; m && k < tg->n_outputs; k++) {
+            got[k] = tensor_new(&tg->values[tg->outputs[k]].type);
             bufs[k] = got[k]->data;
         }
         if (!m) {
             fflush(mf);
-            snprintf(reason, REASON, "c: %s", err.message[0] ? err.message : "the pipeline failed");
+            snprintf(reason, REASON, "%s: %s", tname, err.message[0] ? err.message : "the pipeline failed");
             ok = false;
         } else if (kiln_run(m, inbufs, bufs, &err)) {
-            snprintf(reason, REASON, "c: %s", err.message);
+            snprintf(reason, REASON, "%s: %s", tname, err.message);
             ok = false;
         } else {
-            ok = compare(g, got, td.out, "c", reason);
+            ok = compare(tg, got, td.out, tname, reason);
         }
-        for (int k = 0; k < g->n_outputs; k++)
-            tensor_free(got[k]);
+        for (int k = 0; tg && k < tg->n_outputs; k++)
+            tensor_free(got[k]), got[k] = NULL;
         kiln_free(m);
+        tensors_free(&tw);
+        graph_free(tg);
     }
     if (verbose && msg && *msg && !ok)
         fprintf(stderr, "%s", msg);
@@ -341,8 +351,14 @@ int main(int argc, char **argv) {
             write_to = argv[++i];
         else if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
             filter = argv[++i];
-        else if (strcmp(argv[i], "--interp-only") == 0)
-            interp_only = true;
+        else if (strcmp(argv[i], "--targets") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            n_targets = 0;
+            if (strstr(v, "c") == v || strstr(v, ",c"))
+                targets[n_targets++] = TARGET_C;
+            if (strstr(v, "cuda"))
+                targets[n_targets++] = TARGET_CUDA;
+        }
         else if (strcmp(argv[i], "-v") == 0)
             verbose = true;
         else if (!list)
@@ -352,7 +368,7 @@ int main(int argc, char **argv) {
     }
     if (!list || !n_dirs) {
         fprintf(stderr,
-                "usage: %s [--write-expected FILE] [--filter S] [--interp-only] [-v] EXPECTED DATA_DIR...\n",
+                "usage: %s [--write-expected FILE] [--filter S] [--targets c,cuda|c|cuda|none] [-v] EXPECTED DATA_DIR...\n",
                 argv[0]);
         return 2;
     }
@@ -423,7 +439,7 @@ int main(int argc, char **argv) {
         fclose(out);
     printf("onnx conformance (%s): %d tests, %d pass, %d expected failures, %d unexpected failures, "
            "%d unexpected passes (%lds)\n",
-           interp_only ? "interp" : "interp and c", n, passed, xfail, unexpected_fail, unexpected_pass,
+           n_targets == 2 ? "interp, c and cuda" : n_targets ? (targets[0] == TARGET_C ? "interp and c" : "interp and cuda") : "interp", n, passed, xfail, unexpected_fail, unexpected_pass,
            (long)(time(NULL) - start));
     for (int i = 0; i < n; i++)
         free(tests[i].name);

@@ -105,7 +105,7 @@ static long jit_and_compare(const char *name, const char *text, Tensor *const *i
     if (g && g->n_outputs == 1 && verify_graph(g, &d) == 0 &&
         interp_run(g, &weights, (const Tensor *const *)inputs, &ref, &d) == 0 &&
         pipeline_run(g, &weights, &po, &d) == 0) {
-        JitOptions jo = {dir, pipeline_selects(&po, "memplan"), NULL, NULL};
+        JitOptions jo = {dir, TARGET_C, pipeline_selects(&po, "memplan"), NULL, NULL};
         m = jit_graph(g, &weights, &jo, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", name, err.message);

@@ -1,4 +1,6 @@
-/* The C target against the reference values and the interpreter, one test per battery.
+/* The C target against the reference values and the interpreter, one test per battery;
+ * built a second time as test_target_cuda, with TEST_TARGET the CUDA target (which
+ * CTest runs emulated on the CPU, KILN_CUDA=emulate, where there is no GPU).
  *
  * For each battery NAME of tests/ref/ (see test_reference.c: NAME.kiln, its params in
  * NAME.safetensors, PyTorch's outputs in NAME.expected.safetensors), this test parses
@@ -20,6 +22,11 @@
 #include "battery.h"
 #include "codegen/jit.h"
 #include "passes/passes.h"
+
+#ifndef TEST_TARGET
+#define TEST_TARGET TARGET_C
+#define TEST_GROUP "target_c"
+#endif
 
 /* Runs the compiled model once into new tensors of the graph's output types. */
 static bool run_compiled(const Graph *g, kiln_module *m, Tensor **outs) {
@@ -62,7 +69,7 @@ static long compile_and_compare(const Battery *b, int level) {
     PipelineOptions po = {.level = level, .verify = true};
     if (ref && got && verify_graph(bm.g, &d) == 0 && interp_run(bm.g, &bm.weights, NULL, ref, &d) == 0 &&
         pipeline_run(bm.g, &bm.weights, &po, &d) == 0) {
-        JitOptions jo = {NULL, pipeline_selects(&po, "memplan"), NULL, NULL};
+        JitOptions jo = {NULL, TEST_TARGET, pipeline_selects(&po, "memplan"), NULL, NULL};
         m = jit_graph(bm.g, &bm.weights, &jo, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", b->name, err.message);
@@ -88,6 +95,6 @@ static long check_battery(const Battery *b) {
 }
 
 int main(int argc, char **argv) {
-    static const BatterySuite suite = {"target_c", "compile and run", check_battery};
+    static const BatterySuite suite = {TEST_GROUP, "compile and run", check_battery};
     return battery_main(argc, argv, &suite);
 }

@@ -1,0 +1,635 @@
+/* The runtime of a model compiled for the CUDA target.
+ *
+ * kiln pastes this file into the host code of each CUDA model (after kiln/model.h),
+ * so the .so needs no kiln library and no CUDA at build time: the CUDA driver
+ * (libcuda.so.1) and NVRTC are found with dlopen when an instance is created.
+ *
+ * create: picks device $KILN_CUDA_DEVICE (default 0); takes the kernels' binary for
+ * this device from the kernel cache, or compiles the kernel source with NVRTC for
+ * the device's own architecture (sm_XY) and stores the result there, so the second
+ * load compiles nothing; loads it as a module; allocates device memory for the
+ * weights (copied once), the state, the workspace and every input and output; and
+ * makes a stream. run: copies the inputs to the device, launches the kernels in
+ * order on the stream, copies the outputs back and waits. Every driver call is
+ * checked; a failure in run is reported on stderr (the ABI's run has no message).
+ * A profiling build (kiln bench --profile) records an event before every kernel
+ * and after the last, and adds each kernel's time between them to its slot.
+ *
+ * The cache is $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln, one
+ * file per key: a hash of the source, the NVRTC options and version, and the device.
+ *
+ * With KILN_CUDA_EMULATE defined (KILN_CUDA=emulate when kiln compiles), the
+ * kernels are C++ functions linked into the model, device memory is host memory,
+ * and a launch runs the grid on the CPU (cuda/emulate.h). */
+#include "kiln/model.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The buffers a kernel sees, as device pointers (kernel arguments by value). */
+typedef struct {
+    const float *const *in;
+    float *const *out;
+    float *ws;
+    const float *wt;
+    float *st;
+} KilnArgs;
+
+typedef void (*KilnCudaKernelFn)(KilnArgs args, int64_t count);
+
+/* One kernel launch: its name in the source, its iteration count (an argument),
+ * the grid in blocks, and the threads per block; cooperative: it synchronizes its
+ * block's threads (the emulation then runs them as fibers). */
+typedef struct {
+    const char *name;
+    int64_t count;
+    unsigned grid[3], block;
+    int cooperative;
+} KilnCudaLaunch;
+
+/* What the generated code tells the runtime about its model. */
+typedef struct {
+    const char *source; /* the kernels, CUDA C++ */
+    int n_kernels;
+    const KilnCudaLaunch *launches;
+    const KilnCudaKernelFn *emulated; /* emulation: the kernels, else NULL */
+    int64_t workspace_bytes, state_bytes, weights_bytes;
+    const unsigned char *weights;
+    int n_inputs, n_outputs;
+    const int64_t *input_bytes, *output_bytes;
+    double *profile; /* seconds per kernel, summed over runs; NULL: no profiling */
+} KilnCudaProgram;
+
+#ifdef KILN_CUDA_EMULATE
+void kiln_emu_launch(KilnCudaKernelFn fn, KilnArgs args, int64_t count, const unsigned grid[3], unsigned block,
+                     int cooperative);
+#endif
+
+/* ---- The CUDA driver API and NVRTC, as far as kiln uses them ---- */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent;
+typedef unsigned long long CUdeviceptr;
+typedef int nvrtcResult;
+typedef void *nvrtcProgram;
+enum { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76 };
+
+typedef struct {
+    void *cuda, *nvrtc; /* dlopen handles */
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **);
+    CUresult (*cuGetErrorString)(CUresult, const char **);
+    CUresult (*cuEventCreate)(CUevent *, unsigned);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*cuEventDestroy)(CUevent);
+    nvrtcResult (*nvrtcVersion)(int *, int *);
+    nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                                      const char *const *);
+    nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *);
+    const char *(*nvrtcGetErrorString)(nvrtcResult);
+} KilnCudaApi;
+
+static void kiln_cuda_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void kiln_cuda_error(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* The first of the names dlopen finds; NULL when none. */
+static void *kiln_cuda_dlopen(const char *const *names) {
+    for (int i = 0; names[i]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    return NULL;
+}
+
+/* NVRTC: $KILN_NVRTC, else the names of the CUDA versions kiln knows, newest first. */
+static void *kiln_cuda_open_nvrtc(void) {
+    const char *env = getenv("KILN_NVRTC");
+    const char *names[] = {env && *env ? env : "libnvrtc.so",
+                           "libnvrtc.so.13",
+                           "libnvrtc.so.12",
+                           "libnvrtc.so.11.2",
+                           "/usr/local/cuda/lib64/libnvrtc.so",
+                           NULL};
+    return kiln_cuda_dlopen(names);
+}
+
+#define KILN_CUDA_SYM(lib, field, symbol)                                                                \
+    do {                                                                                                  \
+        *(void **)&api->field = dlsym(api->lib, symbol);                                                  \
+        if (!api->field) {                                                                                \
+            kiln_cuda_error(err, errlen, "the CUDA library has no %s (too old a CUDA for kiln)", symbol); \
+            return 1;                                                                                     \
+        }                                                                                                 \
+    } while (0)
+
+static int kiln_cuda_load_nvrtc(KilnCudaApi *api, char *err, size_t errlen) {
+    if (!(api->nvrtc = kiln_cuda_open_nvrtc())) {
+        kiln_cuda_error(err, errlen,
+                        "cannot load NVRTC (libnvrtc.so from the CUDA toolkit; set KILN_NVRTC to its path): %s",
+                        dlerror());
+        return 1;
+    }
+    KILN_CUDA_SYM(nvrtc, nvrtcVersion, "nvrtcVersion");
+    KILN_CUDA_SYM(nvrtc, nvrtcCreateProgram, "nvrtcCreateProgram");
+    KILN_CUDA_SYM(nvrtc, nvrtcCompileProgram, "nvrtcCompileProgram");
+    KILN_CUDA_SYM(nvrtc, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
+    KILN_CUDA_SYM(nvrtc, nvrtcGetProgramLog, "nvrtcGetProgramLog");
+    KILN_CUDA_SYM(nvrtc, nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
+    KILN_CUDA_SYM(nvrtc, nvrtcGetCUBIN, "nvrtcGetCUBIN");
+    KILN_CUDA_SYM(nvrtc, nvrtcDestroyProgram, "nvrtcDestroyProgram");
+    KILN_CUDA_SYM(nvrtc, nvrtcGetErrorString, "nvrtcGetErrorString");
+    return 0;
+}
+
+static int kiln_cuda_load_driver(KilnCudaApi *api, char *err, size_t errlen) {
+    const char *names[] = {"libcuda.so.1", "libcuda.so", NULL};
+    if (!(api->cuda = kiln_cuda_dlopen(names))) {
+        kiln_cuda_error(err, errlen,
+                        "no CUDA driver here (cannot load libcuda.so.1: %s); the CUDA target needs an NVIDIA GPU "
+                        "and its driver",
+                        dlerror());
+        return 1;
+    }
+    KILN_CUDA_SYM(cuda, cuInit, "cuInit");
+    KILN_CUDA_SYM(cuda, cuDeviceGetCount, "cuDeviceGetCount");
+    KILN_CUDA_SYM(cuda, cuDeviceGet, "cuDeviceGet");
+    KILN_CUDA_SYM(cuda, cuDeviceGetName, "cuDeviceGetName");
+    KILN_CUDA_SYM(cuda, cuDeviceGetAttribute, "cuDeviceGetAttribute");
+    KILN_CUDA_SYM(cuda, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    KILN_CUDA_SYM(cuda, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    KILN_CUDA_SYM(cuda, cuCtxSetCurrent, "cuCtxSetCurrent");
+    KILN_CUDA_SYM(cuda, cuModuleLoadData, "cuModuleLoadData");
+    KILN_CUDA_SYM(cuda, cuModuleUnload, "cuModuleUnload");
+    KILN_CUDA_SYM(cuda, cuModuleGetFunction, "cuModuleGetFunction");
+    KILN_CUDA_SYM(cuda, cuMemAlloc, "cuMemAlloc_v2");
+    KILN_CUDA_SYM(cuda, cuMemFree, "cuMemFree_v2");
+    KILN_CUDA_SYM(cuda, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+    KILN_CUDA_SYM(cuda, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+    KILN_CUDA_SYM(cuda, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+    KILN_CUDA_SYM(cuda, cuStreamCreate, "cuStreamCreate");
+    KILN_CUDA_SYM(cuda, cuStreamDestroy, "cuStreamDestroy_v2");
+    KILN_CUDA_SYM(cuda, cuStreamSynchronize, "cuStreamSynchronize");
+    KILN_CUDA_SYM(cuda, cuLaunchKernel, "cuLaunchKernel");
+    KILN_CUDA_SYM(cuda, cuGetErrorString, "cuGetErrorString");
+    KILN_CUDA_SYM(cuda, cuEventCreate, "cuEventCreate");
+    KILN_CUDA_SYM(cuda, cuEventRecord, "cuEventRecord");
+    KILN_CUDA_SYM(cuda, cuEventElapsedTime, "cuEventElapsedTime");
+    KILN_CUDA_SYM(cuda, cuEventDestroy, "cuEventDestroy_v2");
+    return 0;
+}
+
+static const char *kiln_cuda_strerror(const KilnCudaApi *api, CUresult rc) {
+    const char *s = NULL;
+    if (api->cuGetErrorString && api->cuGetErrorString(rc, &s) == 0 && s)
+        return s;
+    return "unknown CUDA error";
+}
+
+/* Compiles the kernels for architecture sm_<arch> into a new cubin (*out, *len);
+ * with check, any warning in the log is an error too. */
+static int kiln_cuda_nvrtc_compile(const KilnCudaApi *api, const char *source, int arch, int check,
+                                   unsigned char **out, size_t *len, char *err, size_t errlen) {
+    char gpu[32];
+    snprintf(gpu, sizeof gpu, "--gpu-architecture=sm_%d", arch);
+    const char *options[] = {gpu, "--std=c++17", "--device-as-default-execution-space"};
+    nvrtcProgram prog = NULL;
+    nvrtcResult rc = api->nvrtcCreateProgram(&prog, source, "kiln_model.cu", 0, NULL, NULL);
+    if (rc != 0) {
+        kiln_cuda_error(err, errlen, "NVRTC cannot take the kernels: %s", api->nvrtcGetErrorString(rc));
+        return 1;
+    }
+    rc = api->nvrtcCompileProgram(prog, 3, options);
+    size_t log_len = 0;
+    char *log = NULL;
+    if (api->nvrtcGetProgramLogSize(prog, &log_len) == 0 && log_len > 1 && (log = malloc(log_len)))
+        api->nvrtcGetProgramLog(prog, log);
+    int failed = rc != 0 || (check && log && log[0]);
+    if (failed)
+        kiln_cuda_error(err, errlen, "NVRTC %s the kernels (a bug in kiln): %.1500s",
+                        rc != 0 ? "failed to compile" : "warned on", log ? log : api->nvrtcGetErrorString(rc));
+    free(log);
+    *out = NULL;
+    if (!failed && api->nvrtcGetCUBINSize(prog, len) == 0 && (*out = malloc(*len ? *len : 1)) &&
+        api->nvrtcGetCUBIN(prog, (char *)*out) != 0) {
+        free(*out);
+        *out = NULL;
+    }
+    if (!failed && !*out) {
+        kiln_cuda_error(err, errlen, "NVRTC gave no binary for sm_%d", arch);
+        failed = 1;
+    }
+    api->nvrtcDestroyProgram(&prog);
+    return failed;
+}
+
+/* ---- The kernel cache ---- */
+
+static unsigned long long kiln_cuda_fnv(unsigned long long h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The cache directory, created when missing; 0 when there is none to use. */
+static int kiln_cuda_cache_dir(char *dir, size_t n) {
+    const char *env = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        snprintf(dir, n, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(dir, n, "%s/kiln", xdg);
+    else if (home && *home)
+        snprintf(dir, n, "%s/.cache/kiln", home);
+    else
+        return 0;
+    char partial[4096];
+    snprintf(partial, sizeof partial, "%s", dir);
+    for (char *p = partial + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(partial, 0777);
+            *p = '/';
+        }
+    return (mkdir(dir, 0777) == 0 || errno == EEXIST) && access(dir, W_OK) == 0;
+}
+
+static unsigned char *kiln_cuda_read(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *data = NULL;
+    long size = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (data = malloc((size_t)size)) && fread(data, 1, (size_t)size, f) != (size_t)size) {
+        free(data);
+        data = NULL;
+    }
+    if (f)
+        fclose(f);
+    *len = data ? (size_t)size : 0;
+    return data;
+}
+
+/* Writes through a temporary file and a rename, so a reader never sees half a file. */
+static void kiln_cuda_write(const char *path, const unsigned char *data, size_t len) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    int ok = fwrite(data, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+/* ---- Instances ---- */
+
+typedef struct {
+    const KilnCudaProgram *prog;
+    KilnCudaApi api;
+    CUdevice device;
+    CUcontext ctx;
+    CUmodule module;
+    CUstream stream;
+    CUfunction *functions;
+    CUevent *events; /* profiling: one before each kernel and one after the last */
+    CUdeviceptr wt, st, ws;
+    CUdeviceptr *inputs, *outputs; /* the device buffers */
+    CUdeviceptr in_table, out_table; /* arrays of them, what KilnArgs points at */
+    KilnArgs args;
+} KilnCudaInstance;
+
+#ifdef KILN_CUDA_EMULATE
+/* Device memory is host memory here, at least 64-byte aligned as cuMemAlloc's is. */
+static int kiln_cuda_alloc(KilnCudaInstance *in, CUdeviceptr *p, size_t bytes) {
+    (void)in;
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0)
+        return 1;
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return 0;
+}
+static void kiln_cuda_release(KilnCudaInstance *in, CUdeviceptr p) {
+    (void)in;
+    free((void *)(uintptr_t)p);
+}
+static int kiln_cuda_upload(KilnCudaInstance *in, CUdeviceptr dst, const void *src, size_t bytes) {
+    (void)in;
+    if (bytes)
+        memcpy((void *)(uintptr_t)dst, src, bytes);
+    return 0;
+}
+#else
+static int kiln_cuda_alloc(KilnCudaInstance *in, CUdeviceptr *p, size_t bytes) {
+    return in->api.cuMemAlloc(p, bytes ? bytes : 1) != 0;
+}
+static void kiln_cuda_release(KilnCudaInstance *in, CUdeviceptr p) {
+    if (p)
+        in->api.cuMemFree(p);
+}
+static int kiln_cuda_upload(KilnCudaInstance *in, CUdeviceptr dst, const void *src, size_t bytes) {
+    return bytes && in->api.cuMemcpyHtoD(dst, src, bytes) != 0;
+}
+#endif
+
+static void kiln_cuda_destroy(void *instance) {
+    KilnCudaInstance *in = instance;
+    if (!in)
+        return;
+    const KilnCudaProgram *p = in->prog;
+    if (in->ctx)
+        in->api.cuCtxSetCurrent(in->ctx);
+    for (int i = 0; in->inputs && i < p->n_inputs; i++)
+        kiln_cuda_release(in, in->inputs[i]);
+    for (int i = 0; in->outputs && i < p->n_outputs; i++)
+        kiln_cuda_release(in, in->outputs[i]);
+    kiln_cuda_release(in, in->in_table);
+    kiln_cuda_release(in, in->out_table);
+    kiln_cuda_release(in, in->wt);
+    kiln_cuda_release(in, in->st);
+    kiln_cuda_release(in, in->ws);
+    for (int k = 0; in->events && k <= p->n_kernels; k++)
+        if (in->events[k])
+            in->api.cuEventDestroy(in->events[k]);
+    if (in->stream)
+        in->api.cuStreamDestroy(in->stream);
+    if (in->module)
+        in->api.cuModuleUnload(in->module);
+    if (in->ctx)
+        in->api.cuDevicePrimaryCtxRelease(in->device);
+    if (in->api.nvrtc)
+        dlclose(in->api.nvrtc);
+    if (in->api.cuda)
+        dlclose(in->api.cuda);
+    free(in->functions);
+    free(in->events);
+    free(in->inputs);
+    free(in->outputs);
+    free(in);
+}
+
+#define KILN_CUDA_CHECK(call, what)                                                                    \
+    do {                                                                                                \
+        CUresult kiln_rc = (call);                                                                      \
+        if (kiln_rc != 0) {                                                                             \
+            kiln_cuda_error(err, errlen, "%s failed: %s", what, kiln_cuda_strerror(&in->api, kiln_rc)); \
+            return 1;                                                                                   \
+        }                                                                                               \
+    } while (0)
+
+#ifndef KILN_CUDA_EMULATE
+static int kiln_cuda_open_device(KilnCudaInstance *in, char *err, size_t errlen) {
+    KilnCudaApi *api = &in->api;
+    if (kiln_cuda_load_driver(api, err, errlen))
+        return 1;
+    int count = 0;
+    CUresult rc = api->cuInit(0);
+    if (rc == 0)
+        rc = api->cuDeviceGetCount(&count);
+    if (rc != 0 || count == 0) {
+        kiln_cuda_error(err, errlen, "no CUDA device here (%s); the CUDA target needs an NVIDIA GPU",
+                        rc != 0 ? kiln_cuda_strerror(api, rc) : "the driver sees none");
+        return 1;
+    }
+    const char *env = getenv("KILN_CUDA_DEVICE");
+    int ordinal = env && *env ? atoi(env) : 0;
+    if (ordinal < 0 || ordinal >= count) {
+        kiln_cuda_error(err, errlen, "KILN_CUDA_DEVICE=%s: there are %d CUDA devices", env, count);
+        return 1;
+    }
+    KILN_CUDA_CHECK(api->cuDeviceGet(&in->device, ordinal), "cuDeviceGet");
+    KILN_CUDA_CHECK(api->cuDevicePrimaryCtxRetain(&in->ctx, in->device), "cuDevicePrimaryCtxRetain");
+    KILN_CUDA_CHECK(api->cuCtxSetCurrent(in->ctx), "cuCtxSetCurrent");
+    return 0;
+}
+
+/* The kernels' binary for this device: from the cache, or compiled by NVRTC (and
+ * stored there); then loaded, and every kernel found in it. */
+static int kiln_cuda_load_module(KilnCudaInstance *in, char *err, size_t errlen) {
+    KilnCudaApi *api = &in->api;
+    const KilnCudaProgram *p = in->prog;
+    int major = 0, minor = 0;
+    char device[256] = "";
+    KILN_CUDA_CHECK(api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, in->device),
+                    "cuDeviceGetAttribute");
+    KILN_CUDA_CHECK(api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, in->device),
+                    "cuDeviceGetAttribute");
+    KILN_CUDA_CHECK(api->cuDeviceGetName(device, (int)sizeof device - 1, in->device), "cuDeviceGetName");
+    int arch = major * 10 + minor;
+    unsigned long long h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    for (int k = 0; k < 2; k++) {
+        h[k] = kiln_cuda_fnv(h[k], p->source, strlen(p->source));
+        h[k] = kiln_cuda_fnv(h[k], device, strlen(device));
+        h[k] = kiln_cuda_fnv(h[k], &arch, sizeof arch);
+    }
+    char dir[4096], path[4200] = "";
+    if (kiln_cuda_cache_dir(dir, sizeof dir))
+        snprintf(path, sizeof path, "%s/cuda-%016llx%016llx-sm%d.cubin", dir, h[0], h[1], arch);
+    size_t len = 0;
+    unsigned char *cubin = path[0] ? kiln_cuda_read(path, &len) : NULL;
+    if (cubin && api->cuModuleLoadData(&in->module, cubin) != 0) { /* a damaged entry: compile afresh */
+        free(cubin);
+        cubin = NULL;
+    }
+    if (!cubin) {
+        if (kiln_cuda_load_nvrtc(api, err, errlen) ||
+            kiln_cuda_nvrtc_compile(api, p->source, arch, 0, &cubin, &len, err, errlen))
+            return 1;
+        CUresult rc = api->cuModuleLoadData(&in->module, cubin);
+        if (rc == 0 && path[0])
+            kiln_cuda_write(path, cubin, len);
+        free(cubin);
+        KILN_CUDA_CHECK(rc, "cuModuleLoadData");
+    } else {
+        free(cubin);
+    }
+    for (int k = 0; k < p->n_kernels; k++)
+        KILN_CUDA_CHECK(api->cuModuleGetFunction(&in->functions[k], in->module, p->launches[k].name),
+                        p->launches[k].name);
+    KILN_CUDA_CHECK(api->cuStreamCreate(&in->stream, 0), "cuStreamCreate");
+    if (p->profile) {
+        if (!(in->events = calloc((size_t)p->n_kernels + 1, sizeof *in->events))) {
+            kiln_cuda_error(err, errlen, "out of memory creating the instance");
+            return 1;
+        }
+        for (int k = 0; k <= p->n_kernels; k++)
+            KILN_CUDA_CHECK(api->cuEventCreate(&in->events[k], 0), "cuEventCreate");
+    }
+    return 0;
+}
+#endif
+
+/* Device memory of `bytes`, filled from `from` when not NULL. */
+static int kiln_cuda_buffer(KilnCudaInstance *in, CUdeviceptr *p, const void *from, int64_t bytes, const char *what,
+                            char *err, size_t errlen) {
+    if (kiln_cuda_alloc(in, p, (size_t)bytes)) {
+        *p = 0;
+        kiln_cuda_error(err, errlen, "out of device memory: %s needs %lld bytes", what, (long long)bytes);
+        return 1;
+    }
+    if (from && kiln_cuda_upload(in, *p, from, (size_t)bytes)) {
+        kiln_cuda_error(err, errlen, "cannot copy %s to the device", what);
+        return 1;
+    }
+    return 0;
+}
+
+static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
+    const KilnCudaProgram *p = in->prog;
+    if (!(in->functions = calloc((size_t)p->n_kernels + 1, sizeof *in->functions)) ||
+        !(in->inputs = calloc((size_t)p->n_inputs + 1, sizeof *in->inputs)) ||
+        !(in->outputs = calloc((size_t)p->n_outputs + 1, sizeof *in->outputs))) {
+        kiln_cuda_error(err, errlen, "out of memory creating the instance");
+        return 1;
+    }
+#ifndef KILN_CUDA_EMULATE
+    if (kiln_cuda_open_device(in, err, errlen) || kiln_cuda_load_module(in, err, errlen))
+        return 1;
+#endif
+    if (kiln_cuda_buffer(in, &in->wt, p->weights, p->weights_bytes, "the weights", err, errlen) ||
+        kiln_cuda_buffer(in, &in->st, p->weights, p->state_bytes, "the params a step updates", err, errlen) ||
+        kiln_cuda_buffer(in, &in->ws, NULL, p->workspace_bytes, "the workspace", err, errlen))
+        return 1;
+    for (int i = 0; i < p->n_inputs; i++)
+        if (kiln_cuda_buffer(in, &in->inputs[i], NULL, p->input_bytes[i], "an input", err, errlen))
+            return 1;
+    for (int i = 0; i < p->n_outputs; i++)
+        if (kiln_cuda_buffer(in, &in->outputs[i], NULL, p->output_bytes[i], "an output", err, errlen))
+            return 1;
+    if (kiln_cuda_buffer(in, &in->in_table, in->inputs, (int64_t)sizeof(CUdeviceptr) * p->n_inputs, "the inputs",
+                         err, errlen) ||
+        kiln_cuda_buffer(in, &in->out_table, in->outputs, (int64_t)sizeof(CUdeviceptr) * p->n_outputs,
+                         "the outputs", err, errlen))
+        return 1;
+    in->args.in = (const float *const *)(uintptr_t)in->in_table;
+    in->args.out = (float *const *)(uintptr_t)in->out_table;
+    in->args.ws = (float *)(uintptr_t)in->ws;
+    in->args.wt = (const float *)(uintptr_t)in->wt;
+    in->args.st = (float *)(uintptr_t)in->st;
+    return 0;
+}
+
+static int kiln_cuda_create(const KilnCudaProgram *prog, void **instance, char *err, size_t errlen) {
+    *instance = NULL;
+    KilnCudaInstance *in = calloc(1, sizeof *in);
+    if (!in) {
+        kiln_cuda_error(err, errlen, "out of memory creating the instance");
+        return 1;
+    }
+    in->prog = prog;
+    if (kiln_cuda_setup(in, err, errlen)) {
+        kiln_cuda_destroy(in);
+        return 1;
+    }
+    *instance = in;
+    return 0;
+}
+
+#ifdef KILN_CUDA_EMULATE
+#include <time.h>
+
+static double kiln_cuda_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
+    KilnCudaInstance *in = instance;
+    const KilnCudaProgram *p = in->prog;
+    for (int i = 0; i < p->n_inputs; i++)
+        kiln_cuda_upload(in, in->inputs[i], inputs[i], (size_t)p->input_bytes[i]);
+    for (int k = 0; k < p->n_kernels; k++) {
+        const KilnCudaLaunch *l = &p->launches[k];
+        double start = p->profile ? kiln_cuda_now() : 0;
+        kiln_emu_launch(p->emulated[k], in->args, l->count, l->grid, l->block, l->cooperative);
+        if (p->profile)
+            p->profile[k] += kiln_cuda_now() - start;
+    }
+    for (int i = 0; i < p->n_outputs; i++)
+        if (p->output_bytes[i])
+            memcpy(outputs[i], (const void *)(uintptr_t)in->outputs[i], (size_t)p->output_bytes[i]);
+    return 0;
+}
+#else
+static int kiln_cuda_run_failed(const KilnCudaInstance *in, const char *what, CUresult rc) {
+    fprintf(stderr, "kiln: the CUDA model failed to run: %s: %s\n", what, kiln_cuda_strerror(&in->api, rc));
+    return 1;
+}
+
+static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
+    KilnCudaInstance *in = instance;
+    const KilnCudaProgram *p = in->prog;
+    const KilnCudaApi *api = &in->api;
+    CUresult rc = api->cuCtxSetCurrent(in->ctx);
+    if (rc != 0)
+        return kiln_cuda_run_failed(in, "cuCtxSetCurrent", rc);
+    for (int i = 0; i < p->n_inputs; i++)
+        if (p->input_bytes[i] &&
+            (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i], (size_t)p->input_bytes[i], in->stream)) != 0)
+            return kiln_cuda_run_failed(in, "copying an input to the device", rc);
+    for (int k = 0; k < p->n_kernels; k++) {
+        const KilnCudaLaunch *l = &p->launches[k];
+        int64_t count = l->count;
+        void *params[] = {&in->args, &count};
+        if (in->events && (rc = api->cuEventRecord(in->events[k], in->stream)) != 0)
+            return kiln_cuda_run_failed(in, "cuEventRecord", rc);
+        if (l->grid[0] && l->grid[1] && l->grid[2] &&
+            (rc = api->cuLaunchKernel(in->functions[k], l->grid[0], l->grid[1], l->grid[2], l->block, 1, 1, 0,
+                                      in->stream, params, NULL)) != 0)
+            return kiln_cuda_run_failed(in, l->name, rc);
+    }
+    if (in->events && (rc = api->cuEventRecord(in->events[p->n_kernels], in->stream)) != 0)
+        return kiln_cuda_run_failed(in, "cuEventRecord", rc);
+    for (int i = 0; i < p->n_outputs; i++)
+        if (p->output_bytes[i] &&
+            (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i], (size_t)p->output_bytes[i], in->stream)) != 0)
+            return kiln_cuda_run_failed(in, "copying an output from the device", rc);
+    if ((rc = api->cuStreamSynchronize(in->stream)) != 0)
+        return kiln_cuda_run_failed(in, "running the kernels", rc);
+    for (int k = 0; in->events && k < p->n_kernels; k++) {
+        float ms = 0;
+        if ((rc = api->cuEventElapsedTime(&ms, in->events[k], in->events[k + 1])) != 0)
+            return kiln_cuda_run_failed(in, "cuEventElapsedTime", rc);
+        p->profile[k] += 1e-3 * ms;
+    }
+    return 0;
+}
+#endif
