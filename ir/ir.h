@@ -75,6 +75,19 @@ enum { KILN_MAX_RANK = 8 };
 /* The most elements a tensor may have (2^40): keeps every size product in int64. */
 #define KILN_MAX_NUMEL (1LL << 40)
 
+/* Checked arithmetic for every size, shape and offset computed from a model's
+ * numbers: each stores a + b, a - b or a * b in *r and returns true, or returns
+ * false (leaving *r unspecified) when the exact result does not fit in int64_t. */
+static inline bool ck_add(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+static inline bool ck_sub(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_sub_overflow(a, b, r);
+}
+static inline bool ck_mul(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64 } DType;
 
 typedef struct {
