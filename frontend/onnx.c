@@ -3,7 +3,8 @@
  * protobuf-c (with the C code protoc-c generates from ONNX's onnx.proto at build
  * time) unpacks the file; every field it gives is then treated as hostile. The walk:
  *
- *  1. The opset of the default domain ("" or "ai.onnx") from opset_import.
+ *  1. The opset of the default domain ("" or "ai.onnx") from opset_import; one
+ *     newer than kiln knows (17) is refused.
  *  2. Every node's op type is looked up in the op mapping (onnx_ops.c); all the
  *     nodes kiln cannot import are reported together, each with its name, op type,
  *     domain and opset, before anything else is done.
@@ -514,6 +515,10 @@ static int check_name(Importer *im, const char *name, const char *what) {
     return sym_add(im, name) ? 0 : diag_error(im->d, (Loc){0}, "out of memory");
 }
 
+/* The newest opset of the default domain whose ops kiln's mapping describes
+ * (docs/onnx.md). */
+enum { ONNX_MAX_OPSET = 17 };
+
 /* The default domain's opset, from opset_import. */
 static int read_opset(Importer *im, const Onnx__ModelProto *m) {
     im->opset = -1;
@@ -527,6 +532,14 @@ static int read_opset(Importer *im, const Onnx__ModelProto *m) {
     if (im->opset < 1 || im->opset > 1000)
         return diag_error(im->d, (Loc){0}, "%s: opset %lld of the default domain is not a valid version",
                           im->file, (long long)im->opset);
+    /* a newer opset may have changed what an op means; importing it as an older one
+       would silently compute something else */
+    if (im->opset > ONNX_MAX_OPSET)
+        return diag_error(
+            im->d, (Loc){0},
+            "%s: opset %lld of the default domain is newer than kiln knows (it imports opsets 1 "
+            "to %d)",
+            im->file, (long long)im->opset, ONNX_MAX_OPSET);
     return 0;
 }
 
