@@ -3,11 +3,15 @@
  * The source and the weights blob go into a fresh temporary directory, the compiler
  * ($KILN_CC, default `cc`) runs there with its output captured, and the shared
  * object is moved into place through a temporary file beside the target; the
- * directory is removed whatever happens, so nothing is left behind. Emulated CUDA
+ * directory is removed whatever happens, so nothing is left behind, and while it
+ * exists it and its files are registered (ir/tempfiles.h) for the driver's signal
+ * handler to remove if SIGINT or SIGTERM ends the compile. The -march is the
+ * caller's choice (native unless told otherwise). Emulated CUDA
  * kernels are C++ that the system C++ compiler ($KILN_CXX, default `c++`) compiles
  * first, into an object linked into the same shared object. */
 #include "codegen.h"
 #include "../frontend/frontend.h"
+#include "../ir/tempfiles.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,16 +26,43 @@ extern char **environ;
 
 /* -fno-trapping-math: no code reads the floating-point exception flags, and without
  * it GCC does not turn the selects of clamps (clip, relu6) into vector blends. */
-const char *const cc_flags[] = {"-O3",        "-march=native",       "-fPIC",
-                                "-shared",    "-fvisibility=hidden", "-fno-math-errno",
-                                "-std=gnu11", "-fno-trapping-math"};
+const char *const cc_flags[] = {
+    "-O3", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno", "-std=gnu11", "-fno-trapping-math"};
 
-enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64 };
+const char *const cc_cpus[] = {"native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", NULL};
 
-static int write_in(const char *dir, const char *name, const void *buf, size_t len, Diag *d) {
+bool cc_cpu_valid(const char *cpu) {
+    for (int i = 0; cc_cpus[i]; i++)
+        if (strcmp(cpu, cc_cpus[i]) == 0)
+            return true;
+    return false;
+}
+
+enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64, FILES = 6 };
+
+/* The compile's private directory and the files in it, each registered for removal
+ * on a signal while it may exist. */
+typedef struct {
+    char dir[DIR_MAX];
+    int slots[FILES + 1], n;
+} WorkDir;
+
+static void work_track(WorkDir *w, const char *path) {
+    if (w->n < FILES + 1)
+        w->slots[w->n++] = tempfiles_add(path);
+}
+
+/* A file of the private directory: no other process writes there, so it is written
+ * in place. */
+static int write_in(WorkDir *w, const char *name, const void *buf, size_t len, Diag *d) {
     char path[PATH_MAX_LEN];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return write_file_atomic(path, buf, len, d);
+    snprintf(path, sizeof path, "%s/%s", w->dir, name);
+    work_track(w, path);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f) != 0)
+        ok = false;
+    return ok ? 0 : diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
 }
 
 /* Runs argv with stdout and stderr into log; returns its exit status, or -1. */
@@ -53,14 +84,18 @@ static int run_logged(char *const *argv, const char *log) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static void remove_dir(const char *dir) {
-    const char *names[] = {"model.c", "kernels.cpp", "kernels.o", "weights.bin", "model.so", "cc.log"};
+static const char *const work_files[FILES] = {"model.c",     "kernels.cpp", "kernels.o",
+                                              "weights.bin", "model.so",    "cc.log"};
+
+static void remove_dir(WorkDir *w) {
     char path[PATH_MAX_LEN];
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    for (int i = 0; i < FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", w->dir, work_files[i]);
         unlink(path);
     }
-    rmdir(dir);
+    rmdir(w->dir);
+    for (int i = 0; i < w->n; i++)
+        tempfiles_forget(w->slots[i]);
 }
 
 /* Runs a compiler; on failure, the diagnostic quotes the start of its log. */
@@ -70,13 +105,21 @@ static int run_compiler(char **argv, const char *log, Diag *d) {
         return 0;
     unsigned char *text = NULL;
     size_t len = 0;
-    Diag quiet = {fopen("/dev/null", "w"), 0};
+    Diag quiet = {fopen("/dev/null", "w"), 0, 0};
     if (quiet.out && read_file_bytes(log, &text, &len, &quiet) == 0 && len > 2000)
         len = 2000;
     if (quiet.out)
         fclose(quiet.out);
-    diag_error(d, (Loc){0}, "the compiler '%s' %s (a bug in kiln, or no compiler here)%s%.*s", argv[0],
-               status < 0 ? "could not run" : "failed", len ? ":\n" : "", (int)len, text ? (const char *)text : "");
+    /* a compiler that cannot run is this machine's problem; one that rejects the
+       generated code is kiln's */
+    if (status < 0)
+        diag_error(d, (Loc){0},
+                   "the compiler '%s' could not run (is a C compiler installed? $KILN_CC names it)", argv[0]);
+    else
+        diag_internal(d, (Loc){0},
+                      "the compiler '%s' failed on the generated code (a bug in kiln, unless $KILN_CC or "
+                      "$KILN_CXX names a broken compiler)%s%.*s",
+                      argv[0], len ? ":\n" : "", (int)len, text ? (const char *)text : "");
     ir_free(text);
     return -1;
 }
@@ -86,26 +129,45 @@ static const char *compiler(const char *env, const char *fallback) {
     return cc && *cc ? cc : fallback;
 }
 
-int cc_compile_so(const Source *src, const Program *p, const char *out_path, Diag *d) {
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, const char *cpu, Diag *d) {
     const char *tmp = getenv("TMPDIR");
-    char dir[DIR_MAX], weights_def[PATH_MAX_LEN], so[PATH_MAX_LEN], c_file[PATH_MAX_LEN], log[PATH_MAX_LEN];
+    WorkDir w = {.n = 0};
+    char *dir = w.dir; /* DIR_MAX bytes */
+    char march[64], weights_def[PATH_MAX_LEN], so[PATH_MAX_LEN], c_file[PATH_MAX_LEN], log[PATH_MAX_LEN];
     char cxx_file[PATH_MAX_LEN], obj[PATH_MAX_LEN];
-    if (snprintf(dir, sizeof dir, "%s/kiln-cc-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= (int)sizeof dir)
+    if (snprintf(dir, DIR_MAX, "%s/kiln-cc-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= DIR_MAX)
         return diag_error(d, (Loc){0}, "TMPDIR is too long");
+    if (!cc_cpu_valid(cpu ? cpu : "native"))
+        return diag_error(d, (Loc){0},
+                          "unknown --cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)", cpu);
+    snprintf(march, sizeof march, "-march=%s", cpu ? cpu : "native");
     if (!mkdtemp(dir))
         return diag_error(d, (Loc){0}, "cannot create a temporary directory: %s", strerror(errno));
+    work_track(&w, dir);
     snprintf(c_file, sizeof c_file, "%s/model.c", dir);
     snprintf(cxx_file, sizeof cxx_file, "%s/kernels.cpp", dir);
     snprintf(obj, sizeof obj, "%s/kernels.o", dir);
     snprintf(so, sizeof so, "%s/model.so", dir);
     snprintf(log, sizeof log, "%s/cc.log", dir);
     snprintf(weights_def, sizeof weights_def, "-DKILN_WEIGHTS_FILE=\"%s/weights.bin\"", dir);
-    int rc = write_in(dir, "model.c", src->host.s, src->host.len, d) ||
-             write_in(dir, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
-             (src->emulated && write_in(dir, "kernels.cpp", src->kernels.s, src->kernels.len, d));
+    /* the files the compilers make, registered before they exist */
+    work_track(&w, obj);
+    work_track(&w, so);
+    work_track(&w, log);
+    int rc = write_in(&w, "model.c", src->host.s, src->host.len, d) ||
+             write_in(&w, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
+             (src->emulated && write_in(&w, "kernels.cpp", src->kernels.s, src->kernels.len, d));
     if (!rc && src->emulated) {
-        char *argv[] = {(char *)compiler("KILN_CXX", "c++"), "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
-                        "-o", obj, "-c", cxx_file, NULL};
+        char *argv[] = {(char *)compiler("KILN_CXX", "c++"),
+                        "-O2",
+                        "-fPIC",
+                        "-fno-exceptions",
+                        "-fno-rtti",
+                        "-o",
+                        obj,
+                        "-c",
+                        cxx_file,
+                        NULL};
         rc = run_compiler(argv, log, d);
     }
     if (!rc) {
@@ -114,6 +176,7 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, Dia
         argv[argc++] = (char *)compiler("KILN_CC", "cc");
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
+        argv[argc++] = march;
         argv[argc++] = weights_def;
         argv[argc++] = "-o";
         argv[argc++] = so;
@@ -135,6 +198,6 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, Dia
             rc = write_file_atomic(out_path, bytes, len, d);
         ir_free(bytes);
     }
-    remove_dir(dir);
+    remove_dir(&w);
     return rc ? -1 : 0;
 }

@@ -18,11 +18,10 @@
  * allocates once. A param that an update changes lives in the instance's state,
  * which starts as a copy of the blob's first state_bytes; after the kernels of a
  * run, each update's value is copied there, unless the plan could put the value
- * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its offset:
- * with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint
- * share memory, an elementwise kernel may write over an input that dies there, and
- * a view (reshape, flatten, squeeze, unsqueeze, identity) is its input's buffer;
- * without it, every value has its own offset. */
+ * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its
+ * offset: with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint share memory, an
+ * elementwise kernel may write over an input that dies there, and a view (reshape, flatten, squeeze,
+ * unsqueeze, identity) is its input's buffer; without it, every value has its own offset. */
 #ifndef KILN_CODEGEN_H
 #define KILN_CODEGEN_H
 
@@ -89,7 +88,7 @@ typedef struct {
     Str body;
     /* K_GEMM: `batch` products of an [m, depth] A and a [depth, n] B (kernel_gemm). */
     int64_t batch, m, n, depth;
-    Str load_a, load_b;              /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
+    Str load_a, load_b;                /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
     bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
 } Kernel;
 
@@ -133,7 +132,7 @@ typedef struct {
     /* GEMMs call OpenBLAS: the C target, where kiln is built with it and $KILN_BLAS
        is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
     bool blas;
-    bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
+    bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
 } Program;
 
 /* Lowers a verified graph (no grad left) with its weights for a target;
@@ -301,7 +300,11 @@ void c_string(Str *out, const char *s);
 /* ---- Compilers ---- */
 
 /* The flags kiln gives the C compiler, also part of the compile cache's key. */
-extern const char *const cc_flags[8];
+extern const char *const cc_flags[7];
+/* The CPUs code may be built for (-march=CPU), NULL-terminated; "native" is this
+ * machine's, the default. */
+extern const char *const cc_cpus[];
+bool cc_cpu_valid(const char *cpu);
 /* A program's generated source. */
 typedef struct {
     Str host;      /* the C translation unit of the shared object */
@@ -314,7 +317,8 @@ int program_source(const Program *p, Source *src, Diag *d);
 void source_free(Source *src);
 
 /* Compiles a program's source and its weights blob into a shared object at
- * out_path with the system compilers; nothing is left behind on failure. */
-int cc_compile_so(const Source *src, const Program *p, const char *out_path, Diag *d);
+ * out_path with the system compilers, for the CPU cpu (-march; NULL: native);
+ * nothing is left behind on failure. */
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, const char *cpu, Diag *d);
 
 #endif

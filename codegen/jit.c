@@ -48,7 +48,7 @@ static uint64_t cpu_hash(uint64_t h) {
 }
 
 /* Two independent 64-bit hashes of everything that determines the shared object. */
-static void cache_key(const Source *src, const Program *p, char *key, size_t n) {
+static void cache_key(const Source *src, const Program *p, const char *cpu, char *key, size_t n) {
     uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
     for (int k = 0; k < 2; k++) {
         h[k] = cpu_hash(h[k]);
@@ -58,6 +58,7 @@ static void cache_key(const Source *src, const Program *p, char *key, size_t n) 
         h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
         for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
             h[k] = fnv1a(h[k], cc_flags[f], strlen(cc_flags[f]) + 1);
+        h[k] = fnv1a(h[k], cpu, strlen(cpu) + 1);
         const char *compilers[] = {getenv("KILN_CC"), getenv("KILN_CXX")};
         for (int c = 0; c < 2; c++)
             if (compilers[c])
@@ -96,8 +97,8 @@ static bool cache_dir(const char *given, char *dir, size_t n) {
 }
 
 /* The in-process JIT, unless it is not built or $KILN_JIT=cc asks for the system compiler. */
-static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const char *dir,
-                                   const char *key, Diag *d, kiln_error *err, bool *used) {
+static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const char *cpu,
+                                   const char *dir, const char *key, Diag *d, kiln_error *err, bool *used) {
 #ifdef KILN_HAVE_CLANG_JIT
     const char *how = getenv("KILN_JIT");
     *used = !how || strcmp(how, "cc") != 0;
@@ -105,19 +106,22 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
         return NULL;
     const kiln_model_def *def = NULL;
     char msg[2048];
-    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, dir, key, &def, msg,
-                                sizeof msg);
+    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, cpu, dir, key, &def,
+                                msg, sizeof msg);
     if (h) {
         kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
         if (!m)
             diag_error(d, (Loc){0}, "%s", err->message);
         return m;
     }
-    diag_error(d, (Loc){0}, "%s", msg);
+    if (strstr(msg, "(a bug in kiln)")) /* Clang rejected the generated code */
+        diag_internal(d, (Loc){0}, "%s", msg);
+    else
+        diag_error(d, (Loc){0}, "%s", msg);
     kiln_set_error(err, "cannot compile the model");
     return NULL;
 #else
-    (void)g, (void)p, (void)src, (void)dir, (void)key, (void)d, (void)err;
+    (void)g, (void)p, (void)src, (void)cpu, (void)dir, (void)key, (void)d, (void)err;
     *used = false;
     return NULL;
 #endif
@@ -149,10 +153,19 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         return NULL;
     }
     char dir[4096], key[40], path[4200];
-    cache_key(&src, p, key, sizeof key);
+    const char *cpu = o->cpu ? o->cpu : "native";
+    if (!cc_cpu_valid(cpu)) {
+        diag_error(d, (Loc){0}, "unknown cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)", cpu);
+        program_free(p);
+        source_free(&src);
+        kiln_set_error(err, "cannot compile the model");
+        return NULL;
+    }
+    cache_key(&src, p, cpu, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
-    kiln_module *m =
-        profile || src.emulated ? NULL : jit_in_process(g, p, &src.host, cached ? dir : NULL, key, d, err, &in_process);
+    kiln_module *m = profile || src.emulated ? NULL
+                                             : jit_in_process(g, p, &src.host, cpu, cached ? dir : NULL, key,
+                                                              d, err, &in_process);
     if (in_process) {
         program_free(p);
         source_free(&src);
@@ -164,7 +177,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         const char *tmp = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld.so", tmp && *tmp ? tmp : "/tmp", key, (long)getpid());
     }
-    if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, d) == 0) {
+    if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, cpu, d) == 0) {
         if (!(m = kiln_module_open(path, g->name, err)))
             diag_error(d, (Loc){0}, "%s", err->message);
     } else {
@@ -201,7 +214,8 @@ static kiln_module *jit_loaded(Graph *g, TensorList *weights, const kiln_options
     } else if (opts && opts->target && strcmp(opts->target, "cuda") == 0) {
         target = TARGET_CUDA;
     }
-    JitOptions jo = {opts ? opts->cache_dir : NULL, target, pipeline_selects(&po, "memplan"), NULL, NULL};
+    JitOptions jo = {opts ? opts->cache_dir : NULL, target, pipeline_selects(&po, "memplan"), NULL, NULL,
+                     opts ? opts->cpu : NULL};
     if (ok && pipeline_run(g, weights, &po, d) == 0)
         return jit_graph(g, weights, &jo, d, err);
     return NULL;

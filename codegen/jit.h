@@ -8,11 +8,12 @@
 
 /* How a graph is compiled in process. */
 typedef struct {
-    const char *cache;    /* the compile cache's directory; NULL: the default one */
+    const char *cache; /* the compile cache's directory; NULL: the default one */
     Target target;
     bool memplan;         /* plan the workspace with reuse (the pipeline's `memplan` stage) */
     const char *dump_dir; /* also write the generated C as DIR/model.c; NULL: no */
     Str *report;          /* non-NULL: the memory plan's report (plan_report) is appended here */
+    const char *cpu;      /* the -march the code is built for (cc_cpus); NULL: native */
 } JitOptions;
 
 /* Compiles g (already optimized) through the cache and loads it; NULL with

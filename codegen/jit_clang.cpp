@@ -101,8 +101,8 @@ void set_error(char *err, size_t errlen, const std::string &what, const std::str
 
 /* Compiles the source into an optimized module; NULL with Clang's diagnostics in
  * *diag_text. */
-std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, llvm::LLVMContext &ctx,
-                                        std::string *diag_text) {
+std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const char *cpu,
+                                        llvm::LLVMContext &ctx, std::string *diag_text) {
     llvm::raw_string_ostream diag_out(*diag_text);
     llvm::IntrusiveRefCntPtr<clang::DiagnosticOptions> diag_opts(new clang::DiagnosticOptions);
     clang::TextDiagnosticPrinter printer(diag_out, diag_opts.get());
@@ -110,8 +110,9 @@ std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, llvm::LL
                                    diag_opts, &printer, false);
 
     /* The driver works out the compiler's own flags: target CPU and features for
-     * -march=native, and the header search paths. */
-    const char *args[] = {"clang",         "-fsyntax-only",         "-O2",        "-march=native",
+     * -march (native unless the caller chose a CPU), and the header search paths. */
+    std::string march = std::string("-march=") + (cpu ? cpu : "native");
+    const char *args[] = {"clang",         "-fsyntax-only",         "-O2",        march.c_str(),
                           "-fPIC",         "-fno-math-errno",       "-std=gnu11", "-DKILN_WEIGHTS_EXTERN",
                           "-resource-dir", KILN_CLANG_RESOURCE_DIR, source_name};
     clang::driver::Driver driver(KILN_CLANG_RESOURCE_DIR "/../../../bin/clang", llvm::sys::getProcessTriple(),
@@ -166,12 +167,12 @@ llvm::Error define_host_symbols(llvm::orc::LLJIT &jit, const void *weights) {
 /* Adds the model to the JIT: the cached object when there is one, else the module
  * Clang makes of the source. */
 llvm::Error add_model(llvm::orc::LLJIT &jit, std::unique_ptr<llvm::MemoryBuffer> object, const char *source,
-                      size_t len) {
+                      size_t len, const char *cpu) {
     if (object)
         return jit.addObjectFile(std::move(object));
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::string diag_text;
-    std::unique_ptr<llvm::Module> module = compile_c(source, len, *ctx, &diag_text);
+    std::unique_ptr<llvm::Module> module = compile_c(source, len, cpu, *ctx, &diag_text);
     if (!module)
         return llvm::make_error<llvm::StringError>("Clang failed on the generated code (a bug in kiln):\n" +
                                                        diag_text,
@@ -196,8 +197,8 @@ llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> make_jit(FileCache *cache) {
 } // namespace
 
 extern "C" void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
-                                   const char *cache_dir, const char *key, const kiln_model_def **def,
-                                   char *err, size_t errlen) {
+                                   const char *cpu, const char *cache_dir, const char *key,
+                                   const kiln_model_def **def, char *err, size_t errlen) {
     static std::once_flag init;
     std::call_once(init, [] {
         llvm::InitializeNativeTarget();
@@ -227,7 +228,7 @@ extern "C" void *clang_jit_compile(const char *source, size_t len, const void *w
         return nullptr;
     }
 
-    if (auto e = add_model(*h->jit, h->cache->load(), source, len)) {
+    if (auto e = add_model(*h->jit, h->cache->load(), source, len, cpu)) {
         set_error(err, errlen, "cannot compile the model in process", llvm::toString(std::move(e)));
         return nullptr;
     }

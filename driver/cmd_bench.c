@@ -24,29 +24,39 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char usage[] =
-    "usage: kiln bench MODEL [--iters N] [--warmup N] [--profile] [--input NAME=FILE.npy]...\n"
-    "                        [--weights FILE.safetensors]... [--target c] [-O0|-O1|-O2]\n"
-    "                        [--passes=P,...] [--no-PASS] [--dump-dir DIR] [--memory-report]\n"
-    "\n"
-    "Times MODEL (a .kiln file, compiled through the cache, or a .so made by kiln compile):\n"
-    "--warmup runs (default 5) untimed, then --iters runs (default 50), and prints\n"
+static const OptionSpec options[] = {
+    {"--iters", "N", "timed runs (default 50)"},
+    {"--warmup", "N", "untimed runs first (default 5)"},
+    {"--profile", NULL,
+     "time a build with a clock around every kernel (a .kiln model only), and print each kernel's mean time "
+     "per run, its share and, where lowering counted its FLOPs, its GFLOP/s"},
+    {"--input", "NAME=FILE.npy",
+     "the value of the input NAME (inputs not given get fixed pseudo-random values)"},
+    OPT_WEIGHTS,
+    OPT_BIND,
+    {"--target", "c|cuda", "time generated C (default) or CUDA (the interpreter cannot be benchmarked)"},
+    OPT_CPU,
+    OPT_LEVEL,
+    OPT_PASSES,
+    OPT_NO_PASS,
+    OPT_DUMP_DIR,
+    {"--memory-report", NULL, "print the workspace plan first, as kiln compile does"},
+    OPT_HELP,
+    {NULL, NULL, NULL},
+};
+
+static const Command command = {
+    "bench",
+    "MODEL [options] [--iters N] [--warmup N] [--profile]",
+    "Times MODEL (a .kiln or .onnx file, compiled through the cache, or a .so made by\n"
+    "kiln compile): --warmup runs untimed, then --iters runs, and prints\n"
     "  MODEL: median X ms, min Y ms, max Z ms over N runs (T threads)\n"
-    "Inputs not given with --input are filled with fixed pseudo-random values in [-1, 1).\n"
-    "The model uses KILN_NUM_THREADS threads (default: the number of cores).\n"
-    "--profile times a build with a clock around every kernel (a .kiln model only) and\n"
-    "prints, per kernel, its mean time per run, its share and, where lowering counted\n"
-    "its FLOPs (GEMMs, depthwise convolutions), its GFLOP/s. --dump-dir DIR writes the\n"
-    "graph after every pass and the generated C as DIR/model.c. --memory-report prints the\n"
-    "workspace plan first, as kiln compile does.\n";
+    "The model uses KILN_NUM_THREADS threads (default: the number of cores).\n",
+    options,
+};
 
 typedef int (*ProfileFn)(double **seconds, const char *const **names, const char *const **comments,
                          const int64_t **flops);
-
-typedef struct {
-    long iters, warmup;
-    bool profile;
-} BenchOptions;
 
 static double now_seconds(void) {
     struct timespec t;
@@ -54,50 +64,18 @@ static double now_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The thread count the runtime's instance uses (runtime/model_rt.c, kiln_rt_threads). */
+/* The thread count the runtime's instance uses (runtime/model_rt.c, kiln_rt_threads):
+ * KILN_NUM_THREADS when it is a positive integer, at most the number of cores. */
 static int model_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), n;
+    cores = cores < 1 ? 1 : cores > 256 ? 256 : cores;
+    n = cores;
     const char *s = getenv("KILN_NUM_THREADS");
-    long n = s && *s ? strtol(s, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
-}
-
-/* A count option's value: an integer >= min. */
-static int parse_count(const char *opt, const char *value, long min, long *out) {
     char *end;
-    long v = value ? strtol(value, &end, 10) : 0;
-    if (!value || !*value || *end || v < min || v > 100000000) {
-        fprintf(stderr, "kiln: error: %s needs an integer of at least %ld, got '%s'\n%s", opt, min,
-                value ? value : "", usage);
-        return EXIT_USAGE;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Takes bench's own options (--iters, --warmup, --profile) out of argv; the rest, in
- * order, goes to rest for parse_options. */
-static int split_options(int argc, char **argv, BenchOptions *b, char **rest, int *n_rest) {
-    *b = (BenchOptions){.iters = 50, .warmup = 5};
-    *n_rest = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i], *names[2] = {"--iters", "--warmup"};
-        long *slots[2] = {&b->iters, &b->warmup};
-        bool mine = false;
-        for (int k = 0; k < 2 && !mine; k++) {
-            size_t len = strlen(names[k]);
-            if (strncmp(arg, names[k], len) != 0 || (arg[len] != 0 && arg[len] != '='))
-                continue;
-            mine = true;
-            const char *value = arg[len] == '=' ? arg + len + 1 : i + 1 < argc ? argv[++i] : NULL;
-            if (parse_count(names[k], value, k == 0 ? 1 : 0, slots[k]))
-                return EXIT_USAGE;
-        }
-        if (strcmp(arg, "--profile") == 0)
-            b->profile = mine = true;
-        if (!mine)
-            rest[(*n_rest)++] = argv[i];
-    }
-    return 0;
+    long v = s && *s ? strtol(s, &end, 10) : 0;
+    if (s && *s && !*end && v >= 1)
+        n = v < cores ? v : cores;
+    return (int)n;
 }
 
 /* Fills n floats with a fixed sequence in [-1, 1) (a 64-bit LCG), different per input. */
@@ -208,10 +186,10 @@ static int print_profile(ProfileFn profile, long iters, Diag *d) {
 }
 
 /* Warm-up, timed runs, the summary line, and with --profile the table. */
-static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, Diag *d) {
+static int time_model(const Options *o, kiln_module *m, Diag *d) {
     const kiln_model_def *def = kiln_def(m);
     ProfileFn profile = NULL;
-    if (b->profile) {
+    if (o->profile) {
         void *sym = dlsym(m->handle, "kiln_profile");
         memcpy(&profile, &sym, sizeof profile); /* POSIX: dlsym's pointer may hold a function */
         if (!profile)
@@ -219,7 +197,7 @@ static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, D
                               o->model);
     }
     Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
-    double *times = ir_calloc((size_t)b->iters, sizeof *times);
+    double *times = ir_calloc((size_t)o->iters, sizeof *times);
     int rc = times ? make_buffers(o->model, def, o, in, out, d) : diag_error(d, (Loc){0}, "out of memory");
     const void *inputs[MAX_FILES];
     void *outputs[MAX_FILES];
@@ -228,7 +206,7 @@ static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, D
     for (int k = 0; !rc && k < def->n_outputs; k++)
         outputs[k] = out[k]->data;
     kiln_error err = {""};
-    for (long r = 0; !rc && r < b->warmup; r++)
+    for (long r = 0; !rc && r < o->warmup; r++)
         if (kiln_run(m, inputs, outputs, &err))
             rc = diag_error(d, (Loc){0}, "%s", err.message);
     if (!rc && profile) {
@@ -238,21 +216,21 @@ static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, D
         int n = profile(&seconds, &names, &comments, &flops);
         memset(seconds, 0, sizeof *seconds * (size_t)n);
     }
-    for (long r = 0; !rc && r < b->iters; r++) {
+    for (long r = 0; !rc && r < o->iters; r++) {
         double start = now_seconds();
         if (kiln_run(m, inputs, outputs, &err))
             rc = diag_error(d, (Loc){0}, "%s", err.message);
         times[r] = (now_seconds() - start) * 1e3;
     }
     if (!rc) {
-        qsort(times, (size_t)b->iters, sizeof *times, compare_doubles);
+        qsort(times, (size_t)o->iters, sizeof *times, compare_doubles);
         double median =
-            b->iters % 2 ? times[b->iters / 2] : (times[b->iters / 2 - 1] + times[b->iters / 2]) / 2;
+            o->iters % 2 ? times[o->iters / 2] : (times[o->iters / 2 - 1] + times[o->iters / 2]) / 2;
         printf("%s: median %.4g ms, min %.4g ms, max %.4g ms over %ld runs (%d threads)\n", o->model, median,
-               times[0], times[b->iters - 1], b->iters, model_threads());
+               times[0], times[o->iters - 1], o->iters, model_threads());
     }
     if (!rc && profile)
-        rc = print_profile(profile, b->iters, d);
+        rc = print_profile(profile, o->iters, d);
     for (int i = 0; i < MAX_FILES; i++) {
         tensor_free(in[i]);
         tensor_free(out[i]);
@@ -262,24 +240,10 @@ static int time_model(const Options *o, const BenchOptions *b, kiln_module *m, D
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        fputs(usage, stdout);
+    if (help_requested(argc, argv, &command))
         return 0;
-    }
-    BenchOptions b;
-    char **rest = ir_calloc((size_t)argc + 1, sizeof *rest);
-    int n_rest;
-    if (!rest) {
-        fprintf(stderr, "kiln: error: out of memory\n");
-        return EXIT_BUG;
-    }
     Options o;
-    int rc = split_options(argc, argv, &b, rest, &n_rest);
-    if (!rc)
-        rc = parse_options(n_rest, rest, 0,
-                           "--weights --input --target -O --passes --no-PASS --dump-dir --memory-report",
-                           usage, &o);
-    ir_free(rest);
+    int rc = parse_options(argc, argv, 2, &command, &o);
     if (rc)
         return rc;
     Diag d;
@@ -304,7 +268,7 @@ int cmd_bench(int argc, char **argv) {
         JitOptions jo = jit_options(&o);
         jo.report = o.memory_report ? &report : NULL;
         if (!rc)
-            m = b.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
+            m = o.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
                           : jit_graph(g, &weights, &jo, &d, &err);
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
             rc = d.errors ? -1 : diag_error(&d, (Loc){0}, "%s", err.message);
@@ -315,10 +279,10 @@ int cmd_bench(int argc, char **argv) {
         fputs(report.s, stdout);
     str_free(&report);
     if (!rc)
-        rc = time_model(&o, &b, m, &d);
+        rc = time_model(&o, m, &d);
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);
     srcfile_free(src);
-    return rc ? EXIT_USER : 0;
+    return exit_status(rc ? EXIT_USER : 0, &d);
 }

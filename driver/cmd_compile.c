@@ -3,27 +3,49 @@
  * The model is parsed, optimized and lowered, the C generated, and the system C
  * compiler makes the .so, with the weights linked in as binary data. --emit-source
  * writes the generated C (as --dump-dir does, into DIR/model.c) and --header the
- * ABI header with the model's inputs and outputs; every file is written through a
- * temporary file, so a failure leaves none of them behind. --memory-report prints
- * the memory plan (plan_report) on stdout. */
+ * ABI header with the model's inputs and outputs. Every file is registered with
+ * driver/outputs.c before any work, written to a temporary, and put in place with
+ * the others only once all are ready, so a failure leaves none of them behind.
+ * --memory-report prints the memory plan (plan_report) on stdout. */
 #include "driver.h"
 
 #include <string.h>
 
-static const char usage[] =
-    "usage: kiln compile MODEL -o OUT.so [--weights FILE.safetensors]... [--target c]\n"
-    "                          [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR]\n"
-    "                          [--emit-source FILE.c] [--header FILE.h] [--memory-report] [--check]\n"
-    "\n"
+static const OptionSpec options[] = {
+    {"-o", "OUT.so", "the shared object to write (required)"},
+    OPT_WEIGHTS,
+    OPT_BIND,
+    {"--target", "c|cuda", "generate C (default) or CUDA kernels with a C host (interp compiles nothing)"},
+    OPT_CPU,
+    OPT_LEVEL,
+    OPT_PASSES,
+    OPT_NO_PASS,
+    {"--dump-dir", "DIR",
+     "write the graph after every pass as DIR/NN-PASS.kiln, and the generated C as DIR/model.c"},
+    {"--emit-source", "FILE", "also write the generated source (the C, or the CUDA kernels) to FILE"},
+    {"--header", "FILE.h",
+     "also write the ABI header kiln/model.h, with the model's inputs and outputs, to FILE.h"},
+    {"--memory-report", NULL,
+     "print the workspace plan: each buffer's size, lifetime and offset, the peak and the lower bound"},
+    {"--check", NULL,
+     "run the interpreter on random inputs before the passes and after each, then the compiled model, and "
+     "fail naming the first that changes an output beyond 1e-4 + 1e-4|expected|"},
+    OPT_HELP,
+    {NULL, NULL, NULL},
+};
+
+static const Command command = {
+    "compile",
+    "MODEL -o OUT.so [options]",
     "Compiles MODEL into a shared object exporting kiln_model() (kiln/model.h). The C\n"
     "compiler is $KILN_CC, else cc; the .so needs only libc, libm, pthreads and OpenBLAS.\n"
-    "--memory-report prints the workspace plan: each buffer's size, lifetime (kernel\n"
-    "indexes) and offset, the peak, and the lower bound (the most bytes live at once);\n"
-    "--no-memplan gives every value its own memory. --dump-dir DIR also writes the\n"
-    "generated C as DIR/model.c. --check runs the interpreter on random inputs before\n"
-    "the passes and after each, then the compiled model, and fails naming the first pass\n"
-    "(or the compiled model) that changes an output beyond 1e-4 + 1e-4|expected|; on\n"
-    "failure no file is left.\n";
+    "It is built for this machine's CPU (-march=native) unless --cpu names another, and\n"
+    "may stop with SIGILL on an older CPU (or under valgrind): --cpu x86-64-v2 builds\n"
+    "one that runs on any x86-64 made since about 2009. Every file (-o, --emit-source,\n"
+    "--header, DIR/model.c) is written only once all are ready, all together; on\n"
+    "failure none is, and none may name a file the command reads.\n",
+    options,
+};
 
 extern const char kiln_model_h_text[];
 
@@ -77,22 +99,37 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
     return rc;
 }
 
-int cmd_compile(int argc, char **argv) {
-    Options o;
-    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        fputs(usage, stdout);
-        return 0;
+/* The generated files, ready in their temporaries: the dump and --emit-source, the
+ * header, and the shared object last (the compiler writes it to its temporary). */
+static int write_all(const Options *o, const Source *c, const Program *p, const Graph *g, const Str *h,
+                     Outputs *outs, const Check *check, Diag *d) {
+    /* the source people read: the C, or the CUDA kernels */
+    const Str *shown = p->target == TARGET_CUDA ? &c->kernels : &c->host;
+    for (int i = 1; i < outs->n; i++) {
+        const Output *out = &outs->items[i];
+        bool header = o->header && strcmp(out->what, "--header") == 0;
+        if (header && h->oom)
+            return diag_error(d, (Loc){0}, "out of memory writing '%s'", out->path);
+        if (outputs_write(outs, i, header ? h->s : shown->s, header ? h->len : shown->len, d))
+            return -1;
     }
-    int rc = parse_options(argc, argv, 2,
-                           "-o --weights --target -O --passes --no-PASS --dump-dir --emit-source --header "
-                           "--memory-report --check",
-                           usage, &o);
+    const char *so = outputs_temp(outs, 0, d);
+    if (!so || cc_compile_so(c, p, so, o->cpu, d))
+        return -1;
+    if (o->pipeline.check && check_compiled(check, g, so, d))
+        return -1;
+    return 0;
+}
+
+int cmd_compile(int argc, char **argv) {
+    if (help_requested(argc, argv, &command))
+        return 0;
+    Options o;
+    int rc = parse_options(argc, argv, 2, &command, &o);
     if (rc)
         return rc;
-    if (!o.out) {
-        fprintf(stderr, "kiln: error: kiln compile needs -o OUT.so\n%s", usage);
-        return EXIT_USAGE;
-    }
+    if (!o.out)
+        return usage_error(&command, "kiln compile needs -o OUT.so");
     Diag d;
     diag_init(&d, stderr);
     if (o.target && strcmp(o.target, "interp") == 0) {
@@ -100,6 +137,21 @@ int cmd_compile(int argc, char **argv) {
         return EXIT_USER;
     }
     JitOptions jo = jit_options(&o);
+    char dump_path[4200] = "";
+    if (o.pipeline.dump_dir)
+        snprintf(dump_path, sizeof dump_path, "%s/model.%s", o.pipeline.dump_dir,
+                 jo.target == TARGET_CUDA ? "cu" : "c");
+    static Outputs outs;
+    outputs_init(&outs);
+    outputs_add(&outs, o.out, "-o");
+    if (*dump_path)
+        outputs_add(&outs, dump_path, "--dump-dir");
+    if (o.emit_source)
+        outputs_add(&outs, o.emit_source, "--emit-source");
+    if (o.header)
+        outputs_add(&outs, o.header, "--header");
+    if (outputs_check(&outs, &o, &d))
+        return EXIT_USER;
     SrcFile *src;
     Graph *g;
     TensorList weights = {0};
@@ -113,8 +165,6 @@ int cmd_compile(int argc, char **argv) {
         rc = EXIT_USER;
     if (!rc && (!(p = program_lower(g, &weights, jo.target, jo.memplan, &d)) || program_source(p, &c, &d)))
         rc = EXIT_USER;
-    /* the source people read: the C, or the CUDA kernels */
-    const Str *shown = jo.target == TARGET_CUDA ? &c.kernels : &c.host;
     if (!rc && o.memory_report) {
         Str report = {0};
         plan_report(p, &report);
@@ -126,32 +176,9 @@ int cmd_compile(int argc, char **argv) {
     }
     if (!rc && o.header)
         header_text(g, &h);
-    /* all the files or none: the source and header are written first and removed
-       again if the compiler fails */
-    bool wrote_source = false, wrote_header = false, wrote_dump = false;
-    char dump_path[4200] = "";
-    if (o.pipeline.dump_dir)
-        snprintf(dump_path, sizeof dump_path, "%s/model.%s", o.pipeline.dump_dir,
-                 jo.target == TARGET_CUDA ? "cu" : "c");
-    if (!rc && *dump_path && !(wrote_dump = write_file_atomic(dump_path, shown->s, shown->len, &d) == 0))
+    if (!rc && (write_all(&o, &c, p, g, &h, &outs, &check, &d) || outputs_commit(&outs, &d)))
         rc = EXIT_USER;
-    if (!rc && o.emit_source &&
-        !(wrote_source = write_file_atomic(o.emit_source, shown->s, shown->len, &d) == 0))
-        rc = EXIT_USER;
-    if (!rc && o.header && !(wrote_header = !h.oom && write_file_atomic(o.header, h.s, h.len, &d) == 0))
-        rc = EXIT_USER;
-    if (!rc && cc_compile_so(&c, p, o.out, &d))
-        rc = EXIT_USER;
-    else if (!rc && o.pipeline.check && check_compiled(&check, g, o.out, &d)) {
-        remove(o.out);
-        rc = EXIT_USER;
-    }
-    if (rc && wrote_source)
-        remove(o.emit_source);
-    if (rc && wrote_dump)
-        remove(dump_path);
-    if (rc && wrote_header)
-        remove(o.header);
+    outputs_abort(&outs);
     check_free(&check);
     source_free(&c);
     str_free(&h);
@@ -159,5 +186,5 @@ int cmd_compile(int argc, char **argv) {
     tensors_free(&weights);
     graph_free(g);
     srcfile_free(src);
-    return rc;
+    return exit_status(rc, &d);
 }

@@ -3,94 +3,98 @@
  *
  * The importer (frontend/onnx.c) builds and verifies the graph; the printer writes
  * it in canonical form, and the safetensors writer the params' values. Both files
- * are written all or nothing (write_files_atomic), so a failure leaves neither. */
+ * are written all or nothing (driver/outputs.c), so a failure leaves neither, and
+ * neither may be the ONNX model or a file it binds. */
 #include "driver.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: kiln import MODEL.onnx -o OUT.kiln [--weights-out OUT.safetensors] [--bind NAME=FILE]...\n"
-    "\n"
-    "Translates an ONNX model into the kiln language. The initializers become params whose\n"
-    "values go to --weights-out (default: OUT with .kiln replaced by .safetensors; no file\n"
-    "when the model has none). --bind NAME=FILE makes the graph input NAME the constant in\n"
-    "FILE (.npy, or an ONNX TensorProto .pb): kiln's shapes are static, so shape-like\n"
-    "inputs (a Reshape's shape, Resize's scales, ...) must be bound. The result runs with\n"
-    "`kiln run OUT.kiln --weights OUT.safetensors`; `kiln run MODEL.onnx` imports on the fly.\n";
+static const OptionSpec options[] = {
+    {"-o", "OUT.kiln", "the .kiln model to write (required)"},
+    {"--weights-out", "OUT.safetensors",
+     "where the initializers' values go (default: OUT with .kiln replaced by .safetensors; no file when the "
+     "model has none)"},
+    OPT_BIND,
+    OPT_HELP,
+    {NULL, NULL, NULL},
+};
+
+static const Command command = {
+    "import",
+    "MODEL.onnx -o OUT.kiln [--weights-out OUT.safetensors] [--bind NAME=FILE]...",
+    "Translates an ONNX model into the kiln language. The initializers become params.\n"
+    "kiln's shapes are static, so shape-like inputs (a Reshape's shape, Resize's scales,\n"
+    "...) must be bound with --bind. The result runs with\n"
+    "`kiln run OUT.kiln --weights OUT.safetensors`; `kiln run MODEL.onnx` imports on the fly.\n"
+    "Both files are written together or not at all, and never over a file the command reads.\n",
+    options,
+};
 
 int cmd_import(int argc, char **argv) {
-    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        fputs(usage, stdout);
+    if (help_requested(argc, argv, &command))
         return 0;
-    }
     Options o;
-    int rc = parse_options(argc, argv, 2, "-o --weights-out --bind", usage, &o);
+    int rc = parse_options(argc, argv, 2, &command, &o);
     if (rc)
         return rc;
-    if (!o.out) {
-        fprintf(stderr, "kiln: error: kiln import needs -o OUT.kiln\n%s", usage);
-        return EXIT_USAGE;
-    }
+    if (!o.out)
+        return usage_error(&command, "kiln import needs -o OUT.kiln");
     Diag d;
     diag_init(&d, stderr);
     if (!is_onnx_path(o.model)) {
         diag_error(&d, (Loc){0}, "kiln import reads .onnx models; '%s' is not one", o.model);
         return EXIT_USER;
     }
+    /* the weights' default path: OUT with .kiln replaced by .safetensors */
+    char wpath[4200];
+    size_t n = strlen(o.out);
+    if (n > 5 && strcmp(o.out + n - 5, ".kiln") == 0)
+        n -= 5;
+    snprintf(wpath, sizeof wpath, "%.*s.safetensors", (int)n, o.out);
+    /* both files are checked now, though the weights file is written only when the
+       model has initializers, which the import tells */
+    static Outputs outs;
+    outputs_init(&outs);
+    outputs_add(&outs, o.out, "-o");
+    outputs_add(&outs, o.weights_out ? o.weights_out : wpath, "--weights-out");
+    if (outputs_check(&outs, &o, &d))
+        return EXIT_USER;
     SrcFile *src;
     Graph *g;
     TensorList weights = {0};
     rc = load_model(&o, false, &d, &src, &g, &weights);
-    char *text = NULL, *wpath = NULL;
+    char *text = NULL;
     size_t len = 0;
     if (!rc) {
         FILE *f = open_memstream(&text, &len);
         if (!f) {
-            rc = EXIT_BUG;
+            rc = diag_error(&d, (Loc){0}, "out of memory");
         } else {
             fprintf(f, "# Imported from %s by kiln import.\n", o.model);
             print_graph(g, f);
             fclose(f);
         }
     }
-    if (!rc && weights.n && !o.weights_out) {
-        size_t n = strlen(o.out);
-        wpath = malloc(n + sizeof ".safetensors");
-        if (!wpath) {
-            rc = EXIT_BUG;
-        } else {
-            memcpy(wpath, o.out, n + 1);
-            if (n > 5 && strcmp(wpath + n - 5, ".kiln") == 0)
-                wpath[n - 5] = 0;
-            strcat(wpath, ".safetensors");
-        }
-    }
-    if (!rc) {
-        const char *paths[2] = {o.out, o.weights_out ? o.weights_out : wpath};
-        const void *bufs[2] = {text, NULL};
-        size_t lens[2] = {len, 0};
+    if (!rc && !weights.n && !o.weights_out)
+        outs.n = 1; /* no initializers: no weights file */
+    if (!rc && outputs_write(&outs, 0, text, len, &d))
+        rc = EXIT_USER;
+    if (!rc && outs.n == 2) {
         unsigned char *wbuf = NULL;
-        int n_files = 1;
-        if (paths[1] && strcmp(paths[1], o.out) == 0) {
-            diag_error(&d, (Loc){0}, "the weights and the model would both be written to '%s'", o.out);
-            rc = EXIT_USER;
-        } else if (paths[1]) {
-            if (safetensors_encode(&weights, &wbuf, &lens[1])) {
-                diag_error(&d, (Loc){0}, "out of memory writing '%s'", paths[1]);
-                rc = EXIT_USER;
-            }
-            bufs[1] = wbuf;
-            n_files = 2;
-        }
-        if (!rc && write_files_atomic(n_files, paths, bufs, lens, &d))
+        size_t wlen = 0;
+        if (safetensors_encode(&weights, &wbuf, &wlen))
+            rc = diag_error(&d, (Loc){0}, "out of memory writing '%s'", outs.items[1].path);
+        else if (outputs_write(&outs, 1, wbuf, wlen, &d))
             rc = EXIT_USER;
         ir_free(wbuf);
     }
+    if (!rc && outputs_commit(&outs, &d))
+        rc = EXIT_USER;
+    outputs_abort(&outs);
     free(text);
-    free(wpath);
     tensors_free(&weights);
     graph_free(g);
     srcfile_free(src);
-    return rc;
+    return exit_status(rc, &d);
 }

@@ -3,28 +3,41 @@
  * Everything that can be checked is checked before the model runs (every --input
  * names a declared input of the right type, every --output names an output, every
  * declared input is given), and outputs are written only after the whole run
- * succeeded, each through a temporary file, so a failure leaves no output file. */
+ * succeeded, all together through driver/outputs.c, so a failure leaves no output
+ * file, and none may name a file the command reads. */
 #include "driver.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: kiln run MODEL [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...\n"
-    "                      [--weights FILE.safetensors]... [--target interp|c|cuda]\n"
-    "                      [-O0|-O1|-O2] [--passes=P,...] [--no-PASS] [--dump-dir DIR] [--check]\n"
-    "                      [--steps N]\n"
-    "\n"
-    "Runs MODEL (a .kiln file, or a .so made by kiln compile) once, or N times with\n"
-    "--steps (a training step: each run starts from the params the last one updated;\n"
-    "the outputs are the last run's). Without --output,\n"
-    "prints each output's name, type and first values. --target c (the default) compiles\n"
-    "the model to C and runs it, through the compile cache ($KILN_CACHE_DIR); --target\n"
-    "interp runs the reference interpreter. --dump-dir DIR writes the graph after every\n"
-    "pass and, for the C target, the generated C as DIR/model.c. --check runs the\n"
-    "interpreter on the inputs before the passes and after each, and compares the\n"
-    "target's outputs too; it fails naming the first pass (or the target) that changes\n"
-    "an output beyond 1e-4 + 1e-4|expected|.\n";
+static const OptionSpec options[] = {
+    {"--input", "NAME=FILE.npy", "the value of the input NAME; every declared input needs one"},
+    {"--output", "NAME=FILE.npy", "write the output NAME to FILE (else the outputs are printed)"},
+    OPT_WEIGHTS,
+    OPT_BIND,
+    {"--target", "interp|c|cuda",
+     "run the reference interpreter, generated C (default; compiled through the cache) or generated CUDA"},
+    OPT_CPU,
+    OPT_LEVEL,
+    OPT_PASSES,
+    OPT_NO_PASS,
+    OPT_DUMP_DIR,
+    OPT_CHECK,
+    {"--steps", "N", "run N times, each run starting from the params the last one updated (a training step)"},
+    OPT_HELP,
+    {NULL, NULL, NULL},
+};
+
+static const Command command = {
+    "run",
+    "MODEL [options] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...",
+    "Runs MODEL (a .kiln or .onnx file, or a .so made by kiln compile) once, or N times\n"
+    "with --steps (the outputs are the last run's). Without --output, prints each\n"
+    "output's name, type and first values. --check also compares the target's outputs\n"
+    "with the interpreter's. Output files are written only once the whole run succeeded,\n"
+    "all together; an output that names a file the command reads is refused.\n",
+    options,
+};
 
 static int find_binding(const Binding *b, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -138,28 +151,30 @@ static void print_output(const char *name, const Tensor *t) {
     printf("\n");
 }
 
-static int write_outputs(const Signature *s, const Options *o, Tensor **out, Diag *d) {
-    const char *paths[MAX_FILES];
-    const void *bufs[MAX_FILES] = {0};
-    size_t lens[MAX_FILES];
+/* Every --output file, in outs (registered in the same order), all or none. */
+static int write_outputs(const Signature *s, const Options *o, Tensor **out, Outputs *outs, Diag *d) {
     int rc = 0;
     for (int i = 0; i < o->n_outputs && !rc; i++) {
         int k = 0;
         while (strcmp(s->out[k].name, o->outputs[i].name) != 0)
             k++;
-        paths[i] = o->outputs[i].file;
-        if (npy_encode(out[k], (unsigned char **)&bufs[i], &lens[i]))
-            rc = diag_error(d, (Loc){0}, "out of memory writing '%s'", paths[i]);
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        if (npy_encode(out[k], &buf, &len))
+            rc = diag_error(d, (Loc){0}, "out of memory writing '%s'", o->outputs[i].file);
+        else
+            rc = outputs_write(outs, i, buf, len, d);
+        ir_free(buf);
     }
     if (!rc)
-        rc = write_files_atomic(o->n_outputs, paths, bufs, lens, d);
-    for (int i = 0; i < o->n_outputs; i++)
-        ir_free((void *)bufs[i]);
+        rc = outputs_commit(outs, d);
+    else
+        outputs_abort(outs);
     return rc;
 }
 
 /* Runs the model once: in the interpreter, or compiled (JIT or a .so). */
-static int run_model(const Options *o, Diag *d) {
+static int run_model(const Options *o, Outputs *outs, Diag *d) {
     SrcFile *src = NULL;
     Graph *g = NULL;
     TensorList weights = {0};
@@ -234,7 +249,7 @@ static int run_model(const Options *o, Diag *d) {
         rc = check_outputs(&check, g, out, name, what, d);
     }
     if (!rc && o->n_outputs > 0)
-        rc = write_outputs(&sig, o, out, d);
+        rc = write_outputs(&sig, o, out, outs, d);
     if (!rc && o->n_outputs == 0)
         for (int k = 0; k < sig.n_out; k++)
             print_output(sig.out[k].name, out[k]);
@@ -251,19 +266,21 @@ static int run_model(const Options *o, Diag *d) {
 }
 
 int cmd_run(int argc, char **argv) {
-    Options o;
-    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        fputs(usage, stdout);
+    if (help_requested(argc, argv, &command))
         return 0;
-    }
-    int rc = parse_options(argc, argv, 2,
-                           "--weights --input --output --target -O --passes --no-PASS --dump-dir --check --steps",
-                           usage, &o);
+    Options o;
+    int rc = parse_options(argc, argv, 2, &command, &o);
     if (rc)
         return rc;
     if (has_duplicate(o.inputs, o.n_inputs, "--input") || has_duplicate(o.outputs, o.n_outputs, "--output"))
         return EXIT_USAGE;
     Diag d;
     diag_init(&d, stderr);
-    return run_model(&o, &d);
+    static Outputs outs;
+    outputs_init(&outs);
+    for (int i = 0; i < o.n_outputs; i++)
+        outputs_add(&outs, o.outputs[i].file, "--output");
+    if (outputs_check(&outs, &o, &d))
+        return EXIT_USER;
+    return exit_status(run_model(&o, &outs, &d), &d);
 }

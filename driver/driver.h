@@ -1,4 +1,9 @@
-/* The `kiln` command: option parsing shared by the subcommands, and the commands.
+/* The `kiln` command: option parsing shared by the subcommands, their outputs, and
+ * the commands.
+ *
+ * Each command describes itself in one table (a Command: its options with their
+ * values and meanings); the parser accepts exactly the options of the table and
+ * --help prints them all, so the two cannot disagree.
  *
  * Exit statuses (cli.md): 0 success; 1 the model, a weight or an input is wrong,
  * or the target cannot run here; 2 the command line is malformed; 3 kiln failed. */
@@ -9,8 +14,54 @@
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
 
+#include <sys/types.h>
+
 enum { EXIT_USER = 1, EXIT_USAGE = 2, EXIT_BUG = 3 };
-enum { MAX_FILES = 256 };
+enum { MAX_FILES = 256, MAX_OUTPUTS = MAX_FILES + 8 };
+
+/* One option of a command: its name ("-o", "--weights"; "-O" stands for -O0, -O1
+ * and -O2, "--no-PASS" for --no-NAME of any pass), its value's name (NULL: it takes
+ * none) and what it does, for --help. */
+typedef struct {
+    const char *name, *value, *help;
+} OptionSpec;
+
+typedef struct {
+    const char *name;          /* run, compile, ... */
+    const char *synopsis;      /* after "usage: kiln NAME " */
+    const char *about;         /* the paragraph under the usage line */
+    const OptionSpec *options; /* ends with a row whose name is NULL */
+} Command;
+
+/* The rows several commands share. */
+#define OPT_WEIGHTS                                                                                          \
+    { "--weights", "FILE.safetensors", "values for params, by name; may be given several times" }
+#define OPT_BIND                                                                                             \
+    { "--bind", "NAME=FILE", "make the ONNX graph input NAME the constant in FILE (.npy or TensorProto .pb)" }
+#define OPT_LEVEL                                                                                            \
+    { "-O", "0|1|2", "-O0, -O1 or -O2: no optimization, cheap passes, everything (default -O2)" }
+#define OPT_PASSES                                                                                           \
+    { "--passes", "P,...", "run these passes (--passes=P1,P2) instead of the -O level's pipeline" }
+#define OPT_NO_PASS                                                                                          \
+    { "--no-PASS", NULL, "turn the pass PASS off (kiln opt --list-passes names them)" }
+#define OPT_DUMP_DIR                                                                                         \
+    { "--dump-dir", "DIR", "write the graph after every pass as DIR/NN-PASS.kiln, and the generated source" }
+#define OPT_CPU                                                                                              \
+    {                                                                                                        \
+        "--cpu", "CPU",                                                                                      \
+            "build the code for CPU (-march): native (default: this machine's CPU, whose code may not run "  \
+            "on an "                                                                                         \
+            "older one), x86-64, x86-64-v2, x86-64-v3 or x86-64-v4"                                          \
+    }
+#define OPT_CHECK                                                                                            \
+    {                                                                                                        \
+        "--check", NULL,                                                                                     \
+            "run the interpreter before the passes and after each, and fail naming the first pass that "     \
+            "changes an "                                                                                    \
+            "output beyond 1e-4 + 1e-4|expected|"                                                            \
+    }
+#define OPT_HELP                                                                                             \
+    { "--help", NULL, "print this help (also -h)" }
 
 typedef struct {
     const char *name; /* NAME of NAME=FILE */
@@ -27,7 +78,7 @@ typedef struct {
     int n_inputs, n_outputs;
     Binding binds[MAX_FILES]; /* --bind: ONNX graph inputs made constants */
     int n_binds;
-    const char *weights_out;  /* --weights-out (kiln import) */
+    const char *weights_out; /* --weights-out (kiln import) */
     PipelineOptions pipeline;
     const char *disabled[MAX_FILES];
     bool list_passes;
@@ -35,15 +86,68 @@ typedef struct {
     const char *header;      /* --header */
     bool memory_report;      /* --memory-report */
     long steps;              /* --steps: runs of a training step (kiln run) */
+    long iters, warmup;      /* --iters, --warmup (kiln bench) */
+    bool profile;            /* --profile (kiln bench) */
+    const char *cpu;         /* --cpu: the -march; NULL: native */
+    const Command *command;  /* the command being parsed, for its messages */
 } Options;
+
+/* An output file of a command (outputs.c). */
+typedef struct {
+    const char *path, *what; /* as given, and the option that gave it ("-o") */
+    char name[4096];         /* the path with its directory resolved: what is written */
+    char tmp[4200];          /* its temporary; "" when none */
+    int fd;                  /* /dev/stdout and the like: the descriptor; else -1 */
+    bool through;            /* a FIFO, a device or a descriptor: written, never replaced */
+    bool exists;
+    dev_t dev;
+    ino_t ino;
+    int slot; /* in the signal handler's registry (ir/tempfiles.h) */
+} Output;
+
+typedef struct {
+    Output items[MAX_OUTPUTS];
+    int n;
+} Outputs;
+
+void outputs_init(Outputs *s);
+/* Registers an output path, before any work; returns its index (or -1 when there
+ * are too many, which the option limits prevent). */
+int outputs_add(Outputs *s, const char *path, const char *what);
+/* Refuses an output that is one of the files the options read or another output,
+ * by name or identity, and one that is a directory, a block device, a socket or a
+ * dangling symlink. 0, or -1 after a message. */
+int outputs_check(Outputs *s, const Options *o, Diag *d);
+/* The temporary file that becomes output i, made empty if not yet there (for a
+ * writer that needs a path); NULL after a message. */
+const char *outputs_temp(Outputs *s, int i, Diag *d);
+/* Writes buf as the contents of output i (into its temporary). */
+int outputs_write(Outputs *s, int i, const void *buf, size_t len, Diag *d);
+/* Puts every output in place: FIFOs and devices written first, then the temporaries
+ * renamed. 0, or -1 after a message; on failure before any rename, nothing is left. */
+int outputs_commit(Outputs *s, Diag *d);
+/* Removes every temporary: the command failed. */
+void outputs_abort(Outputs *s);
+
+/* The exit status of a command that returned rc (0, EXIT_USAGE, or any other
+ * failure) with the diagnostics in d: 3 when kiln itself failed (diag_internal). */
+int exit_status(int rc, const Diag *d);
 
 /* How the options compile a graph in process: memory planning as the pipeline
  * selects it, and the generated source into the dump directory. */
 JitOptions jit_options(const Options *o);
 
-/* Parses argv[first..argc) into o; what a command accepts is in `allowed`, a string of
- * option names such as "-o --weights --input". Returns 0, or EXIT_USAGE after a message. */
-int parse_options(int argc, char **argv, int first, const char *allowed, const char *usage, Options *o);
+/* Parses argv[first..argc) into o: the options of cmd's table, and one MODEL.
+ * Returns 0, or EXIT_USAGE after a one-line message. */
+int parse_options(int argc, char **argv, int first, const Command *cmd, Options *o);
+/* Whether argv asks for the command's help (--help or -h anywhere after the
+ * command); if so, prints it. */
+bool help_requested(int argc, char **argv, const Command *cmd);
+/* Prints cmd's help: usage, what it does, every option, the environment. */
+void print_help(const Command *cmd, FILE *out);
+/* A malformed command line: one line naming the problem and pointing at --help.
+ * Returns EXIT_USAGE. */
+int usage_error(const Command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Reads and parses the model (.kiln text, or .onnx through the importer, whose
  * weights come first in `weights`), checks it, and reads the weights (every param without

@@ -6,9 +6,17 @@
  *   kiln dot MODEL ...    draw the graph after the passes, as Graphviz text
  *
  * This file dispatches to the commands and holds what they share: option parsing
- * and loading a model with its weights. */
+ * from each command's table, --help printed from the same table, one-line usage
+ * errors, the exit status, loading a model with its weights, and the signal
+ * handler that removes temporary files when kiln is interrupted. */
 #include "driver.h"
 
+#include "../ir/tempfiles.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,125 +31,221 @@ static const char usage_main[] =
     "  dot      draw a model after the passes as a Graphviz graph\n"
     "  import   translate an ONNX model into a .kiln model and its weights\n"
     "\n"
-    "`kiln COMMAND --help` describes a command's options.\n"
+    "`kiln COMMAND --help` describes a command's options and the environment variables.\n"
     "Exit status: 0 success, 1 bad model/weights/inputs, 2 bad command line, 3 internal error.\n";
 
-static bool allowed_option(const char *allowed, const char *opt) {
-    size_t n = strlen(opt);
-    for (const char *p = strstr(allowed, opt); p; p = strstr(p + 1, opt))
-        if ((p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0))
+/* What every command's --help ends with: every variable kiln reads (getenv). */
+static const char environment[] =
+    "\n"
+    "environment:\n"
+    "  KILN_CACHE_DIR     the compile cache (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)\n"
+    "  KILN_NUM_THREADS   threads a model runs on, OpenBLAS's included (default and most:\n"
+    "                     the number of cores; a value that is not a positive integer is a\n"
+    "                     warning, and the default is used)\n"
+    "  KILN_JIT           `cc`: compile with the system C compiler into a cached .so instead\n"
+    "                     of the in-process Clang JIT\n"
+    "  KILN_CC, KILN_CXX  the C and C++ compilers (default cc and c++)\n"
+    "  KILN_BLAS          `off`: the C target's GEMMs are generated loops, not OpenBLAS calls\n"
+    "  KILN_CUDA          `emulate`: --target cuda builds its kernels for the CPU (no GPU)\n"
+    "  KILN_CUDA_DEVICE   the GPU --target cuda runs on (default 0)\n"
+    "  KILN_NVRTC         the NVRTC library to load (default: the newest CUDA's)\n"
+    "  TMPDIR             where compiles make their temporary directories (default /tmp)\n";
+
+void print_help(const Command *cmd, FILE *out) {
+    fprintf(out, "usage: kiln %s %s\n\n%s\noptions:\n", cmd->name, cmd->synopsis, cmd->about);
+    for (const OptionSpec *o = cmd->options; o->name; o++) {
+        char head[64];
+        if (strcmp(o->name, "-O") == 0)
+            snprintf(head, sizeof head, "-O0, -O1, -O2");
+        else if (strcmp(o->name, "--passes") == 0)
+            snprintf(head, sizeof head, "--passes=%s", o->value);
+        else
+            snprintf(head, sizeof head, "%s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
+        fprintf(out, "  %-28s ", head);
+        /* the meaning, wrapped at 80 columns under itself */
+        int col = 31;
+        bool first = true;
+        for (const char *w = o->help; *w;) {
+            while (*w == ' ')
+                w++;
+            int n = (int)strcspn(w, " ");
+            if (!n)
+                break;
+            if (!first && col + 1 + n > 80) {
+                fprintf(out, "\n%31s", "");
+                col = 31;
+            } else if (!first) {
+                fputc(' ', out);
+                col++;
+            }
+            fprintf(out, "%.*s", n, w);
+            col += n;
+            w += n;
+            first = false;
+        }
+        fputc('\n', out);
+    }
+    fputs(environment, out);
+}
+
+bool help_requested(int argc, char **argv, const Command *cmd) {
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help(cmd, stdout);
             return true;
+        }
     return false;
 }
 
-static int usage_error(const char *usage, const char *fmt, const char *arg) {
-    fprintf(stderr, "kiln: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage);
+int usage_error(const Command *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'kiln %s%s--help')\n", cmd ? cmd->name : "", cmd ? " " : "");
     return EXIT_USAGE;
 }
 
+int exit_status(int rc, const Diag *d) {
+    if (rc == 0 || rc == EXIT_USAGE)
+        return rc;
+    return d->internal ? EXIT_BUG : rc == EXIT_BUG ? EXIT_BUG : EXIT_USER;
+}
+
+static const OptionSpec *find_option(const Command *cmd, const char *key) {
+    for (const OptionSpec *o = cmd->options; o->name; o++)
+        if (strcmp(o->name, key) == 0)
+            return o;
+    return NULL;
+}
+
 /* NAME=FILE */
-static int parse_binding(const char *arg, Binding *b, const char *usage) {
+static int parse_binding(const Command *cmd, const char *arg, Binding *b) {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return usage_error(usage, "expected NAME=FILE, got '%s'", arg);
-    static char names[2 * MAX_FILES][256];
+        return usage_error(cmd, "expected NAME=FILE, got '%s'", arg);
+    static char names[3 * MAX_FILES][256];
     static int next;
-    char *name = names[next++ % (2 * MAX_FILES)];
+    char *name = names[next++ % (3 * MAX_FILES)];
     snprintf(name, sizeof names[0], "%.*s", (int)(eq - arg), arg);
     *b = (Binding){name, eq + 1};
     return 0;
 }
 
-int parse_options(int argc, char **argv, int first, const char *allowed, const char *usage, Options *o) {
+/* A count option's value: an integer in [min, max]. */
+static int parse_count(const Command *cmd, const char *opt, const char *value, long min, long max,
+                       long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (*end || (errno && v != LONG_MAX) || v < min)
+        return usage_error(cmd, "%s needs a %s integer, not '%s'", opt, min > 0 ? "positive" : "non-negative",
+                           value);
+    if (v > max)
+        return usage_error(cmd, "%s is at most %ld, not '%s'", opt, max, value);
+    *out = v;
+    return 0;
+}
+
+/* Stores one option's value in o. */
+static int set_option(const Command *cmd, const char *key, const char *arg, const char *value, Options *o) {
+    if (strcmp(key, "-o") == 0)
+        o->out = value;
+    else if (strcmp(key, "--weights") == 0)
+        o->weights[o->n_weights++] = value;
+    else if (strcmp(key, "--input") == 0)
+        return parse_binding(cmd, value, &o->inputs[o->n_inputs++]);
+    else if (strcmp(key, "--output") == 0)
+        return parse_binding(cmd, value, &o->outputs[o->n_outputs++]);
+    else if (strcmp(key, "--bind") == 0)
+        return parse_binding(cmd, value, &o->binds[o->n_binds++]);
+    else if (strcmp(key, "--weights-out") == 0)
+        o->weights_out = value;
+    else if (strcmp(key, "--target") == 0) {
+        if (strcmp(value, "interp") && strcmp(value, "c") && strcmp(value, "cuda"))
+            return usage_error(cmd, "unknown target '%s' (interp, c or cuda)", value);
+        o->target = value;
+    } else if (strcmp(key, "--cpu") == 0) {
+        if (!cc_cpu_valid(value))
+            return usage_error(cmd, "unknown --cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)",
+                               value);
+        o->cpu = value;
+    } else if (strcmp(key, "--passes") == 0)
+        o->pipeline.only = value;
+    else if (strcmp(key, "--dump-dir") == 0)
+        o->pipeline.dump_dir = value;
+    else if (strcmp(key, "--emit-source") == 0)
+        o->emit_source = value;
+    else if (strcmp(key, "--header") == 0)
+        o->header = value;
+    else if (strcmp(key, "--steps") == 0)
+        return parse_count(cmd, key, value, 1, 1000000000, &o->steps);
+    else if (strcmp(key, "--iters") == 0)
+        return parse_count(cmd, key, value, 1, 100000000, &o->iters);
+    else if (strcmp(key, "--warmup") == 0)
+        return parse_count(cmd, key, value, 0, 100000000, &o->warmup);
+    else if (strcmp(key, "--profile") == 0)
+        o->profile = true;
+    else if (strcmp(key, "--list-passes") == 0)
+        o->list_passes = true;
+    else if (strcmp(key, "--memory-report") == 0)
+        o->memory_report = true;
+    else if (strcmp(key, "--check") == 0)
+        o->pipeline.check = true;
+    else if (strcmp(key, "--no-PASS") == 0)
+        o->disabled[o->pipeline.n_disabled++] = arg + 5;
+    return 0;
+}
+
+int parse_options(int argc, char **argv, int first, const Command *cmd, Options *o) {
     memset(o, 0, sizeof *o);
+    o->command = cmd;
     o->pipeline.level = 2;
     o->steps = 1;
+    o->iters = 50;
+    o->warmup = 5;
     o->pipeline.verify = true; /* cheap, and catches a broken pass where it happens */
     o->pipeline.lower = true;  /* kiln opt, which only prints, turns it off */
     o->pipeline.disabled = o->disabled;
     for (int i = first; i < argc; i++) {
         char *arg = argv[i];
         char key[64];
-        const char *value = NULL;
         if (arg[0] != '-' || !arg[1]) {
             if (o->model)
-                return usage_error(usage, "unexpected argument '%s' (one model at a time)", arg);
+                return usage_error(cmd, "unexpected argument '%s' (one model at a time)", arg);
             o->model = arg;
             continue;
         }
         const char *eq = strchr(arg, '=');
         snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        if (strcmp(key, "-O0") == 0 || strcmp(key, "-O1") == 0 || strcmp(key, "-O2") == 0) {
-            o->pipeline.level = key[2] - '0';
-            strcpy(key, "-O");
-        }
-        bool takes_value = strcmp(key, "-o") == 0 || strcmp(key, "--weights") == 0 ||
-                           strcmp(key, "--input") == 0 || strcmp(key, "--output") == 0 ||
-                           strcmp(key, "--target") == 0 || strcmp(key, "--passes") == 0 ||
-                           strcmp(key, "--dump-dir") == 0 || strcmp(key, "--emit-source") == 0 ||
-                           strcmp(key, "--header") == 0 || strcmp(key, "--steps") == 0 ||
-                           strcmp(key, "--bind") == 0 || strcmp(key, "--weights-out") == 0;
+        bool is_level = strcmp(key, "-O0") == 0 || strcmp(key, "-O1") == 0 || strcmp(key, "-O2") == 0;
         bool is_no_pass = strncmp(key, "--no-", 5) == 0 && key[5];
-        /* --bind goes with every command that reads a model with its weights */
-        bool bind_ok = strcmp(key, "--bind") == 0 && allowed_option(allowed, "--weights");
-        if (!bind_ok && !allowed_option(allowed, is_no_pass ? "--no-PASS" : key))
-            return usage_error(usage, "unknown option '%s'", arg);
-        if (takes_value) {
+        const OptionSpec *spec = find_option(cmd, is_level ? "-O" : is_no_pass ? "--no-PASS" : key);
+        if (!spec || strcmp(key, "--help") == 0)
+            return usage_error(cmd, "unknown option '%.200s'", arg);
+        const char *value = NULL;
+        if (is_level) {
+            o->pipeline.level = key[2] - '0';
+            if (eq)
+                return usage_error(cmd, "option '%s' takes no value", key);
+            continue;
+        }
+        if (spec->value && !is_no_pass) {
             value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
             if (!value || !*value)
-                return usage_error(usage, "option '%s' needs a value", key);
+                return usage_error(cmd, "option '%s' needs a value", key);
         } else if (eq && !is_no_pass) {
-            return usage_error(usage, "option '%s' takes no value", key);
+            return usage_error(cmd, "option '%s' takes no value", key);
         }
         if (o->n_weights == MAX_FILES || o->n_inputs == MAX_FILES || o->n_outputs == MAX_FILES ||
             o->pipeline.n_disabled == MAX_FILES || o->n_binds == MAX_FILES)
-            return usage_error(usage, "too many options%s", "");
-        if (strcmp(key, "-o") == 0)
-            o->out = value;
-        else if (strcmp(key, "--weights") == 0)
-            o->weights[o->n_weights++] = value;
-        else if (strcmp(key, "--input") == 0) {
-            if (parse_binding(value, &o->inputs[o->n_inputs++], usage))
-                return EXIT_USAGE;
-        } else if (strcmp(key, "--output") == 0) {
-            if (parse_binding(value, &o->outputs[o->n_outputs++], usage))
-                return EXIT_USAGE;
-        } else if (strcmp(key, "--bind") == 0) {
-            if (parse_binding(value, &o->binds[o->n_binds++], usage))
-                return EXIT_USAGE;
-        } else if (strcmp(key, "--weights-out") == 0) {
-            o->weights_out = value;
-        } else if (strcmp(key, "--target") == 0) {
-            if (strcmp(value, "interp") && strcmp(value, "c") && strcmp(value, "cuda"))
-                return usage_error(usage, "unknown target '%s' (interp, c or cuda)", value);
-            o->target = value;
-        } else if (strcmp(key, "--passes") == 0)
-            o->pipeline.only = value;
-        else if (strcmp(key, "--dump-dir") == 0)
-            o->pipeline.dump_dir = value;
-        else if (strcmp(key, "--emit-source") == 0)
-            o->emit_source = value;
-        else if (strcmp(key, "--header") == 0)
-            o->header = value;
-        else if (strcmp(key, "--steps") == 0) {
-            char *end;
-            o->steps = strtol(value, &end, 10);
-            if (*end || o->steps < 1 || o->steps > 1000000000)
-                return usage_error(usage, "--steps needs a positive integer, not '%s'", value);
-        }
-        else if (strcmp(key, "--list-passes") == 0)
-            o->list_passes = true;
-        else if (strcmp(key, "--memory-report") == 0)
-            o->memory_report = true;
-        else if (strcmp(key, "--check") == 0)
-            o->pipeline.check = true;
-        else if (is_no_pass)
-            o->disabled[o->pipeline.n_disabled++] = arg + 5;
+            return usage_error(cmd, "too many options (at most %d of a kind)", MAX_FILES);
+        if (set_option(cmd, spec->name, arg, value, o))
+            return EXIT_USAGE;
     }
     if (!o->model && !o->list_passes)
-        return usage_error(usage, "missing MODEL%s", "");
+        return usage_error(cmd, "missing MODEL");
     Diag d;
     diag_init(&d, stderr);
     if (pipeline_check_names(&o->pipeline, &d))
@@ -151,7 +255,8 @@ int parse_options(int argc, char **argv, int first, const char *allowed, const c
 
 JitOptions jit_options(const Options *o) {
     Target target = o->target && strcmp(o->target, "cuda") == 0 ? TARGET_CUDA : TARGET_C;
-    return (JitOptions){NULL, target, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir, NULL};
+    return (JitOptions){NULL, target, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir,
+                        NULL, o->cpu};
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -211,11 +316,37 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage_main, argc < 2 ? stderr : stdout);
-        return argc < 2 ? EXIT_USAGE : 0;
+/* SIGINT, SIGTERM, SIGHUP: the temporary files and directories go (with
+ * async-signal-safe calls only), then the signal, back at its default action, ends
+ * the process as it would have. */
+static void on_signal(int sig) {
+    tempfiles_remove_all();
+    raise(sig);
+}
+
+static void catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    int signals[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old;
+        /* a signal ignored by whoever started kiln (nohup) stays ignored */
+        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(signals[i], &sa, NULL);
     }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return usage_error(NULL, "missing COMMAND");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    catch_signals();
     if (strcmp(argv[1], "run") == 0)
         return cmd_run(argc, argv);
     if (strcmp(argv[1], "opt") == 0)
@@ -228,6 +359,5 @@ int main(int argc, char **argv) {
         return cmd_dot(argc, argv);
     if (strcmp(argv[1], "import") == 0)
         return cmd_import(argc, argv);
-    fprintf(stderr, "kiln: error: unknown command '%s'\n%s", argv[1], usage_main);
-    return EXIT_USAGE;
+    return usage_error(NULL, "unknown command '%.200s'", argv[1]);
 }

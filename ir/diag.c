@@ -1,7 +1,7 @@
 /* Diagnostics: every user error goes through here.
  *
  * A located error prints `FILE:LINE:COL: error: MESSAGE`, the source line and a
- * caret under the column; an error without a position prints `kiln: error: ...`.
+ * caret under the column (a window of a long line); an error without a position prints `kiln: error: ...`.
  * Errors are returned (as -1), never exited from. */
 #include "ir.h"
 
@@ -11,7 +11,13 @@
 void diag_init(Diag *d, FILE *out) {
     d->out = out ? out : stderr;
     d->errors = 0;
+    d->internal = 0;
 }
+
+/* The source line under a message, and a caret under the column. A line longer than
+ * WINDOW bytes (generated or minified text can be megabytes long) is shown as the
+ * WINDOW bytes around the column, with "..." where it was cut. */
+enum { WINDOW = 100 };
 
 static void show_line(FILE *out, Loc loc) {
     const char *p = loc.file->text;
@@ -22,8 +28,16 @@ static void show_line(FILE *out, Loc loc) {
     int len = end ? (int)(end - p) : (int)strlen(p);
     if (len > 0 && p[len - 1] == '\r')
         len--;
-    fprintf(out, "%.*s\n", len, p);
-    for (int i = 1; i < loc.col; i++)
+    int col = loc.col < 1 ? 1 : loc.col, from = 0, to = len;
+    if (len > WINDOW) {
+        from = col - 1 - WINDOW / 2;
+        from = from < 0 ? 0 : from > len - WINDOW ? len - WINDOW : from;
+        to = from + WINDOW;
+    }
+    const char *before = from > 0 ? "..." : "", *after = to < len ? "..." : "";
+    fprintf(out, "%s%.*s%s\n", before, to - from, p + from, after);
+    fputs(before, out);
+    for (int i = from + 1; i < col; i++)
         fputc(i - 1 < len && p[i - 1] == '\t' ? '\t' : ' ', out);
     fputs("^\n", out);
 }
@@ -45,6 +59,16 @@ int diag_error(Diag *d, Loc loc, const char *fmt, ...) {
     report(d, loc, "error", fmt, ap);
     va_end(ap);
     d->errors++;
+    return -1;
+}
+
+int diag_internal(Diag *d, Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "error", fmt, ap);
+    va_end(ap);
+    d->errors++;
+    d->internal++;
     return -1;
 }
 

@@ -58,13 +58,18 @@ typedef struct {
 
 typedef struct {
     FILE *out;  /* where messages go (stderr by default) */
-    int errors; /* number of errors reported */
+    int errors;   /* number of errors reported */
+    int internal; /* how many of them are kiln's own failures (diag_internal) */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);
 /* FILE:LINE:COL: error: MSG, the source line and a caret; or "kiln: error: MSG"
  * when loc has no file. Always returns -1 so callers can `return diag_error(...)`. */
 int diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error that is kiln's fault, not the input's (a pass broke the graph, the C
+ * compiler rejected generated code): reported as diag_error does, and counted in
+ * d->internal so that the driver exits with status 3 (cli.md). */
+int diag_internal(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A continuation line under the last message ("  note: ..."). */
 void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -123,7 +123,7 @@ static int fuse(PassContext *c, Node *head, Node *u, int k, bool *dead) {
     dead[g->values[u->out[0]].node] = dead[g->values[head->out[0]].node] = true;
     graph_redefine(g, u->out[0], n, 0);
     if (infer_node(g, n, c->d))
-        return diag_error(c->d, u->loc, "a pass built an invalid '%s' (a bug in kiln)", op_table[op].name);
+        return diag_internal(c->d, u->loc, "a pass built an invalid '%s' (a bug in kiln)", op_table[op].name);
     KILN_ASSERT(type_equal(&before, &g->values[u->out[0]].type));
     return 0;
 }

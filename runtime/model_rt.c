@@ -130,10 +130,27 @@ static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, 
     pthread_mutex_unlock(&in->lock);
 }
 
+/* KILN_NUM_THREADS when it is a positive integer, else the number of cores (a value
+ * that is not one is a warning naming it); never more than the cores, as more
+ * threads than cores only contend for them. */
 static int kiln_rt_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), n;
+    cores = cores < 1 ? 1 : cores > 256 ? 256 : cores;
+    n = cores;
     const char *s = getenv("KILN_NUM_THREADS");
-    long n = s && *s ? strtol(s, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 256 ? 256 : (int)n;
+    if (s && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (*end || v < 1)
+            fprintf(
+                stderr,
+                "kiln: warning: KILN_NUM_THREADS='%.64s' is not a positive integer; using %ld threads (the "
+                "number of cores)\n",
+                s, cores);
+        else
+            n = v < cores ? v : cores;
+    }
+    return (int)n;
 }
 
 static void kiln_rt_destroy(void *instance) {

@@ -27,6 +27,8 @@ typedef struct {
     const char *const *weights; /* safetensors files with values for params */
     int n_weights;
     const char *cache_dir; /* NULL: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln */
+    const char *cpu;       /* the -march the code is built for: "native" (the default when NULL),
+                              "x86-64", "x86-64-v2", "x86-64-v3" or "x86-64-v4" */
 } kiln_options;
 
 typedef struct kiln_module kiln_module;

@@ -105,7 +105,7 @@ static long jit_and_compare(const char *name, const char *text, Tensor *const *i
     if (g && g->n_outputs == 1 && verify_graph(g, &d) == 0 &&
         interp_run(g, &weights, (const Tensor *const *)inputs, &ref, &d) == 0 &&
         pipeline_run(g, &weights, &po, &d) == 0) {
-        JitOptions jo = {dir, TARGET_C, pipeline_selects(&po, "memplan"), NULL, NULL};
+        JitOptions jo = {dir, TARGET_C, pipeline_selects(&po, "memplan"), NULL, NULL, NULL};
         m = jit_graph(g, &weights, &jo, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", name, err.message);
@@ -218,7 +218,7 @@ static void test_compile_error(void **state) {
     char dir[4096], err[1024] = "";
     const kiln_model_def *def = (const kiln_model_def *)weights;
     make_cache_dir(dir, sizeof dir);
-    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, dir, "bad", &def, err,
+    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, NULL, dir, "bad", &def, err,
                                 sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);

@@ -69,7 +69,7 @@ static long compile_and_compare(const Battery *b, int level) {
     PipelineOptions po = {.level = level, .verify = true};
     if (ref && got && verify_graph(bm.g, &d) == 0 && interp_run(bm.g, &bm.weights, NULL, ref, &d) == 0 &&
         pipeline_run(bm.g, &bm.weights, &po, &d) == 0) {
-        JitOptions jo = {NULL, TEST_TARGET, pipeline_selects(&po, "memplan"), NULL, NULL};
+        JitOptions jo = {NULL, TEST_TARGET, pipeline_selects(&po, "memplan"), NULL, NULL, NULL};
         m = jit_graph(bm.g, &bm.weights, &jo, &d, &err);
         if (!m)
             printf("%s: jit_graph: %s\n", b->name, err.message);
