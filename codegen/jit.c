@@ -12,6 +12,7 @@
 #include "codegen.h"
 #include "jit.h"
 #include "../frontend/frontend.h"
+#include "../ir/tempfiles.h"
 #include "../passes/passes.h"
 #include "../runtime/module.h"
 #ifdef KILN_HAVE_CLANG_JIT
@@ -177,14 +178,19 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         const char *tmp = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld.so", tmp && *tmp ? tmp : "/tmp", key, (long)getpid());
     }
+    /* an uncached shared object lives only until it is loaded; a signal meanwhile
+       removes it */
+    int slot = cached ? -1 : tempfiles_add(path);
     if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, cpu, d) == 0) {
         if (!(m = kiln_module_open(path, g->name, err)))
             diag_error(d, (Loc){0}, "%s", err->message);
     } else {
         kiln_set_error(err, "cannot compile the model");
     }
-    if (!cached)
+    if (!cached) {
         unlink(path);
+        tempfiles_forget(slot);
+    }
     program_free(p);
     source_free(&src);
     return m;

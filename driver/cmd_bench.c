@@ -252,6 +252,10 @@ int cmd_bench(int argc, char **argv) {
         diag_error(&d, (Loc){0}, "kiln bench times compiled code; the interpreter cannot be benchmarked");
         return EXIT_USER;
     }
+    static Outputs none; /* bench writes no file, but its --dump-dir must spare the model */
+    outputs_init(&none);
+    if (outputs_check(&none, &o, &d))
+        return EXIT_USER;
     SrcFile *src = NULL;
     Graph *g = NULL;
     TensorList weights = {0};

@@ -6,7 +6,8 @@
  * --input and --bind files) and with the other outputs, by name (the path with its
  * directory resolved, symlinks followed) and by identity (st_dev and st_ino, which
  * also catches hard links), so that no command overwrites what it reads or writes
- * one file twice. What an output path names decides how it is written:
+ * one file twice; nor may a file it reads lie in the --dump-dir under a name the
+ * dumps use. What an output path names decides how it is written:
  *
  *   - a regular file, or nothing yet: a temporary beside it (same directory, so the
  *     rename stays within one file system), renamed over it at the end;
@@ -131,6 +132,55 @@ static int check_input(const Output *o, const char *path, const char *role, Diag
                       o->path, role, path);
 }
 
+/* --dump-dir writes DIR/NN-STAGE.kiln and .safetensors as the passes run (and
+ * DIR/model.c): a file read from there under such a name, as when a dumped stage is
+ * re-run, would be overwritten. */
+static int check_dump_dir(const char *dir, const char *path, const char *role, Diag *d) {
+    if (!dir || !path)
+        return 0;
+    char in_name[PATH_MAX], dir_name[PATH_MAX];
+    canonical(path, in_name, sizeof in_name);
+    if (!realpath(dir, dir_name))
+        return 0; /* not there yet: nothing in it is read */
+    size_t n = strlen(dir_name);
+    if (strncmp(in_name, dir_name, n) != 0 || in_name[n] != '/' || strchr(in_name + n + 1, '/'))
+        return 0;
+    const char *base = in_name + n + 1;
+    bool stage = base[0] >= '0' && base[0] <= '9' && base[1] >= '0' && base[1] <= '9' && base[2] == '-';
+    if (!stage && strcmp(base, "model.c") != 0 && strcmp(base, "model.cu") != 0)
+        return 0;
+    return diag_error(d, (Loc){0},
+                      "--dump-dir '%s' would overwrite %s '%s' (the dumps are written there); choose another "
+                      "directory",
+                      dir, role, path);
+}
+
+typedef int (*InputCheck)(const void *arg, const char *path, const char *role, Diag *d);
+
+/* fn on every file the options name for reading, with what it is. */
+static int for_each_input(const Options *opt, InputCheck fn, const void *arg, Diag *d) {
+    if (fn(arg, opt->model, "the model", d))
+        return -1;
+    for (int k = 0; k < opt->n_weights; k++)
+        if (fn(arg, opt->weights[k], "the weights file", d))
+            return -1;
+    for (int k = 0; k < opt->n_inputs; k++)
+        if (fn(arg, opt->inputs[k].file, "the --input file", d))
+            return -1;
+    for (int k = 0; k < opt->n_binds; k++)
+        if (fn(arg, opt->binds[k].file, "the --bind file", d))
+            return -1;
+    return 0;
+}
+
+static int input_is_output(const void *o, const char *path, const char *role, Diag *d) {
+    return check_input(o, path, role, d);
+}
+
+static int input_in_dump_dir(const void *dir, const char *path, const char *role, Diag *d) {
+    return check_dump_dir(dir, path, role, d);
+}
+
 int outputs_check(Outputs *s, const Options *opt, Diag *d) {
     for (int i = 0; i < s->n; i++) {
         Output *o = &s->items[i];
@@ -148,19 +198,10 @@ int outputs_check(Outputs *s, const Options *opt, Diag *d) {
                                   "%s '%s' and %s '%s' are the same file; each output needs its own", p->what,
                                   p->path, o->what, o->path);
         }
-        if (check_input(o, opt->model, "the model", d))
+        if (for_each_input(opt, input_is_output, o, d))
             return -1;
-        for (int k = 0; k < opt->n_weights; k++)
-            if (check_input(o, opt->weights[k], "the weights file", d))
-                return -1;
-        for (int k = 0; k < opt->n_inputs; k++)
-            if (check_input(o, opt->inputs[k].file, "the --input file", d))
-                return -1;
-        for (int k = 0; k < opt->n_binds; k++)
-            if (check_input(o, opt->binds[k].file, "the --bind file", d))
-                return -1;
     }
-    return 0;
+    return for_each_input(opt, input_in_dump_dir, opt->pipeline.dump_dir, d);
 }
 
 /* mkstemp creates the file 0600; give it the mode fopen would have, 0666 less the

@@ -4,6 +4,8 @@
  *     with x all ones, loss = 40.
  *   - kiln_jit_file on examples/small_cnn.kiln and kiln_load of the .so that
  *     `kiln compile` makes of the same file give the same outputs, bit for bit.
+ *   - kiln_options.cpu builds for another CPU (x86-64-v2 runs here too); an unknown
+ *     one is an error naming it and the valid ones.
  *   - Errors come back as NULL and a clear message, never a crash: model text that
  *     does not parse (the message gives the position), a shared object that is not
  *     a kiln model, one whose kiln_model reports ABI version 2, a missing file.
@@ -138,6 +140,24 @@ static void test_jit_matches_load(void **state) {
     assert_true(same);
 }
 
+static void test_jit_cpu(void **state) {
+    (void)state;
+    kiln_error err = {""};
+    kiln_options opts = {.opt_level = 2, .cpu = "x86-64-v2"};
+    kiln_module *m = kiln_jit(autograd_text, &opts, &err);
+    if (!m)
+        fail_msg("kiln_jit for x86-64-v2: %s", err.message);
+    float x[4] = {1, 1, 1, 1}, loss = 0, g[3];
+    assert_int_equal(kiln_run(m, (const void *const[]){x}, (void *const[]){&loss, &g[0], &g[1], &g[2]}, &err),
+                     0);
+    assert_float_equal(loss, 40, 1e-4);
+    kiln_free(m);
+    opts.cpu = "pentium";
+    assert_null(kiln_jit(autograd_text, &opts, &err));
+    printf("message: %s\n", err.message);
+    assert_non_null(strstr(err.message, "unknown cpu 'pentium' (native, x86-64, x86-64-v2"));
+}
+
 static void test_jit_bad_text(void **state) {
     (void)state;
     kiln_error err = {""};
@@ -214,7 +234,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_jit_autograd), cmocka_unit_test(test_jit_matches_load),
         cmocka_unit_test(test_jit_bad_text), cmocka_unit_test(test_load_not_a_model),
         cmocka_unit_test(test_jit_onnx),     cmocka_unit_test(test_load_wrong_abi),
-        cmocka_unit_test(test_load_missing),
+        cmocka_unit_test(test_load_missing), cmocka_unit_test(test_jit_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
