@@ -112,13 +112,10 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
     if (h) {
         kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
         if (!m)
-            diag_error(d, (Loc){0}, "%s", err->message);
+            diag_relay(d, err->message);
         return m;
     }
-    if (strstr(msg, "(a bug in kiln)")) /* Clang rejected the generated code */
-        diag_internal(d, (Loc){0}, "%s", msg);
-    else
-        diag_error(d, (Loc){0}, "%s", msg);
+    diag_relay(d, msg); /* kiln's own failure when Clang rejected the generated code */
     kiln_set_error(err, "cannot compile the model");
     return NULL;
 #else
@@ -183,7 +180,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     int slot = cached ? -1 : tempfiles_add(path);
     if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, cpu, d) == 0) {
         if (!(m = kiln_module_open(path, g->name, err)))
-            diag_error(d, (Loc){0}, "%s", err->message);
+            diag_relay(d, err->message);
     } else {
         kiln_set_error(err, "cannot compile the model");
     }

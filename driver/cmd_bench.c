@@ -208,7 +208,7 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     kiln_error err = {""};
     for (long r = 0; !rc && r < o->warmup; r++)
         if (kiln_run(m, inputs, outputs, &err))
-            rc = diag_error(d, (Loc){0}, "%s", err.message);
+            rc = diag_relay(d, err.message);
     if (!rc && profile) {
         double *seconds;
         const char *const *names, *const *comments;
@@ -219,7 +219,7 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     for (long r = 0; !rc && r < o->iters; r++) {
         double start = now_seconds();
         if (kiln_run(m, inputs, outputs, &err))
-            rc = diag_error(d, (Loc){0}, "%s", err.message);
+            rc = diag_relay(d, err.message);
         times[r] = (now_seconds() - start) * 1e3;
     }
     if (!rc) {
@@ -266,7 +266,7 @@ int cmd_bench(int argc, char **argv) {
         if (o.memory_report)
             rc = diag_error(&d, (Loc){0}, "'%s' is compiled; --memory-report needs a .kiln model", o.model);
         else if (!(m = kiln_load(o.model, &err)))
-            rc = diag_error(&d, (Loc){0}, "%s", err.message);
+            rc = diag_relay(&d, err.message);
     } else {
         rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
         JitOptions jo = jit_options(&o);
@@ -275,7 +275,7 @@ int cmd_bench(int argc, char **argv) {
             m = o.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
                           : jit_graph(g, &weights, &jo, &d, &err);
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
-            rc = d.errors ? -1 : diag_error(&d, (Loc){0}, "%s", err.message);
+            rc = d.errors ? -1 : diag_relay(&d, err.message);
     }
     if (!rc && report.oom)
         rc = diag_error(&d, (Loc){0}, "out of memory");

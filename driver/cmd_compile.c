@@ -70,7 +70,7 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
     kiln_error err = {""};
     kiln_module *m = kiln_load(path, &err);
     if (!m)
-        return diag_error(d, (Loc){0}, "%s", err.message);
+        return diag_relay(d, err.message);
     int n_in = graph_inputs(g, NULL, 0);
     const Tensor **in = ir_calloc((size_t)n_in + 1, sizeof *in);
     const void **inputs = ir_calloc((size_t)n_in + 1, sizeof *inputs);
@@ -86,7 +86,7 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
         else
             outputs[k] = out[k]->data;
     if (!rc && kiln_run(m, inputs, outputs, &err))
-        rc = diag_error(d, (Loc){0}, "%s", err.message);
+        rc = diag_relay(d, err.message);
     if (!rc)
         rc = check_outputs(check, g, out, "target c", "the compiled model", d);
     for (int k = 0; out && k < g->n_outputs; k++)

@@ -191,7 +191,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         else if (interp)
             rc = diag_error(d, (Loc){0}, "'%s' is compiled; the interpreter runs .kiln models", o->model);
         else if (!(m = kiln_load(o->model, &err)))
-            rc = diag_error(d, (Loc){0}, "%s", err.message);
+            rc = diag_relay(d, err.message);
         else
             rc = compiled_signature(o->model, kiln_def(m), &sig, d);
     } else {
@@ -240,7 +240,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
                 outputs[k] = out[k]->data;
         for (long step = 0; !rc && step < o->steps; step++)
             if (kiln_run(m, inputs, outputs, &err))
-                rc = diag_error(d, (Loc){0}, "%s", err.message);
+                rc = diag_relay(d, err.message);
     }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];

@@ -72,6 +72,11 @@ int diag_internal(Diag *d, Loc loc, const char *fmt, ...) {
     return -1;
 }
 
+int diag_relay(Diag *d, const char *msg) {
+    return strstr(msg, "(a bug in kiln") ? diag_internal(d, (Loc){0}, "%s", msg)
+                                         : diag_error(d, (Loc){0}, "%s", msg);
+}
+
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

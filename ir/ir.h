@@ -70,6 +70,9 @@ int diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(pri
  * compiler rejected generated code): reported as diag_error does, and counted in
  * d->internal so that the driver exits with status 3 (cli.md). */
 int diag_internal(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A message from elsewhere (a kiln_error, the runtime, Clang) as an error: kiln's
+ * own (diag_internal) when it says "(a bug in kiln", else the input's. */
+int diag_relay(Diag *d, const char *msg);
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A continuation line under the last message ("  note: ..."). */
 void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
