@@ -1,9 +1,11 @@
 /* kiln: the command-line driver.
  *
- *   kiln run MODEL ...    run a model (the reference interpreter for now)
- *   kiln opt MODEL ...    parse, verify, optimize and print a model
- *   kiln bench MODEL ...  time a compiled model's runs, per kernel with --profile
- *   kiln dot MODEL ...    draw the graph after the passes, as Graphviz text
+ *   kiln run MODEL ...      run a model (compiled, or in the reference interpreter)
+ *   kiln compile MODEL ...  compile a model into a shared object
+ *   kiln opt MODEL ...      parse, verify, optimize and print a model
+ *   kiln bench MODEL ...    time a compiled model's runs, per kernel with --profile
+ *   kiln dot MODEL ...      draw the graph after the passes, as Graphviz text
+ *   kiln import MODEL ...   translate an ONNX model into a .kiln model and weights
  *
  * This file dispatches to the commands and holds what they share: option parsing
  * from each command's table, --help printed from the same table, one-line usage
