@@ -39,7 +39,7 @@ typedef struct {
 #define OPT_BIND                                                                                             \
     { "--bind", "NAME=FILE", "make the ONNX graph input NAME the constant in FILE (.npy or TensorProto .pb)" }
 #define OPT_LEVEL                                                                                            \
-    { "-O", "0|1|2", "-O0, -O1 or -O2: no optimization, cheap passes, everything (default -O2)" }
+    { "-O", "0|1|2", "no optimization, cheap passes, or everything (default -O2)" }
 #define OPT_PASSES                                                                                           \
     { "--passes", "P,...", "run these passes (--passes=P1,P2) instead of the -O level's pipeline" }
 #define OPT_NO_PASS                                                                                          \

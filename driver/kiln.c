@@ -63,7 +63,8 @@ void print_help(const Command *cmd, FILE *out) {
             snprintf(head, sizeof head, "--passes=%s", o->value);
         else
             snprintf(head, sizeof head, "%s%s%s", o->name, o->value ? " " : "", o->value ? o->value : "");
-        fprintf(out, "  %-28s ", head);
+        /* a long option head gets a line of its own */
+        fprintf(out, strlen(head) > 28 ? "  %s\n%31s" : "  %-28s ", head, "");
         /* the meaning, wrapped at 80 columns under itself */
         int col = 31;
         bool first = true;

@@ -13,7 +13,7 @@ enum { FREE, FILLING, LIVE };
 
 static atomic_int state[SLOTS];
 static atomic_long order[SLOTS]; /* when a slot became live: newest is removed first */
-static atomic_long clock_;
+static atomic_long added;        /* how many paths were ever added: the next one's order */
 static char paths[SLOTS][PATH_LEN];
 
 int tempfiles_add(const char *path) {
@@ -24,7 +24,7 @@ int tempfiles_add(const char *path) {
         int expected = FREE;
         if (atomic_compare_exchange_strong(&state[i], &expected, FILLING)) {
             memcpy(paths[i], path, n + 1);
-            atomic_store(&order[i], atomic_fetch_add(&clock_, 1));
+            atomic_store(&order[i], atomic_fetch_add(&added, 1));
             atomic_store(&state[i], LIVE);
             return i;
         }
