@@ -102,7 +102,8 @@ typedef struct {
     bool exists;
     dev_t dev;
     ino_t ino;
-    int slot; /* in the signal handler's registry (ir/tempfiles.h) */
+    mode_t mode; /* an existing file's permissions, which its replacement keeps */
+    int slot;    /* in the signal handler's registry (ir/tempfiles.h) */
 } Output;
 
 typedef struct {

@@ -111,6 +111,7 @@ static int classify(Output *o, Diag *d) {
     if (o->exists) {
         o->dev = st.st_dev;
         o->ino = st.st_ino;
+        o->mode = st.st_mode & 07777;
     }
     return 0;
 }
@@ -236,7 +237,9 @@ const char *outputs_temp(Outputs *s, int i, Diag *d) {
         return NULL;
     }
     o->slot = tempfiles_add(o->tmp);
-    int err = fchmod(fd, new_file_mode()) != 0 ? errno : 0;
+    /* a file replaced keeps its permissions */
+    mode_t mode = o->exists && !o->through ? o->mode : new_file_mode();
+    int err = fchmod(fd, mode) != 0 ? errno : 0;
     close(fd);
     if (err) {
         diag_error(d, (Loc){0}, "cannot write '%s': %s", o->path, strerror(err));
