@@ -319,9 +319,10 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;
 }
 
-/* SIGINT, SIGTERM, SIGHUP: the temporary files and directories go (with
- * async-signal-safe calls only), then the signal, back at its default action, ends
- * the process as it would have. */
+/* SIGINT, SIGTERM, SIGHUP, and SIGPIPE (an output written through to a pipe whose
+ * reader went away): the temporary files and directories go (with async-signal-safe
+ * calls only), then the signal, back at its default action, ends the process as it
+ * would have. */
 static void on_signal(int sig) {
     tempfiles_remove_all();
     raise(sig);
@@ -333,8 +334,8 @@ static void catch_signals(void) {
     sa.sa_handler = on_signal;
     sa.sa_flags = (int)SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    int signals[] = {SIGINT, SIGTERM, SIGHUP};
-    for (int i = 0; i < 3; i++) {
+    int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    for (int i = 0; i < 4; i++) {
         struct sigaction old;
         /* a signal ignored by whoever started kiln (nohup) stays ignored */
         if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
