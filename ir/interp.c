@@ -67,7 +67,8 @@ static int eval_node(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
     const OpInfo *o = &op_table[n->op];
     if (!o->eval) {
         if (n->op == OP_GRAD)
-            return diag_internal(d, n->loc, "grad must be expanded by the autodiff pass before it runs (a bug in kiln)");
+            return diag_internal(d, n->loc,
+                                 "grad must be expanded by the autodiff pass before it runs (a bug in kiln)");
         return diag_error(d, n->loc, "%s has no reference kernel yet", o->name);
     }
     int lo, hi;

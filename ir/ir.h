@@ -57,7 +57,7 @@ typedef struct {
 } Loc;
 
 typedef struct {
-    FILE *out;  /* where messages go (stderr by default) */
+    FILE *out;    /* where messages go (stderr by default) */
     int errors;   /* number of errors reported */
     int internal; /* how many of them are kiln's own failures (diag_internal) */
 } Diag;

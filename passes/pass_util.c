@@ -84,6 +84,7 @@ int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, i
 
 int pass_finish(PassContext *c, Node *n) {
     if (attrs_normalize(c->g, n, c->d) || infer_node(c->g, n, c->d))
-        return diag_internal(c->d, n->loc, "a pass built an invalid '%s' (a bug in kiln)", op_table[n->op].name);
+        return diag_internal(c->d, n->loc, "a pass built an invalid '%s' (a bug in kiln)",
+                             op_table[n->op].name);
     return n->out[0];
 }

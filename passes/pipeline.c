@@ -167,7 +167,8 @@ static int run_step(Run *r, const Pass *p) {
     if (graph_sort(r->c.g))
         return diag_error(r->c.d, (Loc){0}, "out of memory");
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
-        return diag_internal(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)", p->name);
+        return diag_internal(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)",
+                             p->name);
     r->step++;
     /* the stage is dumped before it is checked, so a drifting one can be looked at */
     if (r->o->dump_dir && dump(r, p->name))
