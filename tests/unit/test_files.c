@@ -436,7 +436,7 @@ static void test_read_errors(void **state) {
 
     capture_open(&c);
     assert_int_equal(npy_read(tmpdir, &t, &c.d), -1);
-    assert_message(&c, "cannot read", tmpdir, "Is a directory", (const char *)NULL);
+    assert_message(&c, "cannot read", tmpdir, "it is a directory, not a regular file", (const char *)NULL);
     capture_close(&c);
 
     /* an empty file reads as zero bytes, which are not a .npy file */
