@@ -169,28 +169,30 @@ static int check_sections(const File *f, const Elf64_Ehdr *h) {
     return rc;
 }
 
+int kiln_check_elf_fd(int fd, const char *shown_as, kiln_error *err) {
+    struct stat st;
+    File f = {fd, 0, shown_as, err};
+    Elf64_Ehdr h = {0};
+    if (fstat(fd, &st) != 0)
+        return kiln_set_error(err, "cannot load '%s': %s", shown_as, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return kiln_set_error(err, "cannot load '%s': it is not a regular file", shown_as);
+    f.size = (uint64_t)st.st_size;
+    int rc = read_at(&f, &h, f.size < sizeof h ? (size_t)f.size : sizeof h, 0);
+    if (!rc)
+        rc = check_header(&f, &h);
+    if (!rc)
+        rc = check_segments(&f, &h);
+    if (!rc)
+        rc = check_sections(&f, &h);
+    return rc;
+}
+
 int kiln_check_shared_object(const char *path, const char *shown_as, kiln_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return kiln_set_error(err, "cannot load '%s': %s", shown_as, strerror(errno));
-    struct stat st;
-    File f = {fd, 0, shown_as, err};
-    Elf64_Ehdr h = {0};
-    int rc;
-    if (fstat(fd, &st) != 0)
-        rc = kiln_set_error(err, "cannot load '%s': %s", shown_as, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = kiln_set_error(err, "cannot load '%s': it is not a regular file", shown_as);
-    else {
-        f.size = (uint64_t)st.st_size;
-        rc = read_at(&f, &h, f.size < sizeof h ? (size_t)f.size : sizeof h, 0);
-        if (!rc)
-            rc = check_header(&f, &h);
-        if (!rc)
-            rc = check_segments(&f, &h);
-        if (!rc)
-            rc = check_sections(&f, &h);
-    }
+    int rc = kiln_check_elf_fd(fd, shown_as, err);
     close(fd);
     return rc;
 }
