@@ -12,6 +12,7 @@
  * (so the rename stays within one file system) and renames it over the target only
  * once every byte is written and the file closed; on any failure it removes the
  * temporary, so a failed write leaves neither a partial target nor a stray file. */
+#define _GNU_SOURCE /* O_PATH */
 #include "frontend.h"
 
 #include <errno.h>
@@ -98,6 +99,12 @@ int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d)
     return rc;
 }
 
+#ifdef O_PATH
+#define DIR_FLAGS (O_PATH | O_DIRECTORY)
+#else
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY)
+#endif
+
 /* The refusals that need no file system: empty, absolute, a ".." anywhere. */
 static const char *path_refusal(const char *rel) {
     if (!*rel)
@@ -142,9 +149,10 @@ int open_beneath(const char *dir, const char *rel, const char **why) {
         }
         memcpy(part, p, n);
         part[n] = 0;
-        /* O_NOFOLLOW refuses a link as the last component of a path, which each one is in turn */
-        int fd = openat(dfd, part,
-                        O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (last ? O_NONBLOCK | O_NOCTTY : O_DIRECTORY));
+        /* O_NOFOLLOW refuses a link as the last component of a path, which each one is in
+         * turn; a directory on the way needs only search permission, as in a plain open */
+        int fd =
+            openat(dfd, part, O_CLOEXEC | O_NOFOLLOW | (last ? O_RDONLY | O_NONBLOCK | O_NOCTTY : DIR_FLAGS));
         int err = errno;
         struct stat st;
         if (fd < 0 && fstatat(dfd, part, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
