@@ -199,12 +199,14 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         if (t->dims[k] < 0)
             return diag_error(im->d, (Loc){0}, "%s: %s has a negative dim (%lld)", im->file, what,
                               (long long)t->dims[k]);
-        if (t->dims[k] > 0 && numel > KILN_MAX_NUMEL / t->dims[k])
+        if (!ck_mul(numel, t->dims[k], &numel) || numel > KILN_MAX_NUMEL)
             return diag_error(im->d, (Loc){0}, "%s: %s has too many elements", im->file, what);
-        numel *= t->dims[k];
     }
     bool is_int = di.kind == EL_SIGNED || di.kind == EL_UNSIGNED || di.kind == EL_BOOL;
-    size_t bytes = (size_t)numel * (size_t)di.size;
+    int64_t nbytes = 0;
+    if (!ck_mul(numel, di.size, &nbytes) || (uint64_t)nbytes > SIZE_MAX)
+        return diag_error(im->d, (Loc){0}, "%s: %s has too many elements", im->file, what);
+    size_t bytes = (size_t)nbytes;
     bool external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
     const unsigned char *raw = NULL;
     size_t have = 0;
