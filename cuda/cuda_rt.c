@@ -370,10 +370,17 @@ static void kiln_cuda_write(const char *path, const char *key, const unsigned ch
     char tmp[4200];
     unsigned char trailer[KILN_CUDA_TRAILER];
     kiln_cuda_trailer(trailer, key, data, len);
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    /* mkstemp: two threads (or processes) storing the same entry each get their own */
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return;
+    }
     int ok = fwrite(data, 1, len, f) == len && fwrite(trailer, 1, sizeof trailer, f) == sizeof trailer;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0)
