@@ -151,8 +151,13 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
         return 0;
     if (found == CACHE_CORRUPT)
         cache_entry_warn(path);
+    /* a name of its own (mkstemp), as another thread may be building the same entry */
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.build-%ld", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.build-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return diag_error(d, (Loc){0}, "cannot write the cache entry '%s': %s", path, strerror(errno));
+    close(fd);
     int rc = cc_compile_so(src, p, tmp, d);
     if (!rc)
         rc = read_file_bytes(tmp, &payload, &len, d);
