@@ -5,12 +5,15 @@
  * is compiled and linked in memory (jit_clang.cpp), its object file cached as
  * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
  * it is dlopened. KEY is a hash of the generated source, the weights, the
- * compiler flags and the CPU; only a miss compiles. The cache directory is $KILN_CACHE_DIR, else
- * $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; when it cannot be used, the clang JIT
+ * compiler flags and the CPU; only a miss compiles. Each entry carries its key and
+ * a checksum (codegen/cache.c); one that fails them, or whose shared object fails
+ * the loader's checks, is compiled again and overwritten, with one warning. The cache directory is
+ * $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; when it cannot be used, the clang JIT
  * caches nothing and the shared object is built in a temporary file removed once
  * loaded. */
 #include "codegen.h"
 #include "jit.h"
+#include "cache.h"
 #include "../frontend/frontend.h"
 #include "../ir/tempfiles.h"
 #include "../passes/passes.h"
@@ -134,6 +137,41 @@ static int dump_source(const char *dir, const Program *p, const Source *src, Dia
     return write_file_atomic(path, shown->s, shown->len, d);
 }
 
+/* Makes path a good cache entry (codegen/cache.c) for the shared object of src: kept
+ * when it is one whose shared object passes the loader's checks, else compiled (into a
+ * temporary file beside it) and written, with a warning when a corrupt entry was there. */
+static int so_entry(const Source *src, const Program *p, const char *path, const char *key, const char *name,
+                    const char *cpu, Diag *d) {
+    unsigned char *payload = NULL;
+    size_t len = 0;
+    kiln_error ignored;
+    CacheLookup found = cache_entry_read(path, key, &payload, &len);
+    cache_entry_free(payload);
+    if (found == CACHE_HIT && kiln_check_shared_object(path, name, &ignored) != 0)
+        found = CACHE_CORRUPT;
+    if (found == CACHE_HIT)
+        return 0;
+    if (found == CACHE_CORRUPT)
+        cache_entry_warn(path);
+    /* a name of its own (mkstemp), as another thread may be building the same entry */
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.build-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return diag_error(d, (Loc){0}, "cannot write the cache entry '%s': %s", path, strerror(errno));
+    close(fd);
+    int slot = tempfiles_add(tmp);
+    int rc = cc_compile_so(src, p, tmp, cpu, d);
+    if (!rc)
+        rc = read_file_bytes(tmp, &payload, &len, d);
+    unlink(tmp);
+    tempfiles_forget(slot);
+    if (!rc && cache_entry_write(path, key, payload, len) != 0)
+        rc = diag_error(d, (Loc){0}, "cannot write the cache entry '%s'", path);
+    ir_free(payload);
+    return rc;
+}
+
 /* The profiling build is different source, so it has its own cache entry; it is
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
 static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
@@ -178,7 +216,8 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     /* an uncached shared object lives only until it is loaded; a signal meanwhile
        removes it */
     int slot = cached ? -1 : tempfiles_add(path);
-    if ((cached && access(path, R_OK) == 0) || cc_compile_so(&src, p, path, cpu, d) == 0) {
+    if ((cached && so_entry(&src, p, path, key, g->name, cpu, d) == 0) ||
+        (!cached && cc_compile_so(&src, p, path, cpu, d) == 0)) {
         if (!(m = kiln_module_open(path, g->name, err)))
             diag_relay(d, err->message);
     } else {
@@ -252,6 +291,10 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
 }
 
 kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err) {
+    if (!model_text) {
+        kiln_set_error(err, "kiln_jit: the model text is NULL");
+        return NULL;
+    }
     return jit_source("<model>", model_text, opts, err);
 }
 
@@ -281,6 +324,10 @@ static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_er
 }
 
 kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err) {
+    if (!path) {
+        kiln_set_error(err, "kiln_jit_file: the path is NULL");
+        return NULL;
+    }
     if (is_onnx_path(path))
         return jit_onnx(path, opts, err);
     char *msg = NULL;

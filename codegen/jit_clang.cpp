@@ -9,10 +9,13 @@
  * binds `kiln_weights_blob` to the handle's copy of the weights and the BLAS entry
  * points to the ones this library links, and takes everything else (libc, libm,
  * pthreads) from the process. Nothing touches the disk but the object cache: an
- * llvm::ObjectCache that keeps the object file in CACHE_DIR/KEY.o, written
- * atomically, so that a second JIT of the same source loads that file and runs
- * neither Clang nor LLVM's code generation. The C interface is in jit_clang.h. */
+ * llvm::ObjectCache that keeps the object file in the cache entry CACHE_DIR/KEY.o
+ * (codegen/cache.c), written atomically, so that a second JIT of the same source
+ * loads that file and runs neither Clang nor LLVM's code generation. An entry that
+ * is corrupt, or whose object does not link, is a miss: compiled again, overwritten,
+ * and said once on stderr. The C interface is in jit_clang.h. */
 #include "jit_clang.h"
+#include "cache.h"
 
 #include <clang/Basic/Diagnostic.h>
 #include <clang/Basic/DiagnosticOptions.h>
@@ -56,32 +59,50 @@ namespace {
 
 const char source_name[] = "kiln_model.c";
 
-/* The object file of one compiled model, as CACHE_DIR/KEY.o; a cache with no path
- * keeps nothing. */
+/* The object file of one compiled model, as the cache entry CACHE_DIR/KEY.o
+ * (codegen/cache.c: the object with a trailer holding the key and a checksum); a
+ * cache with no path keeps nothing. The compiler is asked for a cached object only
+ * when there is none to add (getObject), so load() alone reads the entry. */
 class FileCache : public llvm::ObjectCache {
   public:
-    explicit FileCache(std::string path) : path_(std::move(path)) {}
+    FileCache(std::string path, std::string key) : path_(std::move(path)), key_(std::move(key)) {}
 
+    /* The cached object, or null for a miss; a corrupt entry is a miss, said once. */
     std::unique_ptr<llvm::MemoryBuffer> load() {
         if (path_.empty())
             return nullptr;
-        auto buf = llvm::MemoryBuffer::getFile(path_);
-        return buf ? std::move(*buf) : nullptr;
+        unsigned char *payload = nullptr;
+        size_t len = 0;
+        CacheLookup found = cache_entry_read(path_.c_str(), key_.c_str(), &payload, &len);
+        if (found == CACHE_CORRUPT)
+            corrupt();
+        if (found != CACHE_HIT)
+            return nullptr;
+        auto buf = llvm::MemoryBuffer::getMemBufferCopy(
+            llvm::StringRef(reinterpret_cast<const char *>(payload), len), path_);
+        cache_entry_free(payload);
+        return buf;
+    }
+
+    /* The entry is bad (or its object would not load): warn, and let the compile overwrite it. */
+    void corrupt() {
+        if (!warned_)
+            cache_entry_warn(path_.c_str());
+        warned_ = true;
     }
 
     void notifyObjectCompiled(const llvm::Module *, llvm::MemoryBufferRef obj) override {
-        if (path_.empty())
-            return;
-        /* a cache that cannot be written only costs the next JIT a compile */
-        llvm::consumeError(llvm::writeFileAtomically(path_ + ".tmp-%%%%%%%%", path_, obj.getBuffer()));
+        if (!path_.empty())
+            cache_entry_write(path_.c_str(), key_.c_str(), obj.getBufferStart(), obj.getBufferSize());
     }
 
     std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *) override {
-        return load();
+        return nullptr;
     }
 
   private:
-    std::string path_;
+    std::string path_, key_;
+    bool warned_ = false;
 };
 
 /* What a handle owns: the weights, the cache (the compiler holds a pointer to it)
@@ -194,6 +215,36 @@ llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> make_jit(FileCache *cache) {
         .create();
 }
 
+/* A fresh JIT in h with the model in it: object when there is one, else source
+ * compiled; sets *def. Returns null, or what failed with the message in err. */
+const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, const char *source,
+                       size_t len, const char *cpu, const kiln_model_def **def, char *err, size_t errlen) {
+    h.jit.reset();
+    auto jit = make_jit(h.cache.get());
+    if (!jit) {
+        set_error(err, errlen, "cannot start the LLVM JIT", llvm::toString(jit.takeError()));
+        return "jit";
+    }
+    h.jit = std::move(*jit);
+    if (auto e = define_host_symbols(*h.jit, h.weights.get())) {
+        set_error(err, errlen, "cannot define the host's symbols in the JIT", llvm::toString(std::move(e)));
+        return "symbols";
+    }
+    if (auto e = add_model(*h.jit, std::move(object), source, len, cpu)) {
+        set_error(err, errlen, "cannot compile the model in process", llvm::toString(std::move(e)));
+        return "add";
+    }
+    /* Looking the entry point up compiles and links the module. */
+    auto entry = h.jit->lookup("kiln_model");
+    if (!entry) {
+        set_error(err, errlen, "cannot link the compiled model", llvm::toString(entry.takeError()));
+        return "link";
+    }
+    auto kiln_model = reinterpret_cast<const kiln_model_def *(*)(void)>(entry->getAddress());
+    *def = kiln_model();
+    return nullptr;
+}
+
 } // namespace
 
 extern "C" void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
@@ -215,32 +266,17 @@ extern "C" void *clang_jit_compile(const char *source, size_t len, const void *w
     }
     if (weights_bytes)
         std::memcpy(h->weights.get(), weights, weights_bytes);
-    h->cache = std::make_unique<FileCache>(cache_dir ? std::string(cache_dir) + "/" + key + ".o" : "");
-
-    auto jit = make_jit(h->cache.get());
-    if (!jit) {
-        set_error(err, errlen, "cannot start the LLVM JIT", llvm::toString(jit.takeError()));
-        return nullptr;
+    h->cache = std::make_unique<FileCache>(cache_dir ? std::string(cache_dir) + "/" + key + ".o" : "",
+                                           key ? key : "");
+    std::unique_ptr<llvm::MemoryBuffer> cached = h->cache->load();
+    bool from_cache = cached != nullptr;
+    const char *failed = link_model(*h, std::move(cached), source, len, cpu, def, err, errlen);
+    if (failed && from_cache && (!strcmp(failed, "add") || !strcmp(failed, "link"))) {
+        /* the entry held a whole object that still would not link: compile it afresh */
+        h->cache->corrupt();
+        failed = link_model(*h, nullptr, source, len, cpu, def, err, errlen);
     }
-    h->jit = std::move(*jit);
-    if (auto e = define_host_symbols(*h->jit, h->weights.get())) {
-        set_error(err, errlen, "cannot define the host's symbols in the JIT", llvm::toString(std::move(e)));
-        return nullptr;
-    }
-
-    if (auto e = add_model(*h->jit, h->cache->load(), source, len, cpu)) {
-        set_error(err, errlen, "cannot compile the model in process", llvm::toString(std::move(e)));
-        return nullptr;
-    }
-    /* Looking the entry point up compiles and links the module. */
-    auto entry = h->jit->lookup("kiln_model");
-    if (!entry) {
-        set_error(err, errlen, "cannot link the compiled model", llvm::toString(entry.takeError()));
-        return nullptr;
-    }
-    auto kiln_model = reinterpret_cast<const kiln_model_def *(*)(void)>(entry->getAddress());
-    *def = kiln_model();
-    return h.release();
+    return failed ? nullptr : h.release();
 }
 
 extern "C" void clang_jit_free(void *handle) {

@@ -17,6 +17,8 @@
  *
  * The cache is $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln, one
  * file per key: a hash of the source, the NVRTC options and version, and the device.
+ * An entry holds its key and a checksum; one that fails them, or that the driver
+ * will not load, is compiled again and overwritten, with one warning naming it.
  *
  * With KILN_CUDA_EMULATE defined (KILN_CUDA=emulate when kiln compiles), the
  * kernels are C++ functions linked into the model, device memory is host memory,
@@ -25,6 +27,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +70,8 @@ typedef struct {
 } KilnCudaProgram;
 
 #ifdef KILN_CUDA_EMULATE
-void kiln_emu_launch(KilnCudaKernelFn fn, KilnArgs args, int64_t count, const unsigned grid[3], unsigned block,
-                     int cooperative);
+void kiln_emu_launch(KilnCudaKernelFn fn, KilnArgs args, int64_t count, const unsigned grid[3],
+                     unsigned block, int cooperative);
 #endif
 
 /* ---- The CUDA driver API and NVRTC, as far as kiln uses them ---- */
@@ -102,8 +105,8 @@ typedef struct {
     CUresult (*cuStreamCreate)(CUstream *, unsigned);
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuStreamSynchronize)(CUstream);
-    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                               CUstream, void **, void **);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, CUstream, void **, void **);
     CUresult (*cuGetErrorString)(CUresult, const char **);
     CUresult (*cuEventCreate)(CUevent *, unsigned);
     CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -121,7 +124,8 @@ typedef struct {
     const char *(*nvrtcGetErrorString)(nvrtcResult);
 } KilnCudaApi;
 
-static void kiln_cuda_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void kiln_cuda_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void kiln_cuda_error(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -151,20 +155,21 @@ static void *kiln_cuda_open_nvrtc(void) {
     return kiln_cuda_dlopen(names);
 }
 
-#define KILN_CUDA_SYM(lib, field, symbol)                                                                \
-    do {                                                                                                  \
-        *(void **)&api->field = dlsym(api->lib, symbol);                                                  \
-        if (!api->field) {                                                                                \
-            kiln_cuda_error(err, errlen, "the CUDA library has no %s (too old a CUDA for kiln)", symbol); \
-            return 1;                                                                                     \
-        }                                                                                                 \
+#define KILN_CUDA_SYM(lib, field, symbol)                                                                    \
+    do {                                                                                                     \
+        *(void **)&api->field = dlsym(api->lib, symbol);                                                     \
+        if (!api->field) {                                                                                   \
+            kiln_cuda_error(err, errlen, "the CUDA library has no %s (too old a CUDA for kiln)", symbol);    \
+            return 1;                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 static int kiln_cuda_load_nvrtc(KilnCudaApi *api, char *err, size_t errlen) {
     if (!(api->nvrtc = kiln_cuda_open_nvrtc())) {
-        kiln_cuda_error(err, errlen,
-                        "cannot load NVRTC (libnvrtc.so from the CUDA toolkit; set KILN_NVRTC to its path): %s",
-                        dlerror());
+        kiln_cuda_error(
+            err, errlen,
+            "cannot load NVRTC (libnvrtc.so from the CUDA toolkit; set KILN_NVRTC to its path): %s",
+            dlerror());
         return 1;
     }
     KILN_CUDA_SYM(nvrtc, nvrtcVersion, "nvrtcVersion");
@@ -182,10 +187,11 @@ static int kiln_cuda_load_nvrtc(KilnCudaApi *api, char *err, size_t errlen) {
 static int kiln_cuda_load_driver(KilnCudaApi *api, char *err, size_t errlen) {
     const char *names[] = {"libcuda.so.1", "libcuda.so", NULL};
     if (!(api->cuda = kiln_cuda_dlopen(names))) {
-        kiln_cuda_error(err, errlen,
-                        "no CUDA driver here (cannot load libcuda.so.1: %s); the CUDA target needs an NVIDIA GPU "
-                        "and its driver",
-                        dlerror());
+        kiln_cuda_error(
+            err, errlen,
+            "no CUDA driver here (cannot load libcuda.so.1: %s); the CUDA target needs an NVIDIA GPU "
+            "and its driver",
+            dlerror());
         return 1;
     }
     KILN_CUDA_SYM(cuda, cuInit, "cuInit");
@@ -244,7 +250,8 @@ static int kiln_cuda_nvrtc_compile(const KilnCudaApi *api, const char *source, i
     int failed = rc != 0 || (check && log && log[0]);
     if (failed)
         kiln_cuda_error(err, errlen, "NVRTC %s the kernels (a bug in kiln): %.1500s",
-                        rc != 0 ? "failed to compile" : "warned on", log ? log : api->nvrtcGetErrorString(rc));
+                        rc != 0 ? "failed to compile" : "warned on",
+                        log ? log : api->nvrtcGetErrorString(rc));
     free(log);
     *out = NULL;
     if (!failed && api->nvrtcGetCUBINSize(prog, len) == 0 && (*out = malloc(*len ? *len : 1)) &&
@@ -291,29 +298,90 @@ static int kiln_cuda_cache_dir(char *dir, size_t n) {
     return (mkdir(dir, 0777) == 0 || errno == EEXIST) && access(dir, W_OK) == 0;
 }
 
+/* A cache entry is the cubin followed by a trailer, as kiln's own compile cache
+ * (codegen/cache.c) writes them: "KILNCACH", the key (NUL-padded to 40 bytes), the
+ * cubin's length and its FNV-1a checksum, little-endian. */
+enum { KILN_CUDA_KEY_BYTES = 40, KILN_CUDA_TRAILER = 8 + KILN_CUDA_KEY_BYTES + 16 };
+
+static void kiln_cuda_trailer(unsigned char *t, const char *key, const unsigned char *data, size_t len) {
+    unsigned long long sum = kiln_cuda_fnv(0xcbf29ce484222325ull, data, len);
+    memset(t, 0, KILN_CUDA_TRAILER);
+    memcpy(t, "KILNCACH", 8);
+    size_t k = strlen(key);
+    memcpy(t + 8, key, k < KILN_CUDA_KEY_BYTES ? k : KILN_CUDA_KEY_BYTES);
+    for (int i = 0; i < 8; i++) {
+        t[8 + KILN_CUDA_KEY_BYTES + i] = (unsigned char)((unsigned long long)len >> (8 * i));
+        t[16 + KILN_CUDA_KEY_BYTES + i] = (unsigned char)(sum >> (8 * i));
+    }
+}
+
+static void kiln_cuda_cache_warn(const char *path) {
+    fprintf(stderr, "kiln: warning: cache entry %s is corrupt; rebuilding it\n", path);
+}
+
+/* A regular file's bytes (*len of them), or NULL when it cannot be read whole. */
 static unsigned char *kiln_cuda_read(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
     unsigned char *data = NULL;
-    long size = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (data = malloc((size_t)size)) && fread(data, 1, (size_t)size, f) != (size_t)size) {
+    size_t size = 0, got = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        (unsigned long long)st.st_size < (1ull << 32) && (data = malloc((size_t)st.st_size))) {
+        size = (size_t)st.st_size;
+        for (ssize_t r; got < size && (r = read(fd, data + got, size - got)) != 0;)
+            if (r > 0)
+                got += (size_t)r;
+            else if (errno != EINTR)
+                break;
+    }
+    close(fd);
+    if (data && got != size) {
         free(data);
         data = NULL;
     }
-    if (f)
-        fclose(f);
-    *len = data ? (size_t)size : 0;
+    *len = data ? size : 0;
     return data;
 }
 
-/* Writes through a temporary file and a rename, so a reader never sees half a file. */
-static void kiln_cuda_write(const char *path, const unsigned char *data, size_t len) {
+/* The cubin of the entry path for key, or NULL: for no entry, or (*corrupt set) for
+ * one that is not a regular file holding a whole entry for key. */
+static unsigned char *kiln_cuda_cache_read(const char *path, const char *key, size_t *len, int *corrupt) {
+    *corrupt = access(path, F_OK) == 0;
+    size_t size = 0;
+    unsigned char *data = kiln_cuda_read(path, &size), want[KILN_CUDA_TRAILER];
+    *len = 0;
+    if (data && size > KILN_CUDA_TRAILER)
+        kiln_cuda_trailer(want, key, data, size - KILN_CUDA_TRAILER);
+    if (!data || size <= KILN_CUDA_TRAILER ||
+        memcmp(data + size - KILN_CUDA_TRAILER, want, KILN_CUDA_TRAILER)) {
+        free(data);
+        return NULL;
+    }
+    *corrupt = 0;
+    *len = size - KILN_CUDA_TRAILER;
+    return data;
+}
+
+/* Writes the entry through a temporary file and a rename, so a reader never sees half of it. */
+static void kiln_cuda_write(const char *path, const char *key, const unsigned char *data, size_t len) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    unsigned char trailer[KILN_CUDA_TRAILER];
+    kiln_cuda_trailer(trailer, key, data, len);
+    /* mkstemp: two threads (or processes) storing the same entry each get their own */
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return;
-    int ok = fwrite(data, 1, len, f) == len;
+    }
+    int ok = fwrite(data, 1, len, f) == len && fwrite(trailer, 1, sizeof trailer, f) == sizeof trailer;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0)
         unlink(tmp);
@@ -331,7 +399,7 @@ typedef struct {
     CUfunction *functions;
     CUevent *events; /* profiling: one before each kernel and one after the last */
     CUdeviceptr wt, st, ws;
-    CUdeviceptr *inputs, *outputs; /* the device buffers */
+    CUdeviceptr *inputs, *outputs;   /* the device buffers */
     CUdeviceptr in_table, out_table; /* arrays of them, what KilnArgs points at */
     KilnArgs args;
 } KilnCudaInstance;
@@ -405,13 +473,13 @@ static void kiln_cuda_destroy(void *instance) {
     free(in);
 }
 
-#define KILN_CUDA_CHECK(call, what)                                                                    \
-    do {                                                                                                \
-        CUresult kiln_rc = (call);                                                                      \
-        if (kiln_rc != 0) {                                                                             \
-            kiln_cuda_error(err, errlen, "%s failed: %s", what, kiln_cuda_strerror(&in->api, kiln_rc)); \
-            return 1;                                                                                   \
-        }                                                                                               \
+#define KILN_CUDA_CHECK(call, what)                                                                          \
+    do {                                                                                                     \
+        CUresult kiln_rc = (call);                                                                           \
+        if (kiln_rc != 0) {                                                                                  \
+            kiln_cuda_error(err, errlen, "%s failed: %s", what, kiln_cuda_strerror(&in->api, kiln_rc));      \
+            return 1;                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 #ifndef KILN_CUDA_EMULATE
@@ -447,10 +515,12 @@ static int kiln_cuda_load_module(KilnCudaInstance *in, char *err, size_t errlen)
     const KilnCudaProgram *p = in->prog;
     int major = 0, minor = 0;
     char device[256] = "";
-    KILN_CUDA_CHECK(api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, in->device),
-                    "cuDeviceGetAttribute");
-    KILN_CUDA_CHECK(api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, in->device),
-                    "cuDeviceGetAttribute");
+    KILN_CUDA_CHECK(
+        api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, in->device),
+        "cuDeviceGetAttribute");
+    KILN_CUDA_CHECK(
+        api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, in->device),
+        "cuDeviceGetAttribute");
     KILN_CUDA_CHECK(api->cuDeviceGetName(device, (int)sizeof device - 1, in->device), "cuDeviceGetName");
     int arch = major * 10 + minor;
     unsigned long long h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
@@ -459,22 +529,27 @@ static int kiln_cuda_load_module(KilnCudaInstance *in, char *err, size_t errlen)
         h[k] = kiln_cuda_fnv(h[k], device, strlen(device));
         h[k] = kiln_cuda_fnv(h[k], &arch, sizeof arch);
     }
-    char dir[4096], path[4200] = "";
+    char dir[4096], path[4200] = "", key[64];
+    snprintf(key, sizeof key, "%016llx%016llx-sm%d", h[0], h[1], arch);
     if (kiln_cuda_cache_dir(dir, sizeof dir))
-        snprintf(path, sizeof path, "%s/cuda-%016llx%016llx-sm%d.cubin", dir, h[0], h[1], arch);
+        snprintf(path, sizeof path, "%s/cuda-%s.cubin", dir, key);
     size_t len = 0;
-    unsigned char *cubin = path[0] ? kiln_cuda_read(path, &len) : NULL;
-    if (cubin && api->cuModuleLoadData(&in->module, cubin) != 0) { /* a damaged entry: compile afresh */
+    int corrupt = 0;
+    unsigned char *cubin = path[0] ? kiln_cuda_cache_read(path, key, &len, &corrupt) : NULL;
+    if (cubin && api->cuModuleLoadData(&in->module, cubin) != 0) {
         free(cubin);
         cubin = NULL;
+        corrupt = 1;
     }
+    if (corrupt) /* compiled afresh below, and the entry overwritten */
+        kiln_cuda_cache_warn(path);
     if (!cubin) {
         if (kiln_cuda_load_nvrtc(api, err, errlen) ||
             kiln_cuda_nvrtc_compile(api, p->source, arch, 0, &cubin, &len, err, errlen))
             return 1;
         CUresult rc = api->cuModuleLoadData(&in->module, cubin);
         if (rc == 0 && path[0])
-            kiln_cuda_write(path, cubin, len);
+            kiln_cuda_write(path, key, cubin, len);
         free(cubin);
         KILN_CUDA_CHECK(rc, "cuModuleLoadData");
     } else {
@@ -497,8 +572,8 @@ static int kiln_cuda_load_module(KilnCudaInstance *in, char *err, size_t errlen)
 #endif
 
 /* Device memory of `bytes`, filled from `from` when not NULL. */
-static int kiln_cuda_buffer(KilnCudaInstance *in, CUdeviceptr *p, const void *from, int64_t bytes, const char *what,
-                            char *err, size_t errlen) {
+static int kiln_cuda_buffer(KilnCudaInstance *in, CUdeviceptr *p, const void *from, int64_t bytes,
+                            const char *what, char *err, size_t errlen) {
     if (kiln_cuda_alloc(in, p, (size_t)bytes)) {
         *p = 0;
         kiln_cuda_error(err, errlen, "out of device memory: %s needs %lld bytes", what, (long long)bytes);
@@ -533,8 +608,8 @@ static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
     for (int i = 0; i < p->n_outputs; i++)
         if (kiln_cuda_buffer(in, &in->outputs[i], NULL, p->output_bytes[i], "an output", err, errlen))
             return 1;
-    if (kiln_cuda_buffer(in, &in->in_table, in->inputs, (int64_t)sizeof(CUdeviceptr) * p->n_inputs, "the inputs",
-                         err, errlen) ||
+    if (kiln_cuda_buffer(in, &in->in_table, in->inputs, (int64_t)sizeof(CUdeviceptr) * p->n_inputs,
+                         "the inputs", err, errlen) ||
         kiln_cuda_buffer(in, &in->out_table, in->outputs, (int64_t)sizeof(CUdeviceptr) * p->n_outputs,
                          "the outputs", err, errlen))
         return 1;
@@ -602,8 +677,8 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     if (rc != 0)
         return kiln_cuda_run_failed(in, "cuCtxSetCurrent", rc);
     for (int i = 0; i < p->n_inputs; i++)
-        if (p->input_bytes[i] &&
-            (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i], (size_t)p->input_bytes[i], in->stream)) != 0)
+        if (p->input_bytes[i] && (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i],
+                                                              (size_t)p->input_bytes[i], in->stream)) != 0)
             return kiln_cuda_run_failed(in, "copying an input to the device", rc);
     for (int k = 0; k < p->n_kernels; k++) {
         const KilnCudaLaunch *l = &p->launches[k];
@@ -619,8 +694,8 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     if (in->events && (rc = api->cuEventRecord(in->events[p->n_kernels], in->stream)) != 0)
         return kiln_cuda_run_failed(in, "cuEventRecord", rc);
     for (int i = 0; i < p->n_outputs; i++)
-        if (p->output_bytes[i] &&
-            (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i], (size_t)p->output_bytes[i], in->stream)) != 0)
+        if (p->output_bytes[i] && (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i],
+                                                               (size_t)p->output_bytes[i], in->stream)) != 0)
             return kiln_cuda_run_failed(in, "copying an output from the device", rc);
     if ((rc = api->cuStreamSynchronize(in->stream)) != 0)
         return kiln_cuda_run_failed(in, "running the kernels", rc);

@@ -1,16 +1,25 @@
-/* Whole binary files in and out, for the tensor file formats.
+/* Whole binary files in and out, for the tensor file formats and model text.
  *
- * read_file_bytes reads a file into one buffer: it sizes the buffer from fstat for a
- * regular file and grows it by doubling otherwise (a pipe, /dev/stdin), and refuses
- * anything over a sanity limit rather than trying to allocate it. write_file_atomic
- * writes to a temporary file made with mkstemp beside the target (so the rename
- * stays within one file system) and renames it over the target only once every
- * byte is written and the file closed; on any failure it removes the temporary, so
- * a failed write leaves neither a partial target nor a stray file. */
+ * read_file_bytes reads a regular file into one buffer sized from fstat, and refuses
+ * anything else before reading a byte: a device such as /dev/zero never ends, a
+ * FIFO blocks, and neither has a size to check a header against (the file is opened
+ * O_NONBLOCK so that opening a FIFO cannot hang either). There is no "read from
+ * standard input": every input is a named regular file. open_beneath opens a
+ * path relative to a directory one component at a time with O_NOFOLLOW, so that
+ * a path taken from a model file (ONNX external data) can name only a regular file
+ * under that directory: no absolute path, no "..", no symbolic link anywhere.
+ * write_file_atomic writes to a temporary file made with mkstemp beside the target
+ * (so the rename stays within one file system) and renames it over the target only
+ * once every byte is written and the file closed; on any failure it removes the
+ * temporary, so a failed write leaves neither a partial target nor a stray file. */
+#define _GNU_SOURCE /* O_PATH */
 #include "frontend.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,33 +28,32 @@
 /* Larger than any model's weights, small enough that a size this big is a mistake. */
 static const uint64_t MAX_FILE_BYTES = (uint64_t)1 << 40;
 
-static int too_large(const char *path, uint64_t size, Diag *d) {
-    return diag_error(d, (Loc){0}, "cannot read '%s': the file is too large (%llu bytes; the limit is %llu)",
-                      path, (unsigned long long)size, (unsigned long long)MAX_FILE_BYTES);
+static int too_large(const char *path, uint64_t size, uint64_t limit, Diag *d) {
+    return diag_error(d, (Loc){0},
+                      "cannot read '%s': the file is too large (%llu bytes; the limit, this machine's "
+                      "memory or 1 TiB, is %llu)",
+                      path, (unsigned long long)size, (unsigned long long)limit);
 }
 
-static int read_fd(int fd, const char *path, const struct stat *st, unsigned char **buf, size_t *len,
-                   Diag *d) {
-    /* One byte of slack, so a regular file is read to EOF without growing the buffer. */
-    size_t cap = S_ISREG(st->st_mode) && st->st_size > 0 ? (size_t)st->st_size + 1 : 64 * 1024, n = 0;
-    unsigned char *data = ir_malloc(cap);
+const char *file_kind(unsigned mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symbolic link"
+                            : "not a regular file";
+}
+
+/* Reads exactly the size fstat gave; a file that shrinks meanwhile reads short, one that
+ * grows is cut at that size, so the buffer never outgrows what was checked. */
+static int read_fd(int fd, const char *path, size_t size, unsigned char **buf, size_t *len, Diag *d) {
+    unsigned char *data = ir_malloc(size ? size : 1);
     if (!data)
-        return diag_error(d, (Loc){0}, "out of memory reading '%s' (%zu bytes)", path, cap);
-    for (;;) {
-        if (n == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                ir_free(data);
-                return too_large(path, n, d);
-            }
-            unsigned char *bigger = ir_realloc(data, cap * 2);
-            if (!bigger) {
-                ir_free(data);
-                return diag_error(d, (Loc){0}, "out of memory reading '%s' (%zu bytes)", path, cap * 2);
-            }
-            data = bigger;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, data + n, cap - n);
+        return diag_error(d, (Loc){0}, "out of memory reading '%s' (%zu bytes)", path, size);
+    size_t n = 0;
+    while (n < size) {
+        ssize_t r = read(fd, data + n, size - n);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -62,24 +70,110 @@ static int read_fd(int fd, const char *path, const struct stat *st, unsigned cha
     return 0;
 }
 
+/* A file is read whole into memory, so one larger than the machine's memory can only
+ * end with the OOM killer (a sparse file of a terabyte costs its maker nothing). */
+static uint64_t size_limit(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : MAX_FILE_BYTES;
+    return phys < MAX_FILE_BYTES ? phys : MAX_FILE_BYTES;
+}
+
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d) {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return diag_error(d, (Loc){0}, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     int rc;
     if (fstat(fd, &st) != 0)
         rc = diag_error(d, (Loc){0}, "cannot read '%s': %s", path, strerror(errno));
-    else if (S_ISDIR(st.st_mode))
-        rc = diag_error(d, (Loc){0}, "cannot read '%s': %s", path, strerror(EISDIR));
-    else if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > MAX_FILE_BYTES)
-        rc = too_large(path, (uint64_t)st.st_size, d);
+    else if (!S_ISREG(st.st_mode))
+        rc = diag_error(d, (Loc){0}, "cannot read '%s': it is %s, not a regular file", path,
+                        file_kind(st.st_mode));
+    else if (st.st_size < 0 || (uint64_t)st.st_size > size_limit() || (uint64_t)st.st_size > SIZE_MAX)
+        rc = too_large(path, (uint64_t)st.st_size, size_limit(), d);
     else
-        rc = read_fd(fd, path, &st, buf, len, d);
+        rc = read_fd(fd, path, (size_t)st.st_size, buf, len, d);
     close(fd);
     return rc;
+}
+
+#ifdef O_PATH
+#define DIR_FLAGS (O_PATH | O_DIRECTORY)
+#else
+#define DIR_FLAGS (O_RDONLY | O_DIRECTORY)
+#endif
+
+/* The refusals that need no file system: empty, absolute, a ".." anywhere. */
+static const char *path_refusal(const char *rel) {
+    if (!*rel)
+        return "it is empty";
+    if (rel[0] == '/')
+        return "it is an absolute path";
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return "it has a '..' component";
+        p += n + (p[n] == '/');
+    }
+    return NULL;
+}
+
+int open_beneath(const char *dir, const char *rel, const char **why) {
+    if ((*why = path_refusal(rel)) != NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    for (const char *p = rel;;) {
+        size_t n = strcspn(p, "/");
+        bool last = p[n] == 0;
+        if (n == 0 && last) {
+            close(dfd);
+            *why = "it names a directory";
+            errno = EISDIR;
+            return -1;
+        }
+        if (n == 0 || (n == 1 && p[0] == '.' && !last)) {
+            p += n + 1; /* "a//b" and "./a" name what "a/b" and "a" do */
+            continue;
+        }
+        char part[NAME_MAX + 1];
+        if (n > NAME_MAX) {
+            close(dfd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(part, p, n);
+        part[n] = 0;
+        /* O_NOFOLLOW refuses a link as the last component of a path, which each one is in
+         * turn; a directory on the way needs only search permission, as in a plain open */
+        int fd =
+            openat(dfd, part, O_CLOEXEC | O_NOFOLLOW | (last ? O_RDONLY | O_NONBLOCK | O_NOCTTY : DIR_FLAGS));
+        int err = errno;
+        struct stat st;
+        if (fd < 0 && fstatat(dfd, part, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+            *why = "a component of it is a symbolic link";
+        close(dfd);
+        if (fd < 0) {
+            errno = err;
+            return -1;
+        }
+        if (last) {
+            if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+                *why = "it is not a regular file";
+                close(fd);
+                errno = EINVAL;
+                return -1;
+            }
+            return fd;
+        }
+        dfd = fd;
+        p += n + 1;
+    }
 }
 
 static int write_all(int fd, const unsigned char *p, size_t len) {
@@ -132,7 +226,8 @@ static int write_temp(const char *path, const void *buf, size_t len, char **tmp,
     return 0;
 }
 
-int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens, Diag *d) {
+int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens,
+                       Diag *d) {
     char **tmp = ir_calloc((size_t)n, sizeof *tmp);
     if (!tmp)
         return diag_error(d, (Loc){0}, "out of memory writing '%s'", paths[0]);

@@ -117,8 +117,14 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
  * ir_malloc'ed. -1 after a diagnostic. */
 int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d);
 
-/* Reads a whole binary file; -1 after a diagnostic naming it. */
+/* Reads a whole regular file (anything else is refused unread); -1 after a diagnostic naming it. */
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d);
+/* "a directory", "a FIFO", ... for a message about a file of the wrong kind. */
+const char *file_kind(unsigned mode);
+/* Opens rel, a relative path, read-only under the directory dir, refusing an absolute path,
+ * a ".." component, a symbolic link anywhere in it and a last component that is not a
+ * regular file. Returns the fd, or -1 with errno set and, for a refusal, *why saying why. */
+int open_beneath(const char *dir, const char *rel, const char **why);
 /* Writes via a temporary file renamed into place; -1 after a diagnostic. */
 int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d);
 /* Writes n files all or nothing: each goes to a temporary file beside it, and the

@@ -201,9 +201,9 @@ static int check_header(Header *h, int64_t *numel) {
             return diag_error(h->d, (Loc){0},
                               "%s: dimension %d of the shape is %lld (kiln tensors have no %s dimensions)",
                               h->name, i, (long long)h->dims[i], h->dims[i] == 0 ? "zero-size" : "negative");
-        if (*numel > INT64_MAX / 4 / h->dims[i])
+        int64_t bytes;
+        if (!ck_mul(*numel, h->dims[i], numel) || !ck_mul(*numel, 4, &bytes))
             return diag_error(h->d, (Loc){0}, "%s: the shape has too many elements", h->name);
-        *numel *= h->dims[i];
     }
     return 0;
 }
@@ -233,7 +233,10 @@ int npy_parse(const unsigned char *buf, size_t len, const char *name, Tensor **o
     int64_t numel = 0;
     if (parse_dict(&h) != 0 || check_header(&h, &numel) != 0)
         return -1;
-    size_t want = (size_t)numel * 4, got = len - prefix - hlen;
+    int64_t bytes = 0;
+    if (!ck_mul(numel, 4, &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return diag_error(d, (Loc){0}, "%s: the shape has too many elements", name);
+    size_t want = (size_t)bytes, got = len - prefix - hlen;
     if (got < want)
         return diag_error(d, (Loc){0}, "%s: truncated data: expected %zu bytes, got %zu", name, want, got);
     if (got > want)

@@ -7,8 +7,11 @@
  * `offset` and `length`, relative to the model's directory. The shape is checked
  * first (rank at most kiln's, dims >= 0, the element count within kiln's limit), then
  * the data's length against it, before anything is allocated from the data. An
- * external location must be a relative path that stays inside the model's
- * directory. Integer dtypes keep their exact values beside the f32 ones. */
+ * external location is opened with open_beneath, one component at a time under the
+ * model's directory: an absolute path, a ".." component or a symbolic link anywhere
+ * in it is refused (the model file decides what is read, so it must not reach
+ * /etc/passwd), and offset + length must lie inside the file. Integer dtypes keep their exact values beside
+ * the f32 ones. */
 #include "onnx_internal.h"
 
 #include <errno.h>
@@ -139,11 +142,6 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
     }
     if (!location || !*location)
         return diag_error(im->d, (Loc){0}, "%s: %s: external data without a 'location'", im->file, what);
-    if (location[0] == '/' || strstr(location, "..") != NULL)
-        return diag_error(
-            im->d, (Loc){0},
-            "%s: %s: external data location '%s' must be a relative path inside the model's directory",
-            im->file, what, location);
     if (!im->dir)
         return diag_error(im->d, (Loc){0},
                           "%s: %s: external data '%s' cannot be read (the model is not a file)", im->file,
@@ -152,24 +150,25 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
         return diag_error(im->d, (Loc){0},
                           "%s: %s: external data length %lld does not match its shape (%zu bytes)", im->file,
                           what, (long long)length, want);
-    size_t plen = strlen(im->dir) + strlen(location) + 2;
-    char *path = ir_malloc(plen);
-    if (!path)
-        return diag_error(im->d, (Loc){0}, "out of memory");
-    snprintf(path, plen, "%s/%s", im->dir, location);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *why;
+    int fd = open_beneath(im->dir, location, &why);
     struct stat st;
     int rc = 0;
-    if (fd < 0)
-        rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot open external data '%s': %s", im->file, what, path,
-                        strerror(errno));
-    else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rc = diag_error(im->d, (Loc){0}, "%s: %s: external data '%s' is not a regular file", im->file, what,
-                        path);
+    if (fd < 0 && why)
+        rc = diag_error(im->d, (Loc){0},
+                        "%s: %s: external data location '%s' is refused: %s (it must name a regular file "
+                        "inside the model's directory '%s', with no '..' and no symbolic link)",
+                        im->file, what, location, why, im->dir);
+    else if (fd < 0)
+        rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot open external data '%s' in '%s': %s", im->file, what,
+                        location, im->dir, strerror(errno));
+    else if (fstat(fd, &st) != 0)
+        rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot read external data '%s': %s", im->file, what,
+                        location, strerror(errno));
     else if ((uint64_t)offset > (uint64_t)st.st_size || want > (uint64_t)st.st_size - (uint64_t)offset)
         rc = diag_error(im->d, (Loc){0},
                         "%s: %s: external data '%s' is %lld bytes, too short for %zu bytes at offset %lld",
-                        im->file, what, path, (long long)st.st_size, want, (long long)offset);
+                        im->file, what, location, (long long)st.st_size, want, (long long)offset);
     else if (!(*buf = arena_alloc(&im->arena, want ? want : 1)))
         rc = diag_error(im->d, (Loc){0}, "out of memory");
     for (size_t got = 0; !rc && got < want;) {
@@ -177,13 +176,13 @@ static int read_external(Importer *im, const Onnx__TensorProto *t, const char *w
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
-            rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot read external data '%s'", im->file, what, path);
+            rc = diag_error(im->d, (Loc){0}, "%s: %s: cannot read external data '%s'", im->file, what,
+                            location);
         else
             got += (size_t)r;
     }
     if (fd >= 0)
         close(fd);
-    ir_free(path);
     return rc;
 }
 
@@ -200,12 +199,14 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
         if (t->dims[k] < 0)
             return diag_error(im->d, (Loc){0}, "%s: %s has a negative dim (%lld)", im->file, what,
                               (long long)t->dims[k]);
-        if (t->dims[k] > 0 && numel > KILN_MAX_NUMEL / t->dims[k])
+        if (!ck_mul(numel, t->dims[k], &numel) || numel > KILN_MAX_NUMEL)
             return diag_error(im->d, (Loc){0}, "%s: %s has too many elements", im->file, what);
-        numel *= t->dims[k];
     }
     bool is_int = di.kind == EL_SIGNED || di.kind == EL_UNSIGNED || di.kind == EL_BOOL;
-    size_t bytes = (size_t)numel * (size_t)di.size;
+    int64_t nbytes = 0;
+    if (!ck_mul(numel, di.size, &nbytes) || (uint64_t)nbytes > SIZE_MAX)
+        return diag_error(im->d, (Loc){0}, "%s: %s has too many elements", im->file, what);
+    size_t bytes = (size_t)nbytes;
     bool external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
     const unsigned char *raw = NULL;
     size_t have = 0;

@@ -72,9 +72,9 @@ static int check_entry(const cJSON *e, const char *file, size_t data_len, Entry 
         if (!get_count(dim, &dims[i]) || dims[i] < 1)
             return diag_error(d, (Loc){0}, "%s: tensor '%s': shape entry %d is not an integer >= 1", file,
                               name, i);
-        if (numel > INT64_MAX / 4 / dims[i])
+        int64_t bytes;
+        if (!ck_mul(numel, dims[i], &numel) || !ck_mul(numel, 4, &bytes))
             return diag_error(d, (Loc){0}, "%s: tensor '%s': the shape has too many elements", file, name);
-        numel *= dims[i];
     }
     int64_t begin, end;
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||

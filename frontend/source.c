@@ -1,8 +1,8 @@
 /* Source files: read whole into memory, NUL-terminated, for the lexer and for the
- * diagnostics that show a line of them. */
+ * diagnostics that show a line of them. A model file is read like any other input
+ * (read_file_bytes): a regular file, so /dev/zero or a FIFO is an error, not a hang. */
 #include "frontend.h"
 
-#include <errno.h>
 #include <string.h>
 
 SrcFile *srcfile_from_string(const char *name, const char *text) {
@@ -17,34 +17,21 @@ SrcFile *srcfile_from_string(const char *name, const char *text) {
 }
 
 SrcFile *srcfile_read(const char *path, Diag *d) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        diag_error(d, (Loc){0}, "cannot open '%s': %s", path, strerror(errno));
+    unsigned char *bytes;
+    size_t len;
+    if (read_file_bytes(path, &bytes, &len, d) != 0)
+        return NULL;
+    SrcFile *f = ir_calloc(1, sizeof *f);
+    char *name = ir_strdup(path), *text = ir_malloc(len + 1);
+    if (!f || !name || !text) {
+        diag_error(d, (Loc){0}, "out of memory reading '%s'", path);
+        ir_free(bytes), ir_free(f), ir_free(name), ir_free(text);
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = ir_malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - len - 1, fp);
-        if (len < cap - 1)
-            break;
-        char *bigger = ir_realloc(buf, cap * 2);
-        if (!bigger)
-            ir_free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    bool failed = ferror(fp);
-    fclose(fp);
-    SrcFile *f = buf ? ir_calloc(1, sizeof *f) : NULL;
-    char *name = f ? ir_strdup(path) : NULL;
-    if (!name || failed) {
-        diag_error(d, (Loc){0}, failed ? "cannot read '%s'" : "out of memory reading '%s'", path);
-        ir_free(buf), ir_free(f), ir_free(name);
-        return NULL;
-    }
-    buf[len] = 0;
-    *f = (SrcFile){name, buf, len};
+    memcpy(text, bytes, len);
+    text[len] = 0;
+    ir_free(bytes);
+    *f = (SrcFile){name, text, len};
     return f;
 }
 

@@ -1,4 +1,5 @@
-/* Loading a compiled model: dlopen, the one symbol, the ABI check, an instance.
+/* Loading a compiled model: the file checked (elf_check.c), dlopen, the one symbol,
+ * the ABI check, an instance.
  *
  * kiln_load needs only this file; kiln_jit (codegen/jit.c) compiles a model and
  * loads the result through the same kiln_module, dlopened or, for the in-process
@@ -27,6 +28,8 @@ static void unload_so(void *handle) {
 }
 
 kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error *err) {
+    if (kiln_check_shared_object(path, shown_as, err) != 0)
+        return NULL;
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         kiln_set_error(err, "cannot load '%s': %s", shown_as, dlerror());
@@ -51,6 +54,13 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
         unload(handle);
         return NULL;
     }
+    if (!def->create || !def->run || !def->destroy || def->n_inputs < 0 || def->n_outputs < 0 ||
+        (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs)) {
+        kiln_set_error(err, "'%s' is a malformed kiln model (its kiln_model_def lacks a function or table)",
+                       shown_as);
+        unload(handle);
+        return NULL;
+    }
     kiln_module *m = calloc(1, sizeof *m);
     if (!m) {
         kiln_set_error(err, "out of memory");
@@ -71,6 +81,10 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
 }
 
 kiln_module *kiln_load(const char *path, kiln_error *err) {
+    if (!path) {
+        kiln_set_error(err, "kiln_load: the path is NULL");
+        return NULL;
+    }
     /* dlopen searches the library path for a bare name; a file path is meant here */
     char buf[4096];
     if (!strchr(path, '/') && snprintf(buf, sizeof buf, "./%s", path) < (int)sizeof buf)
@@ -81,6 +95,16 @@ kiln_module *kiln_load(const char *path, kiln_error *err) {
 int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err) {
     if (!m)
         return kiln_set_error(err, "kiln_run: no module");
+    if ((m->def->n_inputs > 0 && !inputs) || (m->def->n_outputs > 0 && !outputs))
+        return kiln_set_error(err, "kiln_run: the %s array is NULL (the model '%s' has %d)",
+                              !inputs && m->def->n_inputs > 0 ? "inputs" : "outputs", m->def->name,
+                              !inputs && m->def->n_inputs > 0 ? m->def->n_inputs : m->def->n_outputs);
+    for (int i = 0; i < m->def->n_inputs; i++)
+        if (!inputs[i])
+            return kiln_set_error(err, "kiln_run: input %d ('%s') is NULL", i, m->def->inputs[i].name);
+    for (int i = 0; i < m->def->n_outputs; i++)
+        if (!outputs[i])
+            return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, m->def->outputs[i].name);
     if (m->def->run(m->instance, inputs, outputs) != 0)
         return kiln_set_error(err, "the model '%s' failed to run", m->def->name);
     return 0;

@@ -13,6 +13,11 @@ struct kiln_module {
 
 /* Sets err->message; returns -1. */
 int kiln_set_error(kiln_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Checks, without mapping or running any of it, that path is a regular file holding a
+ * whole ELF shared object for this machine that defines kiln_model; -1 with err set. */
+int kiln_check_shared_object(const char *path, const char *shown_as, kiln_error *err);
+/* The same checks on an open file (tests/fuzz/fuzz_elf.c feeds it a memfd). */
+int kiln_check_elf_fd(int fd, const char *shown_as, kiln_error *err);
 /* dlopen path (shown in messages as shown_as), check the ABI, create an instance. */
 kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error *err);
 /* The module of code already loaded: checks def's ABI and creates an instance. The

@@ -28,6 +28,31 @@ done < "$dir/expected.txt"
 # external data next to the model
 "$kiln" run "$dir/external_ok.onnx" --target interp --input "x=$dir/external_ok_input.npy" --output "y=$tmp/y.npy" &&
   "$compare" "$tmp/y.npy" "$dir/external_ok_expected.npy" || { echo "FAILED: external_ok.onnx"; fail=1; }
+# hostile_onnx_external_symlink: external data is read only from regular files under the
+# model's directory, reached without a symbolic link. git keeps no empty directory and
+# a link's target depends on the checkout, so the links are made here.
+refuse() { # LABEL MODEL TEXT
+  status=0
+  "$kiln" import "$2" -o "$tmp/out.kiln" --weights-out "$tmp/out.safetensors" > "$tmp/log" 2>&1 || status=$?
+  if [ "$status" -ne 1 ] || ! grep -qF -- "$3" "$tmp/log" || [ -e "$tmp/out.kiln" ]; then
+    echo "FAILED: $1: status $status, expected 1 and '$3' in:"; cat "$tmp/log"; fail=1
+  fi
+}
+ext=$tmp/ext && mkdir -p "$ext/data" "$tmp/outside"
+cp "$dir/external_ok.onnx" "$dir/external_subdir.onnx" "$ext/"
+cp "$dir/external_ok.bin" "$ext/data/" && cp "$dir/external_ok.bin" "$tmp/outside/"
+"$kiln" run "$ext/external_subdir.onnx" --target interp --input "x=$dir/external_ok_input.npy" --output "y=$tmp/y.npy" &&
+  "$compare" "$tmp/y.npy" "$dir/external_ok_expected.npy" || { echo "FAILED: external data in a subdirectory"; fail=1; }
+rm -f "$tmp/y.npy"
+ln -s "$tmp/outside/external_ok.bin" "$ext/external_ok.bin"
+refuse "a link to a file outside" "$ext/external_ok.onnx" "'external_ok.bin' is refused: a component of it is a symbolic link"
+ln -s /etc/passwd "$ext/passwd" && rm "$ext/external_ok.bin" && ln -s passwd "$ext/external_ok.bin"
+refuse "a link to /etc/passwd" "$ext/external_ok.onnx" "'external_ok.bin' is refused: a component of it is a symbolic link"
+rm -r "$ext/data" && ln -s "$tmp/outside" "$ext/data"
+refuse "a linked directory" "$ext/external_subdir.onnx" "'data/external_ok.bin' is refused: a component of it is a symbolic link"
+rm "$ext/data" && mkdir "$ext/data" && mkfifo "$ext/data/external_ok.bin"
+refuse "a FIFO" "$ext/external_subdir.onnx" "'data/external_ok.bin' is refused: it is not a regular file"
+rm -r "$ext" "$tmp/outside"
 # a shape input bound to a constant
 "$kiln" import "$dir/unbound_shape.onnx" --bind "shape=$dir/unbound_shape_bind.npy" -o "$tmp/bound.kiln" &&
   grep -q 'reshape(x, shape=\[3, 2\])' "$tmp/bound.kiln" || { echo "FAILED: --bind"; cat "$tmp/bound.kiln"; fail=1; }

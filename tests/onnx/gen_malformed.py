@@ -69,6 +69,12 @@ def external(location, name):
 
 external("missing.bin", "external_missing.onnx")
 external("../../../etc/passwd", "external_escape.onnx")
+external("/etc/passwd", "external_absolute.onnx")
+# a ".." that would land back inside is refused too: no ".." component at all
+external("sub/../external_ok.bin", "external_dotdot.onnx")
+# check_malformed.sh makes data/ at test time: a directory (which must work), then a
+# symbolic link to one (which must not); and external_ok.bin a link to a file outside
+external("data/external_ok.bin", "external_subdir.onnx")
 external("external_ok.bin", "external_ok.onnx")
 np.arange(6, dtype="<f4").tofile(os.path.join(here, "external_ok.bin"))
 np.save(os.path.join(here, "external_ok_input.npy"), np.ones((2, 3), "<f4"))

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include "codegen/cache.h"
 #include "codegen/jit.h"
 #include "codegen/jit_clang.h"
 #include "frontend/frontend.h"
@@ -195,6 +196,37 @@ static void test_small_cnn_and_cache(void **state) {
     assert_int_equal(first.st_mtim.tv_nsec, second.st_mtim.tv_nsec);
 }
 
+/* An entry whose trailer is right but whose object LLVM cannot link (written by
+ * something else under the right key) is compiled again and overwritten. */
+static void test_hostile_cache_unlinkable_object(void **state) {
+    (void)state;
+    char dir[4096], obj[4200], key[64];
+    Tensor *in[2];
+    make_cache_dir(dir, sizeof dir);
+    elementwise_inputs(in);
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    only_file(dir, ".o", obj, sizeof obj);
+    const char *name = strrchr(obj, '/') + 1;
+    snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
+    static const char garbage[] = "\177ELF, but not an object file at all";
+    assert_int_equal(cache_entry_write(obj, key, garbage, sizeof garbage), 0);
+    unsigned char *payload = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
+    cache_entry_free(payload);
+    long bad_again = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
+    cache_entry_free(payload);
+    size_t rebuilt = len;
+    assert_int_equal(cache_entry_read(obj, "another key", &payload, &len), CACHE_CORRUPT);
+    tensor_free(in[0]);
+    tensor_free(in[1]);
+    remove_cache_dir(dir);
+    assert_int_equal(bad, 0);
+    assert_int_equal(bad_again, 0);
+    assert_true(rebuilt > sizeof garbage); /* the object compiled afresh */
+}
+
 static void test_cc_fallback(void **state) {
     (void)state;
     char dir[4096], so[4200];
@@ -234,6 +266,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_small_cnn_and_cache),
+        cmocka_unit_test(test_hostile_cache_unlinkable_object),
         cmocka_unit_test(test_cc_fallback),
         cmocka_unit_test(test_compile_error),
     };

@@ -19,6 +19,7 @@
 #include "frontend/frontend.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,7 +437,7 @@ static void test_read_errors(void **state) {
 
     capture_open(&c);
     assert_int_equal(npy_read(tmpdir, &t, &c.d), -1);
-    assert_message(&c, "cannot read", tmpdir, "Is a directory", (const char *)NULL);
+    assert_message(&c, "cannot read", tmpdir, "it is a directory, not a regular file", (const char *)NULL);
     capture_close(&c);
 
     /* an empty file reads as zero bytes, which are not a .npy file */
@@ -452,6 +453,55 @@ static void test_read_errors(void **state) {
     assert_message(&c, "empty.npy: not a .npy file", (const char *)NULL);
     capture_close(&c);
     unlink(path);
+}
+
+/* open_beneath opens rel under dir and nothing else; want_why NULL: it must open. */
+static void expect_beneath(const char *dir, const char *rel, const char *want_why) {
+    const char *why = NULL;
+    int fd = open_beneath(dir, rel, &why);
+    if (fd >= 0)
+        close(fd);
+    if (!want_why && fd < 0)
+        fail_msg("open_beneath('%s', '%s') failed: %s", dir, rel, why ? why : strerror(errno));
+    if (want_why && (fd >= 0 || !why || strcmp(why, want_why) != 0))
+        fail_msg("open_beneath('%s', '%s'): expected '%s', got fd %d, '%s'", dir, rel, want_why, fd,
+                 why ? why : "(no reason)");
+}
+
+/* ONNX external data is opened this way: it used to follow a symbolic link anywhere. */
+static void test_hostile_open_beneath(void **state) {
+    (void)state;
+    Diag d;
+    diag_init(&d, stderr);
+    char base[256]; /* tmp_path's buffers are reused */
+    snprintf(base, sizeof base, "%s", tmp_path("beneath"));
+    assert_int_equal(mkdir(base, 0755), 0);
+    assert_int_equal(mkdir(tmp_path("beneath/sub"), 0755), 0);
+    assert_int_equal(write_file_atomic(tmp_path("beneath/sub/w.bin"), "data", 4, &d), 0);
+    assert_int_equal(write_file_atomic(tmp_path("outside.bin"), "data", 4, &d), 0);
+    assert_int_equal(symlink(tmp_path("outside.bin"), tmp_path("beneath/link.bin")), 0);
+    assert_int_equal(symlink("sub", tmp_path("beneath/linkdir")), 0);
+    assert_int_equal(mkfifo(tmp_path("beneath/fifo"), 0600), 0);
+
+    expect_beneath(base, "sub/w.bin", NULL);
+    expect_beneath(base, "./sub//w.bin", NULL);
+    expect_beneath(base, "link.bin", "a component of it is a symbolic link");
+    expect_beneath(base, "linkdir/w.bin", "a component of it is a symbolic link");
+    expect_beneath(base, "../outside.bin", "it has a '..' component");
+    expect_beneath(base, "sub/../sub/w.bin", "it has a '..' component");
+    expect_beneath(base, "sub/..", "it has a '..' component");
+    expect_beneath(base, tmp_path("outside.bin"), "it is an absolute path");
+    expect_beneath(base, "", "it is empty");
+    expect_beneath(base, "sub/", "it names a directory");
+    expect_beneath(base, "sub", "it is not a regular file");
+    expect_beneath(base, "fifo", "it is not a regular file");
+    const char *why = "unset";
+    assert_int_equal(open_beneath(base, "missing.bin", &why), -1);
+    assert_int_equal(errno, ENOENT);
+    assert_null(why);
+    /* a name like "a..b" is not a ".." component */
+    assert_int_equal(write_file_atomic(tmp_path("beneath/a..b"), "x", 1, &d), 0);
+    expect_beneath(base, "a..b", NULL);
 }
 
 /* A failed write reports the target and leaves nothing behind, not even the temporary. */
@@ -742,14 +792,23 @@ static void test_st_alloc_failure(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_npy_numpy_files),  cmocka_unit_test(test_npy_header_variants),
-        cmocka_unit_test(test_npy_roundtrip),    cmocka_unit_test(test_npy_write_matches_numpy),
-        cmocka_unit_test(test_npy_bad_file),     cmocka_unit_test(test_npy_bad_header),
-        cmocka_unit_test(test_npy_bad_meaning),  cmocka_unit_test(test_npy_alloc_failure),
-        cmocka_unit_test(test_read_errors),      cmocka_unit_test(test_failed_write_leaves_nothing),
-        cmocka_unit_test(test_st_roundtrip),     cmocka_unit_test(test_st_parse),
-        cmocka_unit_test(test_st_bad_file),      cmocka_unit_test(test_st_bad_entry),
-        cmocka_unit_test(test_st_bad_offsets),   cmocka_unit_test(test_st_duplicates),
+        cmocka_unit_test(test_npy_numpy_files),
+        cmocka_unit_test(test_npy_header_variants),
+        cmocka_unit_test(test_npy_roundtrip),
+        cmocka_unit_test(test_npy_write_matches_numpy),
+        cmocka_unit_test(test_npy_bad_file),
+        cmocka_unit_test(test_npy_bad_header),
+        cmocka_unit_test(test_npy_bad_meaning),
+        cmocka_unit_test(test_npy_alloc_failure),
+        cmocka_unit_test(test_read_errors),
+        cmocka_unit_test(test_hostile_open_beneath),
+        cmocka_unit_test(test_failed_write_leaves_nothing),
+        cmocka_unit_test(test_st_roundtrip),
+        cmocka_unit_test(test_st_parse),
+        cmocka_unit_test(test_st_bad_file),
+        cmocka_unit_test(test_st_bad_entry),
+        cmocka_unit_test(test_st_bad_offsets),
+        cmocka_unit_test(test_st_duplicates),
         cmocka_unit_test(test_st_alloc_failure),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);

@@ -222,6 +222,41 @@ static void test_load_missing(void **state) {
     expect_load_error("/nonexistent/model.so", "No such file");
 }
 
+/* NULL where the API takes a path, text, module or buffer is an error, not a crash
+ * (kiln_load(NULL) used to segfault); a NULL err is allowed too. */
+static void test_hostile_load_null(void **state) {
+    (void)state;
+    kiln_error err = {""};
+    assert_null(kiln_load(NULL, &err));
+    assert_non_null(strstr(err.message, "kiln_load: the path is NULL"));
+    assert_null(kiln_load(NULL, NULL));
+    assert_null(kiln_jit(NULL, NULL, &err));
+    assert_non_null(strstr(err.message, "kiln_jit: the model text is NULL"));
+    assert_null(kiln_jit_file(NULL, NULL, &err));
+    assert_non_null(strstr(err.message, "kiln_jit_file: the path is NULL"));
+    assert_int_not_equal(kiln_run(NULL, NULL, NULL, &err), 0);
+    assert_null(kiln_def(NULL));
+    kiln_free(NULL);
+
+    kiln_module *m = kiln_jit("input x : f32[2]\ny = relu(x)\noutput y\n", NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit: %s", err.message);
+    float x[2] = {-1, 2}, y[2] = {0};
+    const void *inputs[] = {x}, *no_input[] = {NULL};
+    void *outputs[] = {y}, *no_output[] = {NULL};
+    assert_int_not_equal(kiln_run(m, NULL, outputs, &err), 0);
+    assert_non_null(strstr(err.message, "the inputs array is NULL"));
+    assert_int_not_equal(kiln_run(m, inputs, NULL, &err), 0);
+    assert_non_null(strstr(err.message, "the outputs array is NULL"));
+    assert_int_not_equal(kiln_run(m, no_input, outputs, &err), 0);
+    assert_non_null(strstr(err.message, "input 0 ('x') is NULL"));
+    assert_int_not_equal(kiln_run(m, inputs, no_output, &err), 0);
+    assert_non_null(strstr(err.message, "output 0 ('y') is NULL"));
+    assert_int_equal(kiln_run(m, inputs, outputs, NULL), 0);
+    assert_true(y[0] == 0 && y[1] == 2);
+    kiln_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so\n");
@@ -231,10 +266,11 @@ int main(int argc, char **argv) {
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jit_autograd), cmocka_unit_test(test_jit_matches_load),
-        cmocka_unit_test(test_jit_bad_text), cmocka_unit_test(test_load_not_a_model),
-        cmocka_unit_test(test_jit_onnx),     cmocka_unit_test(test_load_wrong_abi),
-        cmocka_unit_test(test_load_missing), cmocka_unit_test(test_jit_cpu),
+        cmocka_unit_test(test_jit_autograd),      cmocka_unit_test(test_jit_matches_load),
+        cmocka_unit_test(test_jit_bad_text),      cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_jit_onnx),          cmocka_unit_test(test_load_wrong_abi),
+        cmocka_unit_test(test_load_missing),      cmocka_unit_test(test_jit_cpu),
+        cmocka_unit_test(test_hostile_load_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
