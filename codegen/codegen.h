@@ -18,11 +18,10 @@
  * allocates once. A param that an update changes lives in the instance's state,
  * which starts as a copy of the blob's first state_bytes; after the kernels of a
  * run, each update's value is copied there, unless the plan could put the value
- * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its offset:
- * with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint
- * share memory, an elementwise kernel may write over an input that dies there, and
- * a view (reshape, flatten, squeeze, unsqueeze, identity) is its input's buffer;
- * without it, every value has its own offset. */
+ * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its
+ * offset: with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint share memory, an
+ * elementwise kernel may write over an input that dies there, and a view (reshape, flatten, squeeze,
+ * unsqueeze, identity) is its input's buffer; without it, every value has its own offset. */
 #ifndef KILN_CODEGEN_H
 #define KILN_CODEGEN_H
 
@@ -89,7 +88,7 @@ typedef struct {
     Str body;
     /* K_GEMM: `batch` products of an [m, depth] A and a [depth, n] B (kernel_gemm). */
     int64_t batch, m, n, depth;
-    Str load_a, load_b;              /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
+    Str load_a, load_b;                /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
     bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
 } Kernel;
 
@@ -133,7 +132,7 @@ typedef struct {
     /* GEMMs call OpenBLAS: the C target, where kiln is built with it and $KILN_BLAS
        is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
     bool blas;
-    bool profile;          /* a clock around every kernel call, and kiln_profile (kiln bench) */
+    bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
 } Program;
 
 /* Lowers a verified graph (no grad left) with its weights for a target;
@@ -295,8 +294,16 @@ void emit_model_def(const Program *p, Str *out, const char *run, const char *des
 /* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
 void emit_profile_tables(const Program *p, Str *out);
 void indent_lines(Str *out, const char *text, int indent);
-/* s as the contents of a C string literal. */
+
+/* ---- Text from a model in generated source (c_text.c) ---- */
+
+/* s as the contents of a C string literal, escaped: quotes, backslashes, `??`,
+ * control and non-ASCII bytes. */
 void c_string(Str *out, const char *s);
+/* A comment of one line saying TEXT, formatted as printf does and escaped as
+ * c_string escapes it, with `*` and `/` escaped where they meet: it ends where kiln
+ * ends it and holds no nested comment. */
+void c_comment(Str *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Compilers ---- */
 

@@ -27,19 +27,25 @@ static const char usage[] =
 
 extern const char kiln_model_h_text[];
 
-/* kiln/model.h, preceded by the model's own inputs and outputs. */
+/* kiln/model.h, preceded by the model's own inputs and outputs, a comment a line
+ * (c_comment: the names are the model's, escaped). */
 static void header_text(const Graph *g, Str *out) {
-    str_printf(out, "/* Model '%s', compiled by kiln.\n *\n", g->name);
+    c_comment(out, "Model '%s', compiled by kiln.", g->name);
+    str_printf(out, "\n");
     int ids[MAX_FILES];
     int n = graph_inputs(g, ids, MAX_FILES);
     char ty[160];
-    for (int i = 0; i < n && i < MAX_FILES; i++)
-        str_printf(out, " * inputs[%d]:  %s %s\n", i, g->values[ids[i]].name,
-                   type_str(&g->values[ids[i]].type, ty, sizeof ty));
-    for (int k = 0; k < g->n_outputs; k++)
-        str_printf(out, " * outputs[%d]: %s %s\n", k, g->values[g->outputs[k]].name,
-                   type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
-    str_printf(out, " */\n%s", kiln_model_h_text);
+    for (int i = 0; i < n && i < MAX_FILES; i++) {
+        c_comment(out, "inputs[%d]:  %s %s", i, g->values[ids[i]].name,
+                  type_str(&g->values[ids[i]].type, ty, sizeof ty));
+        str_printf(out, "\n");
+    }
+    for (int k = 0; k < g->n_outputs; k++) {
+        c_comment(out, "outputs[%d]: %s %s", k, g->values[g->outputs[k]].name,
+                  type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
+        str_printf(out, "\n");
+    }
+    str_printf(out, "\n%s", kiln_model_h_text);
 }
 
 /* --check of the compiled model: loaded and run on the check's inputs, its outputs
