@@ -18,25 +18,38 @@
 
 #include <stdarg.h>
 
-/* Appends byte s[0] of text, escaped; `comment` adds the comment's escapes. */
-static void put_escaped(Str *out, const char *s, bool comment) {
+/* How byte s[0] of text is written: "" as it is, else its escape (in buf). */
+static const char *escape_of(const char *s, bool comment, char buf[8]) {
     unsigned char c = (unsigned char)s[0];
     char next = s[1];
     if (c == '"' || c == '\\')
-        str_printf(out, "\\%c", c);
+        snprintf(buf, 8, "\\%c", c);
     else if (c < 32 || c > 126)
-        str_printf(out, "\\%03o", c);
+        snprintf(buf, 8, "\\%03o", c);
     else if (c == '?' && next == '?')
-        str_printf(out, "?\\");
+        snprintf(buf, 8, "?\\");
     else if (comment && ((c == '*' && next == '/') || (c == '/' && next == '*')))
-        str_printf(out, "%c\\", c);
+        snprintf(buf, 8, "%c\\", c);
     else
-        str_printf(out, "%c", c);
+        buf[0] = 0;
+    return buf;
+}
+
+/* Appends text escaped, the bytes that need no escape a run at a time (a CUDA
+ * model's whole kernel source goes through here). */
+static void put_escaped(Str *out, const char *text, bool comment) {
+    char buf[8];
+    const char *run = text;
+    for (const char *s = text; *s; s++)
+        if (*escape_of(s, comment, buf)) {
+            str_printf(out, "%.*s%s", (int)(s - run), run, buf);
+            run = s + 1;
+        }
+    str_printf(out, "%s", run);
 }
 
 void c_string(Str *out, const char *s) {
-    for (; *s; s++)
-        put_escaped(out, s, false);
+    put_escaped(out, s, false);
 }
 
 void c_comment(Str *out, const char *fmt, ...) {
@@ -53,8 +66,7 @@ void c_comment(Str *out, const char *fmt, ...) {
     vsnprintf(text, (size_t)n + 1, fmt, ap);
     va_end(ap);
     str_printf(out, "/* ");
-    for (const char *s = text; *s; s++)
-        put_escaped(out, s, true);
+    put_escaped(out, text, true);
     str_printf(out, " */");
     ir_free(text);
 }
