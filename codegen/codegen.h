@@ -271,6 +271,10 @@ extern const Lang lang_c, lang_cuda;
  * kernels' names and comments, and their FLOPs per run (0 where not counted). */
 int emit_c_model(const Program *p, Str *out, Diag *d);
 
+/* The header `kiln compile --header` writes: kiln/model.h after a comment a line
+ * naming the model, its inputs and its outputs with their types. */
+void emit_header(const Graph *g, Str *out);
+
 /* The CUDA target (emit_cuda.c). The kernels as CUDA C++, for NVRTC; with
  * `emulated`, as C++ for the host instead, after cuda/emulate.h, whose fibers run
  * them on the CPU. */

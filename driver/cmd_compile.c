@@ -25,29 +25,6 @@ static const char usage[] =
     "(or the compiled model) that changes an output beyond 1e-4 + 1e-4|expected|; on\n"
     "failure no file is left.\n";
 
-extern const char kiln_model_h_text[];
-
-/* kiln/model.h, preceded by the model's own inputs and outputs, a comment a line
- * (c_comment: the names are the model's, escaped). */
-static void header_text(const Graph *g, Str *out) {
-    c_comment(out, "Model '%s', compiled by kiln.", g->name);
-    str_printf(out, "\n");
-    int ids[MAX_FILES];
-    int n = graph_inputs(g, ids, MAX_FILES);
-    char ty[160];
-    for (int i = 0; i < n && i < MAX_FILES; i++) {
-        c_comment(out, "inputs[%d]:  %s %s", i, g->values[ids[i]].name,
-                  type_str(&g->values[ids[i]].type, ty, sizeof ty));
-        str_printf(out, "\n");
-    }
-    for (int k = 0; k < g->n_outputs; k++) {
-        c_comment(out, "outputs[%d]: %s %s", k, g->values[g->outputs[k]].name,
-                  type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
-        str_printf(out, "\n");
-    }
-    str_printf(out, "\n%s", kiln_model_h_text);
-}
-
 /* --check of the compiled model: loaded and run on the check's inputs, its outputs
  * are compared with the interpreter's before the passes. */
 static int check_compiled(const Check *check, const Graph *g, const char *path, Diag *d) {
@@ -131,7 +108,7 @@ int cmd_compile(int argc, char **argv) {
         str_free(&report);
     }
     if (!rc && o.header)
-        header_text(g, &h);
+        emit_header(g, &h);
     /* all the files or none: the source and header are written first and removed
        again if the compiler fails */
     bool wrote_source = false, wrote_header = false, wrote_dump = false;

@@ -1,7 +1,8 @@
 /* libFuzzer target: names are data. The input's bytes, split at NUL bytes, name a
- * small fixed model (the model, its input, two params and six values, three of
- * them outputs), written in the language with its escapes; the model runs through
- * the whole pipeline to the generated C and CUDA source, and that source must be
+ * small fixed model (the model, its inputs, params and values, some of them
+ * outputs), written in the language with its escapes; the model runs through the
+ * whole pipeline to the generated source (C, with and without profiling, CUDA
+ * kernels and host, emulated or not, and the --header file), and that source must be
  * the source of the same model with plain names (n0, n1, ...) but for the text of
  * comments and string literals and the tails of value identifiers (`v3_...`):
  *
@@ -30,7 +31,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-enum { N_NAMES = 10, N_SOURCES = 5 };
+enum { N_NAMES = 14, N_SOURCES = 7 };
 
 /* The checker's own branches are no coverage to steer by, and instrumenting them
  * would make every run several times slower. */
@@ -40,21 +41,27 @@ enum { N_NAMES = 10, N_SOURCES = 5 };
 #define CHECKER
 #endif
 
-/* The model, with %N for name N (model, input, params, values). */
+/* The model, with %A for the first name, %B for the second, ...: a chain of
+ * elementwise ops the passes fuse, a reduction, a matmul, and a conv with a relu
+ * fused into its epilogue, through the NHWC layout's transposes. */
 static const char *const model_text[] = {
-    "model %0\n",
-    "input %1 : f32[2, 3]\n",
-    "param %2 : f32[3] = fill(0.5)\n",
-    "param %6 : f32[3, 4] = fill(0.25)\n",
-    "%3 = mul(%1, %2)\n",
-    "%4 = relu(%3)\n",
-    "%5 = sum(%3)\n",
-    "%7 = matmul(%4, %6)\n",
-    "%8 = tanh(%7)\n",
-    "%9 = add(%8, %8)\n",
-    "output %4, %5, %9\n",
+    "model %A\n",
+    "input %B : f32[2, 3]\n",
+    "input %K : f32[1, 1, 4, 4]\n",
+    "param %C : f32[3] = fill(0.5)\n",
+    "param %G : f32[3, 4] = fill(0.25)\n",
+    "param %L : f32[2, 1, 3, 3] = fill(0.125)\n",
+    "%D = mul(%B, %C)\n",
+    "%E = relu(%D)\n",
+    "%F = sum(%D)\n",
+    "%H = matmul(%E, %G)\n",
+    "%I = tanh(%H)\n",
+    "%J = add(%I, %I)\n",
+    "%M = conv(%K, %L, pads=1)\n",
+    "%N = relu(%M)\n",
+    "output %E, %F, %J, %N\n",
 };
-static const int inputs[] = {1}, outputs[] = {4, 5, 9};
+static const int inputs[] = {'B' - 'A', 'K' - 'A'}, outputs[] = {'E' - 'A', 'F' - 'A', 'J' - 'A', 'N' - 'A'};
 
 static bool ready;
 
@@ -85,7 +92,7 @@ static void write_model(char *const *names, Str *out) {
     for (size_t l = 0; l < sizeof model_text / sizeof *model_text; l++)
         for (const char *p = model_text[l]; *p; p++)
             if (*p == '%')
-                put_quoted(out, names[*++p - '0']);
+                put_quoted(out, names[*++p - 'A']);
             else
                 str_printf(out, "%c", *p);
 }
@@ -218,15 +225,17 @@ CHECKER static void compare(const Toks *got, const Toks *want, const char *where
 /* ---- The pipeline ---- */
 
 typedef struct {
-    Str src[N_SOURCES]; /* C; CUDA kernels and host; emulated CUDA kernels and host */
+    Str src[N_SOURCES]; /* C; CUDA kernels and host; emulated CUDA kernels and host; C
+                           with profiling; the header */
     Program *c;         /* the C program, for a real compile */
     Graph *g;
     TensorList weights;
     SrcFile *file;
 } Generated;
 
-static const char *const source_names[N_SOURCES] = {"C", "CUDA kernels", "CUDA host", "emulated CUDA kernels",
-                                                    "emulated CUDA host"};
+static const char *const source_names[N_SOURCES] = {
+    "C",     "CUDA kernels", "CUDA host", "emulated CUDA kernels", "emulated CUDA host", "C with profiling",
+    "header"};
 
 static void generated_free(Generated *gen) {
     for (int i = 0; i < N_SOURCES; i++)
@@ -283,6 +292,11 @@ static void generate(char *const *names, Generated *gen, bool check_print) {
     if (!(gen->c = program_lower(gen->g, &gen->weights, TARGET_C, true, &d)) ||
         emit_c_model(gen->c, &gen->src[0], &d))
         fail("C generation fails", NULL);
+    gen->c->profile = true;
+    if (emit_c_model(gen->c, &gen->src[5], &d))
+        fail("C generation with profiling fails", NULL);
+    gen->c->profile = false;
+    emit_header(gen->g, &gen->src[6]);
     Program *cuda = program_lower(gen->g, &gen->weights, TARGET_CUDA, true, &d);
     for (int emulated = 0; emulated < 2; emulated++) {
         Str *kernels = &gen->src[1 + 2 * emulated], *host = &gen->src[2 + 2 * emulated];
