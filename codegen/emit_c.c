@@ -10,7 +10,10 @@
  * A profiling build (Program.profile, for `kiln bench --profile`) differs only in
  * the run function, which reads a monotonic clock after every kernel and adds the
  * difference to that kernel's slot, and in the exported `kiln_profile` that hands
- * out the slots with the kernels' names, comments and FLOPs. */
+ * out the slots with the kernels' names, comments and FLOPs. The header that
+ * `kiln compile --header` writes is made here too. Every name of the model that
+ * appears in this source is in a comment or string literal that c_text.c escaped,
+ * or part of an identifier value_name mangled. */
 #include "codegen.h"
 
 #include <string.h>
