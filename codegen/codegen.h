@@ -271,6 +271,10 @@ extern const Lang lang_c, lang_cuda;
  * kernels' names and comments, and their FLOPs per run (0 where not counted). */
 int emit_c_model(const Program *p, Str *out, Diag *d);
 
+/* The header `kiln compile --header` writes: kiln/model.h after a comment a line
+ * naming the model, its inputs and its outputs with their types. */
+void emit_header(const Graph *g, Str *out);
+
 /* The CUDA target (emit_cuda.c). The kernels as CUDA C++, for NVRTC; with
  * `emulated`, as C++ for the host instead, after cuda/emulate.h, whose fibers run
  * them on the CPU. */
@@ -294,8 +298,16 @@ void emit_model_def(const Program *p, Str *out, const char *run, const char *des
 /* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
 void emit_profile_tables(const Program *p, Str *out);
 void indent_lines(Str *out, const char *text, int indent);
-/* s as the contents of a C string literal. */
+
+/* ---- Text from a model in generated source (c_text.c) ---- */
+
+/* s as the contents of a C string literal, escaped: quotes, backslashes, `??`,
+ * control and non-ASCII bytes. */
 void c_string(Str *out, const char *s);
+/* A comment of one line saying TEXT, formatted as printf does and escaped as
+ * c_string escapes it, with `*` and `/` escaped where they meet: it ends where kiln
+ * ends it and holds no nested comment. */
+void c_comment(Str *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- Compilers ---- */
 

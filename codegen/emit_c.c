@@ -10,7 +10,10 @@
  * A profiling build (Program.profile, for `kiln bench --profile`) differs only in
  * the run function, which reads a monotonic clock after every kernel and adds the
  * difference to that kernel's slot, and in the exported `kiln_profile` that hands
- * out the slots with the kernels' names, comments and FLOPs. */
+ * out the slots with the kernels' names, comments and FLOPs. The header that
+ * `kiln compile --header` writes is made here too. Every name of the model that
+ * appears in this source is in a comment or string literal that c_text.c escaped,
+ * or part of an identifier value_name mangled. */
 #include "codegen.h"
 
 #include <string.h>
@@ -80,8 +83,9 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
     for (int r = 0; r < k->n_reads; r++)
         if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r])) {
             buffer_expr(p, l, k->reads[r], expr, sizeof expr);
-            str_printf(out, "    const float *%s%s = %s;\n", shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw,
-                       value_name(p, k->reads[r]), expr);
+            str_printf(out, "    const float *%s%s = %s;\n",
+                       shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw, value_name(p, k->reads[r]),
+                       expr);
         }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
@@ -94,7 +98,8 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
         }
     }
     if (k->scratch_bytes)
-        str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args, (long long)(k->scratch / 4));
+        str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args,
+                   (long long)(k->scratch / 4));
     if (k->table_bytes)
         str_printf(out, "    const float *%stable = %swt + %lld;\n", l->restrict_kw, l->args,
                    (long long)(k->table / 4));
@@ -104,7 +109,8 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
  * item's result, each element a dot product of A's row and B's column as the
  * lowering loads them. */
 static void emit_gemm_loops(const Program *p, const Kernel *k, Str *out) {
-    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, lang_c.kernel_decl, k->name, lang_c.params);
+    c_comment(out, "%s", k->comment);
+    str_printf(out, "\n%s %s%s {\n", lang_c.kernel_decl, k->name, lang_c.params);
     emit_kernel_decls(p, &lang_c, k, out);
     str_printf(out,
                "    for (int64_t i = begin; i < end; i++) {\n"
@@ -129,7 +135,8 @@ void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
         emit_gemm_loops(p, k, out);
         return;
     }
-    str_printf(out, "/* %s */\n%s %s%s {\n", k->comment, l->kernel_decl, k->name, l->params);
+    c_comment(out, "%s", k->comment);
+    str_printf(out, "\n%s %s%s {\n", l->kernel_decl, k->name, l->params);
     emit_kernel_decls(p, l, k, out);
     if (k->kind == K_LOOP) {
         str_printf(out, "    %s\n", l->loop_open);
@@ -140,15 +147,6 @@ void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
         indent_lines(out, k->body.s, 4);
     }
     str_printf(out, "}\n\n");
-}
-
-void c_string(Str *out, const char *s) {
-    for (; *s; s++)
-        str_printf(out,
-                   *s == '"' || *s == '\\' ? "\\%c"
-                   : (*s < 32 || *s > 126) ? "\\%03o"
-                                           : "%c",
-                   (unsigned char)*s);
 }
 
 static void emit_infos(const Program *p, Str *out, const char *what, const int *ids, int n) {
@@ -228,7 +226,8 @@ void emit_runtime(Str *out, const char *runtime) {
 }
 
 void emit_weights_blob(const Program *p, Str *out) {
-    str_printf(out, "/* The weights: %lld bytes of params, consts and kernel tables. */\n", (long long)p->weights_bytes);
+    str_printf(out, "/* The weights: %lld bytes of params, consts and kernel tables. */\n",
+               (long long)p->weights_bytes);
     str_printf(
         out,
         "#ifdef KILN_WEIGHTS_EXTERN\n"
@@ -255,9 +254,34 @@ void emit_model_def(const Program *p, Str *out, const char *run, const char *des
                p->n_inputs, p->g->n_outputs, run, destroy);
 }
 
+void emit_header(const Graph *g, Str *out) {
+    c_comment(out, "Model '%s', compiled by kiln.", g->name);
+    str_printf(out, "\n");
+    int n = graph_inputs(g, NULL, 0), *ids = ir_calloc((size_t)n + 1, sizeof *ids);
+    if (!ids) {
+        out->oom = true;
+        return;
+    }
+    graph_inputs(g, ids, n);
+    char ty[160];
+    for (int i = 0; i < n; i++) {
+        c_comment(out, "inputs[%d]:  %s %s", i, g->values[ids[i]].name,
+                  type_str(&g->values[ids[i]].type, ty, sizeof ty));
+        str_printf(out, "\n");
+    }
+    for (int k = 0; k < g->n_outputs; k++) {
+        c_comment(out, "outputs[%d]: %s %s", k, g->values[g->outputs[k]].name,
+                  type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
+        str_printf(out, "\n");
+    }
+    str_printf(out, "\n%s", kiln_model_h_text);
+    ir_free(ids);
+}
+
 int emit_c_model(const Program *p, Str *out, Diag *d) {
     const Lang *l = &lang_c;
-    str_printf(out, "/* Generated by kiln from model '%s'. */\n\n", p->g->name);
+    c_comment(out, "Generated by kiln from model '%s'.", p->g->name);
+    str_printf(out, "\n\n");
     emit_runtime(out, kiln_runtime_text);
     str_printf(out,
                "#include <math.h>\n\n"

@@ -56,13 +56,20 @@ void str_free(Str *s) {
 
 /* ---- Names and index arithmetic ---- */
 
+/* The bytes generated identifiers are made of: names are data, and a byte of a
+ * name that is none of these becomes `_` (text from a model reaches generated
+ * source as an identifier only through value_name and kernel_new). */
+static bool ident_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 const char *value_name(const Program *p, int id) {
     static char bufs[8][80];
     static int next;
     char *b = bufs[next++ % 8];
     int n = snprintf(b, sizeof bufs[0], "v%d_", id);
     for (const char *s = p->g->values[id].name; *s && n < (int)sizeof bufs[0] - 1; s++, n++)
-        b[n] = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ? *s : '_';
+        b[n] = ident_char(*s) ? *s : '_';
     b[n] = 0;
     return b;
 }
@@ -141,6 +148,9 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
         str_free(&name), str_free(&comment), ir_free(k->reads), ir_free(k->writes);
         return NULL;
     }
+    for (char *c = name.s; *c; c++) /* an identifier, whatever a lowering passes as `what` */
+        if (!ident_char(*c))
+            *c = '_';
     k->name = name.s;
     k->comment = comment.s;
     p->n_kernels++;

@@ -47,23 +47,6 @@ static const Command command = {
     options,
 };
 
-extern const char kiln_model_h_text[];
-
-/* kiln/model.h, preceded by the model's own inputs and outputs. */
-static void header_text(const Graph *g, Str *out) {
-    str_printf(out, "/* Model '%s', compiled by kiln.\n *\n", g->name);
-    int ids[MAX_FILES];
-    int n = graph_inputs(g, ids, MAX_FILES);
-    char ty[160];
-    for (int i = 0; i < n && i < MAX_FILES; i++)
-        str_printf(out, " * inputs[%d]:  %s %s\n", i, g->values[ids[i]].name,
-                   type_str(&g->values[ids[i]].type, ty, sizeof ty));
-    for (int k = 0; k < g->n_outputs; k++)
-        str_printf(out, " * outputs[%d]: %s %s\n", k, g->values[g->outputs[k]].name,
-                   type_str(&g->values[g->outputs[k]].type, ty, sizeof ty));
-    str_printf(out, " */\n%s", kiln_model_h_text);
-}
-
 /* --check of the compiled model: loaded and run on the check's inputs, its outputs
  * are compared with the interpreter's before the passes. */
 static int check_compiled(const Check *check, const Graph *g, const char *path, Diag *d) {
@@ -175,7 +158,7 @@ int cmd_compile(int argc, char **argv) {
         str_free(&report);
     }
     if (!rc && o.header)
-        header_text(g, &h);
+        emit_header(g, &h);
     if (!rc && (write_all(&o, &c, p, g, &h, &outs, &check, &d) || outputs_commit(&outs, &d)))
         rc = EXIT_USER;
     outputs_abort(&outs);

@@ -122,6 +122,16 @@ static Token lex_number(Lexer *lx, const char *s) {
     return t;
 }
 
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* A quoted token's escapes: \" and \\, \n and \t, and \xHH for any byte but NUL,
+ * so that a name may hold any bytes (an ONNX name a line break) and still print
+ * on one line; the printer writes them back the same way. */
 static Token lex_quoted(Lexer *lx, const char *s) {
     const char *p = s + 1;
     size_t cap = 0;
@@ -139,15 +149,33 @@ static Token lex_quoted(Lexer *lx, const char *s) {
             diag_error(lx->diag, here(lx, s), "unterminated string");
             return error_token(lx, s);
         }
-        if (*p == '\\') {
-            if (p[1] != '"' && p[1] != '\\') {
-                diag_error(lx->diag, here(lx, p), "unknown escape '\\%c' (only \\\" and \\\\ are allowed)",
-                           p[1] ? p[1] : ' ');
+        if (*p != '\\') {
+            out[n++] = *p++;
+            continue;
+        }
+        if (p[1] == '"' || p[1] == '\\') {
+            out[n++] = p[1];
+        } else if (p[1] == 'n' || p[1] == 't') {
+            out[n++] = p[1] == 'n' ? '\n' : '\t';
+        } else if (p[1] == 'x') {
+            int hi = hex_digit(p[2]), lo = hi < 0 ? -1 : hex_digit(p[3]);
+            if (lo < 0) {
+                diag_error(lx->diag, here(lx, p), "escape '\\x' needs two hex digits");
                 return error_token(lx, s);
             }
-            p++;
+            if (hi == 0 && lo == 0) {
+                diag_error(lx->diag, here(lx, p), "a name or string cannot hold a NUL byte ('\\x00')");
+                return error_token(lx, s);
+            }
+            out[n++] = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            diag_error(lx->diag, here(lx, p),
+                       "unknown escape '\\%c' (only \\\", \\\\, \\n, \\t and \\xHH are allowed)",
+                       p[1] > ' ' && p[1] < 127 ? p[1] : ' ');
+            return error_token(lx, s);
         }
-        out[n++] = *p++;
+        p += 2;
     }
     out[n] = 0;
     if (n == 0) {

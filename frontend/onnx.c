@@ -964,7 +964,7 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     if (!rc) {
         const char *gname = *str(gp->name) ? gp->name : NULL;
         im.g->name = arena_strdup(&im.g->arena, gname ? gname : "model");
-        if (!gname || strchr(gname, '"') || strchr(gname, '\n'))
+        if (!gname) /* any other name prints and compiles: names are data */
             im.g->name = stem(&im.g->arena, name);
         if (!im.g->name || hoist_decls(im.g))
             rc = diag_error(d, (Loc){0}, "out of memory");

@@ -4,7 +4,8 @@
  * after every `,` and `:`. Attributes in the op table's order, only those set (the
  * parser has dropped those equal to their default). Floats in the shortest form
  * that reads back to the same value; names quoted when they are not identifiers or
- * are keywords, strings always. Printing a parsed printed graph gives the identical bytes. */
+ * are keywords, strings always, with the lexer's escapes where needed. Printing a
+ * parsed printed graph gives the identical bytes. */
 #include "ir.h"
 
 #include <string.h>
@@ -24,12 +25,23 @@ static bool needs_quotes(const char *s) {
     return false;
 }
 
+/* `"` and `\` escaped, and control bytes as \n, \t or \xHH, so that every name
+ * prints on one line and reads back (the lexer's escapes); other bytes, UTF-8
+ * included, as they are. */
 static void print_quoted(const char *s, FILE *f) {
     fputc('"', f);
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        fputc(*s, f);
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c < 32 || c == 127)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
