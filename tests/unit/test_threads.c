@@ -5,6 +5,8 @@
  * step's changed state shows too) are the reference. Then eight threads start
  * together at a barrier and do the same, and every output must equal the
  * reference bit for bit:
+ *   - lowering and emitting C alone, over and over, the same text every time (the
+ *     race on value_name's buffers shows here even on two cores);
  *   - each thread a different model, in a fresh cache, so all of them really
  *     compile (parsing, passes, lowering, emitting, Clang) side by side;
  *   - two threads on each model in a fresh cache, racing to write the same entries;
@@ -12,7 +14,10 @@
  *   - one module, each thread running an instance of its own (abi.md: run is
  *     reentrant across instances);
  *   - the system compiler's path without a cache, where each compile goes through
- *     a temporary shared object.
+ *     a temporary shared object;
+ *   - the CUDA target emulated on the CPU, an instance on every thread;
+ *   - shape errors (their messages), allocation failure armed on one thread, and
+ *     files written while others are created (the umask).
  * The threads report to the main thread, which alone calls cmocka. The models: the
  * small CNN (examples/), the training step of train_cnn (updates), the language
  * spec's autograd example as text (kiln_jit), an ONNX CNN and four batteries of
@@ -34,7 +39,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codegen/codegen.h"
 #include "frontend/frontend.h"
+#include "passes/passes.h"
 #include "kiln/kiln.h"
 
 #ifndef KILN_SOURCE_DIR
@@ -161,13 +168,14 @@ typedef struct {
     bool all;              /* every model in turn, from `model` on */
     const char *cache_dir; /* the compile cache it uses */
     kiln_module *shared;   /* run an instance of this module's instead of compiling */
+    const Outputs *want;   /* what its outputs must be, when not the model's reference */
     pthread_barrier_t *start;
     void *(*body)(void *job); /* what the thread runs, when not the above */
     char failure[1200];       /* empty when every output matched */
 } Job;
 
-static void check_outputs(Job *j, int model, const Outputs *got) {
-    const Outputs *want = &reference[model];
+static void compare_outputs(Job *j, int model, const Outputs *got) {
+    const Outputs *want = j->want ? j->want : &reference[model];
     if (got->len != want->len)
         snprintf(j->failure, sizeof j->failure, "%s: %zu bytes of outputs, %zu single-threaded",
                  model_name(model), got->len, want->len);
@@ -202,7 +210,7 @@ static void *thread_main(void *arg) {
             kiln_free(m);
         }
         if (!j->failure[0])
-            check_outputs(j, model, &got);
+            compare_outputs(j, model, &got);
         free(got.bytes);
     }
     return NULL;
@@ -282,6 +290,31 @@ static void test_hostile_run_instances_many_threads(void **state) {
     }
 }
 
+/* The CUDA target emulated on the CPU (cuda/emulate.h): instances of one module
+ * on every thread, each launching kernels whose threads are fibers of its own
+ * (GEMMs synchronize, with shared memory). */
+static void test_hostile_run_cuda_emulated_instances_many_threads(void **state) {
+    (void)state;
+    setenv("KILN_CUDA", "emulate", 1);
+    kiln_options o = {"cuda", 2, NULL, 0, warm_cache};
+    kiln_error err = {""};
+    kiln_module *m = kiln_jit_file(models[0].path, &o, &err);
+    unsetenv("KILN_CUDA");
+    if (!m)
+        fail_msg("%s on the emulated CUDA target: %s", model_name(0), err.message);
+    Outputs want = {0};
+    if (run_module(m, &want, &err) != 0) {
+        kiln_free(m);
+        fail_msg("%s: %s", model_name(0), err.message);
+    }
+    Job jobs[N_THREADS] = {0};
+    for (int t = 0; t < N_THREADS; t++)
+        jobs[t] = (Job){.model = 0, .shared = m, .want = &want};
+    run_jobs(jobs);
+    free(want.bytes);
+    kiln_free(m);
+}
+
 /* The system compiler, and no cache (a directory that cannot be made): every
  * compile makes, loads and removes a temporary shared object, two threads per
  * model. */
@@ -293,6 +326,63 @@ static void test_hostile_jit_cc_many_threads(void **state) {
         jobs[t] = (Job){.model = t % 2 ? 2 : 0, .cache_dir = "/proc/kiln-no-cache"};
     run_jobs(jobs);
     unsetenv("KILN_JIT");
+}
+
+/* The generated C of model `i` (a .kiln file) after the -O2 pipeline, or NULL. */
+static char *model_source(int i) {
+    FILE *quiet = fopen("/dev/null", "w");
+    Diag d;
+    diag_init(&d, quiet);
+    SrcFile *src = srcfile_read(models[i].path, &d);
+    Graph *g = src ? parse_model(src, &d) : NULL;
+    TensorList w = {0};
+    PipelineOptions po = {.level = 2, .verify = true, .lower = true};
+    Program *p = NULL;
+    Source source = {0};
+    char *text = NULL;
+    if (g && (!models[i].weights || safetensors_read(models[i].weights, &w, &d) == 0) &&
+        verify_graph(g, &d) == 0 && pipeline_run(g, &w, &po, &d) == 0 &&
+        (p = program_lower(g, &w, TARGET_C, true, &d)) && program_source(p, &source, &d) == 0 &&
+        !source.host.oom)
+        text = strdup(source.host.s);
+    source_free(&source);
+    program_free(p);
+    tensors_free(&w);
+    graph_free(g);
+    srcfile_free(src);
+    if (quiet)
+        fclose(quiet);
+    return text;
+}
+
+/* Lowering and emitting alone (no Clang, which would keep the threads apart) on
+ * every thread at once, again and again: each time the same C as on one thread. */
+static char *lowered[2];
+
+static void *lower_thread(void *arg) {
+    Job *j = arg;
+    pthread_barrier_wait(j->start);
+    for (int k = 0; k < 40 && !j->failure[0]; k++) {
+        int model = (j->model + k) % 2;
+        char *text = model_source(model);
+        if (!text || strcmp(text, lowered[model]) != 0)
+            snprintf(j->failure, sizeof j->failure,
+                     "%s: the generated C differs from a lowering on one thread", model_name(model));
+        free(text);
+    }
+    return NULL;
+}
+
+static void test_hostile_lower_many_threads(void **state) {
+    (void)state;
+    for (int i = 0; i < 2; i++)
+        assert_non_null(lowered[i] = model_source(i));
+    Job jobs[N_THREADS] = {0};
+    for (int t = 0; t < N_THREADS; t++)
+        jobs[t] = (Job){.model = t, .body = lower_thread};
+    run_jobs(jobs);
+    for (int i = 0; i < 2; i++)
+        free(lowered[i]);
 }
 
 /* Shape errors on every thread at once: each message must name its own thread's
@@ -457,11 +547,13 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hostile_lower_many_threads),
         cmocka_unit_test(test_hostile_jit_many_threads),
         cmocka_unit_test(test_hostile_jit_same_model_many_threads),
         cmocka_unit_test(test_hostile_jit_warm_cache_many_threads),
         cmocka_unit_test(test_hostile_run_instances_many_threads),
         cmocka_unit_test(test_hostile_jit_cc_many_threads),
+        cmocka_unit_test(test_hostile_run_cuda_emulated_instances_many_threads),
         cmocka_unit_test(test_hostile_type_messages_many_threads),
         cmocka_unit_test_teardown(test_hostile_fail_alloc_is_per_thread, disarm),
         cmocka_unit_test(test_hostile_umask_many_threads),
