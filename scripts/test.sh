@@ -13,13 +13,13 @@ passed=0
 failed=0
 
 # Runs CTest in build tree $1 (extra environment after it; the tests whose names
-# match $select, all when it is empty), adding to the tally.
-select=
+# match $ctest_select, all when it is empty), adding to the tally.
+ctest_select=
 run_suite() {
   dir=$1
   shift
   status=0
-  env "$@" ctest --test-dir "$dir" -j "$jobs" ${select:+-R "$select"} --output-on-failure > "$dir/ctest.log" 2>&1 ||
+  env "$@" ctest --test-dir "$dir" -j "$jobs" ${ctest_select:+-R "$ctest_select"} --output-on-failure > "$dir/ctest.log" 2>&1 ||
     status=$?
   grep -E "^[0-9]+% tests passed" "$dir/ctest.log" || true
   [ "$status" -eq 0 ] || sed -n '/The following tests FAILED/,$p;/Output from these tests/q' "$dir/ctest.log" | head -40
@@ -51,7 +51,7 @@ else
 fi
 
 # The host side under ThreadSanitizer: the unit tests that compile no batteries,
-# test_threads among them (libkiln from eight threads at once). About 3 minutes on
+# test_threads among them (libkiln from eight threads at once). About a minute on
 # 2 cores, build included. Generated models and LLVM are not instrumented: TSan
 # sees kiln's own code, which is what is checked here.
 tsan_tests="test_parser test_files test_passes test_check test_dot test_plan test_libkiln test_threads"
@@ -59,9 +59,9 @@ cmake -S . -B build-tsan -DKILN_WERROR=ON -DKILN_SANITIZE=thread \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 # shellcheck disable=SC2086
 cmake --build build-tsan -j "$jobs" --target $tsan_tests >/dev/null
-select="^unit\.($(echo $tsan_tests | tr ' ' '|'))\$"
+ctest_select="^unit\.($(echo "$tsan_tests" | tr ' ' '|'))\$"
 run_suite build-tsan TSAN_OPTIONS=halt_on_error=1
-select=
+ctest_select=
 
 cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
