@@ -3,7 +3,8 @@
  * A job takes one model (the text below, an ONNX file, a battery of tests/ref with
  * its safetensors weights) through everything kiln does before handing C to a
  * compiler: parsing (or importing), the verifier, the -O2 pass pipeline (autodiff
- * included: the text model has a grad and an update), lowering for the C and CUDA
+ * included: the text model has a grad and an update; once with --check's
+ * interpreter runs after every pass), lowering for the C and CUDA
  * targets with the memory plan, their source, and a training step in the
  * reference interpreter. For N = 0, 1, 2, ... the N-th allocation and every one
  * after it fail (ir_fail_alloc_after), until the job succeeds. Each failing N must
@@ -24,6 +25,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +70,7 @@ static const char model_text[] = "model oom\n"
 enum { MAX_INPUTS = 16 };
 
 /* The job; 0, or -1 after a diagnostic. */
-static int job(const char *path, const char *weights, Diag *d) {
+static int job(const char *path, const char *weights, bool check, Diag *d) {
     const char *onnx_path = path && strstr(path, ".onnx") ? path : NULL;
     SrcFile *src = NULL;
     Graph *g = NULL;
@@ -88,7 +90,7 @@ static int job(const char *path, const char *weights, Diag *d) {
     }
     if (g && weights && safetensors_read(weights, &w, d) != 0)
         goto done;
-    PipelineOptions po = {.level = 2, .verify = true, .lower = true};
+    PipelineOptions po = {.level = 2, .verify = true, .lower = true, .check = check};
     if (!g || verify_graph(g, d) != 0 || pipeline_run(g, &w, &po, d) != 0)
         goto done;
     if (!(p = program_lower(g, &w, TARGET_C, true, d)) || program_source(p, &source, d) != 0)
@@ -134,7 +136,7 @@ done:
 static long injection_points;
 
 /* Every N until the job succeeds; returns how many failed. */
-static long sweep(const char *path, const char *weights) {
+static long sweep(const char *path, const char *weights, bool check) {
     long n = 0;
     for (;; n++) {
         char *text = NULL;
@@ -144,7 +146,7 @@ static long sweep(const char *path, const char *weights) {
         Diag d;
         diag_init(&d, f);
         ir_fail_alloc_after(n);
-        int rc = job(path, weights, &d);
+        int rc = job(path, weights, check, &d);
         ir_fail_alloc_after(-1);
         fclose(f);
         if (rc != 0 && (!strstr(text, "out of memory") || d.errors == 0)) {
@@ -162,19 +164,20 @@ static long sweep(const char *path, const char *weights) {
         if (rc == 0)
             break;
     }
-    printf("%s: %ld allocations failed in turn, each cleanly\n", path ? path : "the text model", n);
+    printf("%s%s: %ld allocations failed in turn, each cleanly\n", path ? path : "the text model",
+           check ? " (--check)" : "", n);
     injection_points += n;
     return n;
 }
 
 static void test_hostile_alloc_failure_text_model(void **state) {
     (void)state;
-    assert_true(sweep(NULL, NULL) > 100);
+    assert_true(sweep(NULL, NULL, false) > 100);
 }
 
 static void test_hostile_alloc_failure_onnx_import(void **state) {
     (void)state;
-    assert_true(sweep(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13.onnx", NULL) > 50);
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13.onnx", NULL, false) > 50);
 }
 
 /* kiln_jit, libkiln's whole path, with the model already in the compile cache (so
@@ -221,11 +224,17 @@ static int disarm(void **state) {
     return 0;
 }
 
+/* The pipeline with --check: the interpreter after every pass (passes/check.c). */
+static void test_hostile_alloc_failure_check(void **state) {
+    (void)state;
+    assert_true(sweep(NULL, NULL, true) > 100);
+}
+
 /* A battery of tests/ref with its weights from safetensors. */
 static void test_hostile_alloc_failure_softmax_battery(void **state) {
     (void)state;
     assert_true(sweep(KILN_SOURCE_DIR "/tests/ref/softmax.kiln",
-                      KILN_SOURCE_DIR "/tests/ref/softmax.safetensors") > 100);
+                      KILN_SOURCE_DIR "/tests/ref/softmax.safetensors", false) > 100);
 }
 
 int main(void) {
@@ -234,6 +243,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_alloc_failure_onnx_import, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_kiln_jit, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_softmax_battery, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_check, disarm),
     };
     int failed = cmocka_run_group_tests_name("alloc_failure", tests, NULL, NULL);
     if (!failed)
