@@ -133,6 +133,10 @@ typedef struct {
        is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
     bool blas;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
+    /* value_name's results, the last 8 of them valid at once: scratch of this
+       program's own, so that programs lowered on different threads share none */
+    char names[8][80];
+    unsigned next_name;
 } Program;
 
 /* Lowers a verified graph (no grad left) with its weights for a target;
@@ -174,7 +178,8 @@ int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *
 /* Appends ": text" to k's comment (left as it is when memory runs out). */
 void kernel_annotate(Kernel *k, const char *text);
 void kernel_writes(Kernel *k, int value);
-/* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`). */
+/* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`), in one of
+ * p's 8 name buffers: valid until 8 more names of p are asked for. */
 const char *value_name(const Program *p, int id);
 /* Emits `int64_t PREFIX0 = ..., PREFIXk ...;`: the multi-index of flat index `flat`
  * in a tensor of type t. */

@@ -23,6 +23,7 @@
 #endif
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -211,7 +212,11 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         snprintf(path, sizeof path, "%s/%s.so", dir, key);
     else {
         const char *tmp = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld.so", tmp && *tmp ? tmp : "/tmp", key, (long)getpid());
+        /* unique to this call: threads compiling the same model each load and
+           remove a file of their own */
+        static atomic_ulong serial;
+        snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld-%lu.so", tmp && *tmp ? tmp : "/tmp", key,
+                 (long)getpid(), atomic_fetch_add(&serial, 1));
     }
     /* an uncached shared object lives only until it is loaded; a signal meanwhile
        removes it */

@@ -63,12 +63,13 @@ static bool ident_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
+/* The buffers are scratch, not part of what the program means, so a const Program
+ * hands them out too (every Program is allocated, never a const object). */
 const char *value_name(const Program *p, int id) {
-    static char bufs[8][80];
-    static int next;
-    char *b = bufs[next++ % 8];
-    int n = snprintf(b, sizeof bufs[0], "v%d_", id);
-    for (const char *s = p->g->values[id].name; *s && n < (int)sizeof bufs[0] - 1; s++, n++)
+    Program *mut = (Program *)p;
+    char *b = mut->names[mut->next_name++ % 8];
+    int n = snprintf(b, sizeof mut->names[0], "v%d_", id);
+    for (const char *s = p->g->values[id].name; *s && n < (int)sizeof mut->names[0] - 1; s++, n++)
         b[n] = ident_char(*s) ? *s : '_';
     b[n] = 0;
     return b;

@@ -8,7 +8,10 @@
  * the block is a fiber with its own stack: __syncthreads switches back to the
  * scheduler, which resumes the threads in turn, so each passes the barrier only
  * once all of its block have reached it. Shared memory is a static variable of
- * the kernel, one copy, which is right because one block runs at a time. */
+ * the kernel, one copy per OS thread, which is right because one block runs at a
+ * time on a thread. Everything a launch keeps (the indices, the fibers, the
+ * kernel) is thread_local too: instances run on different threads at once (abi.md),
+ * each launching on its own thread. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,13 +21,13 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 #define __launch_bounds__(threads)
 
 struct KilnDim3 {
     unsigned x, y, z;
 };
-static KilnDim3 threadIdx, blockIdx, blockDim, gridDim;
+static thread_local KilnDim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace kiln_emu {
 
@@ -35,14 +38,14 @@ struct Fiber {
     bool done;
 };
 
-static ucontext_t scheduler;
-static Fiber *fibers;
-static char *stacks;
-static unsigned current;
-static bool in_fiber;
-static void (*kernel)(KilnArgs, int64_t);
-static KilnArgs kernel_args;
-static int64_t kernel_count;
+static thread_local ucontext_t scheduler;
+static thread_local Fiber *fibers;
+static thread_local char *stacks;
+static thread_local unsigned current;
+static thread_local bool in_fiber;
+static thread_local void (*kernel)(KilnArgs, int64_t);
+static thread_local KilnArgs kernel_args;
+static thread_local int64_t kernel_count;
 
 static void fiber_main() {
     kernel(kernel_args, kernel_count);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -189,12 +190,40 @@ static int write_all(int fd, const unsigned char *p, size_t len) {
     return 0;
 }
 
+/* The umask where the kernel shows it (Linux 4.7 on), else -1. */
+static long proc_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long mask = -1;
+    while (f && mask < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, "Umask:", 6) == 0)
+            mask = strtol(line + 6, NULL, 8);
+    if (f)
+        fclose(f);
+    return mask;
+}
+
+/* Elsewhere umask can only be read by setting it, which for that moment gives files
+ * other threads create mode 0666: it is done once, and the process's umask taken to
+ * stay what it was then. */
+static pthread_once_t umask_once = PTHREAD_ONCE_INIT;
+static mode_t umask_at_start;
+
+static void read_umask_once(void) {
+    umask_at_start = umask(0);
+    umask(umask_at_start);
+}
+
 /* mkstemp creates the file 0600; give it the mode fopen would have, 0666 less the
- * umask. umask can only be read by setting it, so it is set back at once. */
+ * umask, read without changing it where the kernel allows (never umask(0) while
+ * another thread may be creating a file). */
 static mode_t new_file_mode(void) {
-    mode_t mask = umask(0);
-    umask(mask);
-    return 0666 & ~mask;
+    long mask = proc_umask();
+    if (mask < 0) {
+        pthread_once(&umask_once, read_umask_once);
+        mask = umask_at_start;
+    }
+    return 0666 & ~(mode_t)mask;
 }
 
 /* Writes buf to a new temporary file beside path; its name in *tmp (freed by the caller). */

@@ -586,13 +586,19 @@ static int read_binding(Importer *im, const OnnxBind *b, OConst **c) {
         size_t len;
         if (read_file_bytes(b->file, &buf, &len, im->d))
             return -1;
-        Onnx__TensorProto *t = onnx__tensor_proto__unpack(&onnx_allocator, len, buf);
-        int rc =
-            t ? onnx_tensor_decode(im, t, b->file, c)
-              : diag_error(im->d, (Loc){0},
-                           "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)", b->file);
+        bool oom = false;
+        ProtobufCAllocator pa = onnx_allocator(&oom);
+        Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pa, len, buf);
+        int rc;
         if (t)
-            onnx__tensor_proto__free_unpacked(t, &onnx_allocator);
+            rc = onnx_tensor_decode(im, t, b->file, c);
+        else if (oom)
+            rc = diag_error(im->d, (Loc){0}, "%s: out of memory reading the tensor", b->file);
+        else
+            rc = diag_error(im->d, (Loc){0},
+                            "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)", b->file);
+        if (t)
+            onnx__tensor_proto__free_unpacked(t, &pa);
         ir_free(buf);
         return rc;
     }
@@ -938,9 +944,13 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     Importer im = {.file = name, .dir = dir, .weights = weights, .d = d};
     int n_weights = weights->n;
     int *order = NULL;
-    Onnx__ModelProto *m = onnx__model_proto__unpack(&onnx_allocator, len, buf);
+    bool oom = false;
+    ProtobufCAllocator pa = onnx_allocator(&oom);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, buf);
     int rc = 0;
-    if (!m)
+    if (!m && oom)
+        rc = diag_error(d, (Loc){0}, "%s: out of memory reading the model", name);
+    else if (!m)
         rc = diag_error(d, (Loc){0}, "%s: not an ONNX model (the protobuf is malformed or truncated)", name);
     else if (!m->graph)
         rc = diag_error(d, (Loc){0}, "%s: the model has no graph", name);
@@ -975,7 +985,7 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     ir_free(im.syms);
     arena_free(&im.arena);
     if (m)
-        onnx__model_proto__free_unpacked(m, &onnx_allocator);
+        onnx__model_proto__free_unpacked(m, &pa);
     if (rc) {
         graph_free(im.g);
         while (weights->n > n_weights) { /* leave the list as it was */

@@ -108,8 +108,10 @@ OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims);
 int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *what, OConst **out);
 /* The dtype's ONNX name ("FLOAT", "INT64", ...). */
 const char *onnx_dtype_name(int32_t dtype);
-/* The protobuf-c allocator that goes through ir_malloc. */
-extern ProtobufCAllocator onnx_allocator;
+/* The protobuf-c allocator that goes through ir_malloc, setting *oom when an
+ * allocation fails (so that a failed unpack can tell out of memory from a
+ * malformed file); one per unpack, never shared between threads. */
+ProtobufCAllocator onnx_allocator(bool *oom);
 
 /* ---- onnx_ops.c, onnx_ops_nn.c, onnx_ops_shape.c: the op mapping ---- */
 

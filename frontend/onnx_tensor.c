@@ -27,8 +27,10 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the ONNX reader assum
 #endif
 
 static void *pb_alloc(void *ctx, size_t n) {
-    (void)ctx;
-    return ir_malloc(n ? n : 1);
+    void *p = ir_malloc(n ? n : 1);
+    if (!p)
+        *(bool *)ctx = true;
+    return p;
 }
 
 static void pb_free(void *ctx, void *p) {
@@ -36,7 +38,9 @@ static void pb_free(void *ctx, void *p) {
     ir_free(p);
 }
 
-ProtobufCAllocator onnx_allocator = {pb_alloc, pb_free, NULL};
+ProtobufCAllocator onnx_allocator(bool *oom) {
+    return (ProtobufCAllocator){pb_alloc, pb_free, oom};
+}
 
 typedef enum { EL_NONE, EL_F32, EL_F64, EL_F16, EL_BF16, EL_SIGNED, EL_UNSIGNED, EL_BOOL } ElemKind;
 
@@ -288,11 +292,15 @@ int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d) {
         return -1;
     Importer im = {.file = path, .d = d};
     int rc = 0;
-    Onnx__TensorProto *t = onnx__tensor_proto__unpack(&onnx_allocator, len, buf);
+    bool oom = false;
+    ProtobufCAllocator pa = onnx_allocator(&oom);
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pa, len, buf);
     OConst *c = NULL;
     if (t && name && t->name && !(*name = ir_strdup(t->name)))
         rc = diag_error(d, (Loc){0}, "out of memory");
-    if (!t)
+    if (!t && oom)
+        rc = diag_error(d, (Loc){0}, "%s: out of memory reading the tensor", path);
+    else if (!t)
         rc = diag_error(d, (Loc){0}, "%s: not an ONNX TensorProto (the protobuf is malformed or truncated)",
                         path);
     else if (!rc && !(rc = onnx_tensor_decode(&im, t, "the tensor", &c)) && c->numel == 0)
@@ -310,7 +318,7 @@ int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d) {
         }
     }
     if (t)
-        onnx__tensor_proto__free_unpacked(t, &onnx_allocator);
+        onnx__tensor_proto__free_unpacked(t, &pa);
     arena_free(&im.arena);
     ir_free(buf);
     return rc;

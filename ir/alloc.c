@@ -2,14 +2,16 @@
  *
  * Every allocation in kiln goes through ir_malloc and friends, so a test can make
  * the N-th allocation fail (ir_fail_alloc_after) and check that the failure is
- * reported cleanly. The arena hands out zeroed memory from large blocks that are
- * freed together. */
+ * reported cleanly (the count is the calling thread's own). The arena hands out
+ * zeroed memory from large blocks that are freed together. */
 #include "ir.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static long allocs_left = -1;
+/* Per thread: a test fails the allocations of the thread it arms, and compiles on
+ * other threads go on undisturbed (and unraced). */
+static _Thread_local long allocs_left = -1;
 
 void ir_fail_alloc_after(long n) {
     allocs_left = n;

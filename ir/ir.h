@@ -25,7 +25,8 @@ void *ir_calloc(size_t n, size_t size);
 void *ir_realloc(void *p, size_t n);
 void ir_free(void *p);
 char *ir_strdup(const char *s);
-/* After n more successful allocations, every allocation fails; n < 0 disables. */
+/* After n more successful allocations on the calling thread, every allocation of
+ * that thread fails; n < 0 disables. Other threads are not affected. */
 void ir_fail_alloc_after(long n);
 
 #define KILN_ASSERT(cond) ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))

@@ -13,11 +13,10 @@ void set_out_type(Graph *g, Node *n, int i, Type t) {
     g->values[n->out[i]].type = t;
 }
 
-const char *tstr(const Type *t) {
-    static char bufs[4][160];
-    static int next;
-    char *b = bufs[next++ % 4];
-    return type_str(t, b, sizeof bufs[0]);
+TypeText type_text(const Type *t) {
+    TypeText r;
+    type_str(t, r.s, sizeof r.s);
+    return r;
 }
 
 int norm_axis(int64_t axis, int rank) {

@@ -58,8 +58,15 @@ const char *attr_kind_name(AttrKind k);
 const Type *in_type(const Graph *g, const Node *n, int i);
 /* Sets the type of result i. */
 void set_out_type(Graph *g, Node *n, int i, Type t);
-/* "f32[2, 3]" in a static buffer that rotates among 4, for messages. */
-const char *tstr(const Type *t);
+/* "f32[2, 3]", for messages: tstr(t) is a char array inside a temporary that lives
+ * until the end of the full expression (C11 6.2.4p8), so it is used as an argument
+ * (diag_error(d, loc, "%s", tstr(t))) and never kept. No static buffer: any number
+ * of threads may build messages at once. */
+typedef struct {
+    char s[160];
+} TypeText;
+TypeText type_text(const Type *t);
+#define tstr(t) (type_text(t).s)
 /* Maps a possibly negative axis into [0, rank); -1 when out of range. */
 int norm_axis(int64_t axis, int rank);
 /* Numpy broadcasting of a and b into out; false when incompatible. */

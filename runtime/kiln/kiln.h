@@ -6,8 +6,10 @@
  *   kiln_free(m);
  *
  * Every function that can fail takes a kiln_error and returns NULL or nonzero with
- * a message in err->message. A module holds one instance of its model: one
- * kiln_run at a time per module. */
+ * a message in err->message. Any number of threads may call these functions at
+ * once on different modules. A module holds one instance of its model: one
+ * kiln_run at a time per module (kiln_def(m)->create makes further instances, each
+ * of which may run on a thread of its own). */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
 
