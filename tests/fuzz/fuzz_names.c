@@ -316,7 +316,7 @@ static char *compile_symbols(Generated *gen, const char *so) {
     Diag d;
     diag_init(&d, stderr);
     Source src = {.host = gen->src[0]};
-    if (cc_compile_so(&src, gen->c, so, &d))
+    if (cc_compile_so(&src, gen->c, so, "native", &d))
         fail("the generated C does not compile", NULL);
     char cmd[256], *out = NULL;
     size_t n = 0;
