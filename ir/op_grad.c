@@ -22,7 +22,7 @@ int infer_expand(Graph *g, Node *n, Diag *d) {
     if (rank > KILN_MAX_RANK)
         return diag_error(d, attr_loc(n, "shape"), "expand: shape has %d dims; at most %d", rank,
                           KILN_MAX_RANK);
-    if (check_min(n, "shape", dims, rank, 0, d))
+    if (check_size_attr(n, "shape", dims, rank, 0, d))
         return -1;
     Type to = type_make(rank, dims);
     to.dtype = x->dtype;
