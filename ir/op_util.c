@@ -71,11 +71,16 @@ bool too_large(double numel) {
 }
 
 bool checked_numel(const Type *t, int64_t *numel) {
+    /* an empty dim counts as 1 in the bound, so that every stride of the other dims
+       fits too, whatever they are */
     int64_t m = 1;
-    for (int k = 0; k < t->rank; k++)
-        if (t->dims[k] < 0 || !ck_mul(m, t->dims[k], &m) || m > KILN_MAX_NUMEL)
+    bool empty = false;
+    for (int k = 0; k < t->rank; k++) {
+        if (t->dims[k] < 0 || !ck_mul(m, t->dims[k] ? t->dims[k] : 1, &m) || m > KILN_MAX_NUMEL)
             return false;
-    *numel = m;
+        empty = empty || t->dims[k] == 0;
+    }
+    *numel = empty ? 0 : m;
     return true;
 }
 

@@ -78,7 +78,7 @@ int check_size_attr(const Node *n, const char *name, const int64_t *v, int count
 int check_size(const Node *n, const Type *t, Diag *d);
 bool too_large(double numel);
 /* t's element count into *numel, computed with ck_mul; false when a dim is negative or
- * the count passes KILN_MAX_NUMEL. */
+ * the count (with empty dims counted as 1) passes KILN_MAX_NUMEL. */
 bool checked_numel(const Type *t, int64_t *numel);
 /* "OP: NAME[i] = V WHY" at the attribute (no [i] when i < 0; WHY NULL: "is too large");
  * returns -1. For a number of the model whose arithmetic overflowed. */

@@ -37,8 +37,8 @@ run_suite build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=
 
 cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors fuzz_onnx >/dev/null
-for f in parser npy safetensors onnx; do
+cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors fuzz_onnx fuzz_shapes >/dev/null
+for f in parser npy safetensors onnx shapes; do
   mkdir -p build-fuzz/corpus-$f
   if build-fuzz/tests/fuzz_$f -max_total_time=20 -max_len=4096 build-fuzz/corpus-$f tests/fuzz/corpus/$f \
        > build-fuzz/fuzz_$f.log 2>&1; then
