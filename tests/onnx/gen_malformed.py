@@ -98,4 +98,26 @@ save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2, 3])
      "output_type.onnx")
 save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
            [f32("x", [1, 2, 4, 4]), f32("w", [1, 3, 3, 3])], [f32("y", [1, 1, 2, 2])]), "shape_error.onnx")
+# Shape arithmetic on hostile attribute values (checked arithmetic, ir/ir.h ck_*): each
+# once overflowed int64, giving a crash, a negative dim or a wrapped plausible shape.
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1 << 62, 1 << 62, 0, 0])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1 << 40, 1 << 40, 0, 0])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads_result.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[1 << 62, 1 << 62])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_dilations.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[1 << 40, 1], auto_pad="SAME_UPPER")],
+           [f32("x", [1, 1, 5, 5]), f32("w", [1, 1, 1 << 23 | 1, 1])], [f32("y", [1, 1, 5, 5])]),
+     "hostile_conv_same_extent.onnx")
+save(model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", strides=[(1 << 63) - 1] * 2,
+                             output_padding=[5, 5])],
+           [f32("x", [1, 2, 3, 3]), f32("w", [2, 2, 3, 3])], [f32("y", [1, 2, 6, 6])]),
+     "hostile_conv_transpose_stride.onnx")
+save(model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", strides=[1 << 40, 1],
+                             auto_pad="SAME_UPPER")],
+           [f32("x", [1, 1, 1 << 23 | 1, 1]), f32("w", [1, 1, 1, 1])], [f32("y", [1, 1, 1, 1])]),
+     "hostile_conv_transpose_same.onnx")
+save(model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3], strides=[1, 1],
+                             dilations=[(1 << 63) - 1, 1])],
+           [f32("x", [1, 1, 5, 5])], [f32("y", [1, 1, 3, 3])]), "hostile_max_pool_dilations.onnx")
 print("wrote", here)
