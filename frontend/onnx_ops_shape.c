@@ -419,7 +419,9 @@ static int imp_tile(Importer *im) {
             return im_error(im, "repeat %lld is not at least 1", (long long)reps[k]);
         split[2 * k] = 1, split[2 * k + 1] = t.dims[k];
         big[2 * k] = reps[k], big[2 * k + 1] = t.dims[k];
-        out[k] = reps[k] * t.dims[k];
+        if (!ck_mul(reps[k], t.dims[k], &out[k]) || out[k] > KILN_MAX_NUMEL)
+            return im_error(im, "repeats[%d] = %lld is too large for dim %d (%lld)", k, (long long)reps[k], k,
+                            (long long)t.dims[k]);
     }
     int y;
     Node *n;
@@ -695,11 +697,15 @@ static int imp_range(Importer *im) {
     if (!s || !l || !d || s->numel != 1 || l->numel != 1 || d->numel != 1)
         return im_error(im, "start, limit and delta must be single constants");
     bool is_int = s->is_int;
+    if (l->is_int != is_int || d->is_int != is_int)
+        return im_error(im, "start, limit and delta must have one type");
     double a = is_int ? (double)s->ints[0] : s->f[0], b = l->is_int ? (double)l->ints[0] : l->f[0];
     double step = d->is_int ? (double)d->ints[0] : d->f[0];
     if (step == 0)
         return im_error(im, "delta is 0");
     double count = ceil((b - a) / step);
+    if (isnan(count))
+        return im_error(im, "start, limit or delta is not a number");
     if (count < 0)
         count = 0;
     if (count > (double)ONNX_MAX_FOLDED)
@@ -709,9 +715,14 @@ static int imp_range(Importer *im) {
     if (!c)
         return im_error(im, "out of memory");
     for (int64_t i = 0; i < n; i++) {
-        if (is_int)
-            c->ints[i] = s->ints[0] + i * d->ints[0], c->f[i] = (float)c->ints[i];
-        else
+        if (is_int) {
+            /* the count was taken in double, which rounds near INT64_MAX */
+            int64_t v;
+            if (!ck_mul(i, d->ints[0], &v) || !ck_add(v, s->ints[0], &v))
+                return im_error(im, "element %lld of the range (start %lld, delta %lld) overflows int64",
+                                (long long)i, (long long)s->ints[0], (long long)d->ints[0]);
+            c->ints[i] = v, c->f[i] = (float)v;
+        } else
             c->f[i] = (float)(s->f[0] + (float)i * d->f[0]);
     }
     return im_define_const(im, 0, c);

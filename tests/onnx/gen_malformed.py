@@ -120,4 +120,16 @@ save(model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", s
 save(model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3], strides=[1, 1],
                              dilations=[(1 << 63) - 1, 1])],
            [f32("x", [1, 1, 5, 5])], [f32("y", [1, 1, 3, 3])]), "hostile_max_pool_dilations.onnx")
+save(model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array([1 << 62, 4], dtype=np.int64), "reps")]), "hostile_tile_repeats.onnx")
+save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
+            helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array((1 << 63) - 1000, dtype=np.int64), "s"),
+            numpy_helper.from_array(np.array((1 << 63) - 1, dtype=np.int64), "l"),
+            numpy_helper.from_array(np.array(1, dtype=np.int64), "d")]), "hostile_range_overflow.onnx")
+save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
+            helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array(np.nan, dtype=np.float32), "s"),
+            numpy_helper.from_array(np.array(4, dtype=np.float32), "l"),
+            numpy_helper.from_array(np.array(1, dtype=np.float32), "d")]), "hostile_range_nan.onnx")
 print("wrote", here)
