@@ -107,7 +107,7 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_call(p, n, d);
     if (!k)
         return -1;
-    k->flops = 2 * count * m_len * n_len * k_len;
+    k->flops = lower_flops(5, (int64_t[]){2, count, m_len, n_len, k_len});
     const char *gemm = "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s, "
                        "%lld, %s%s, %lld, 0.0f, %s%s, %lld);\n";
     if (count == 1) {
@@ -197,7 +197,7 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
         str_printf(&k->body, "}\n");
         str_free(&fill);
     }
-    k->flops = 2 * yt->dims[0] * yt->dims[1] * at->dims[!ta];
+    k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
     str_printf(&k->body, "cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, ",
                ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans", (long long)yt->dims[0],
                (long long)yt->dims[1], (long long)at->dims[!ta], alpha, value_name(p, n->in[0]),
@@ -255,7 +255,7 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
     snprintf(wn, sizeof wn, "%s", value_name(p, n->in[1]));
-    k->flops = 2 * rows * out_len * in_len;
+    k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
     long long total = gemv ? out_len : rows;
     str_printf(&k->body, "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", chunk,
                total, chunk, total, chunk);
