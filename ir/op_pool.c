@@ -72,6 +72,12 @@ static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
         check_size_attr(n, "pads", a.pads, 2 * v.ns, 0, d) ||
         check_size_attr(n, "dilations", a.dilations, v.ns, 1, d))
         return -1;
+    /* a window of more taps than any tensor has elements: its tap count (the divisor
+       of avg_pool with count_include_pad) would overflow */
+    int64_t taps = 1;
+    for (int i = 0; i < v.ns; i++)
+        if (!ck_mul(taps, a.kernel[i], &taps) || taps > KILN_MAX_NUMEL)
+            return attr_too_large(n, "kernel", i, a.kernel[i], "makes the window too large", d);
     int64_t sp[MAX_SPATIAL];
     for (int i = 0; i < v.ns; i++) {
         /* the other sums stay within a few KILN_MAX_NUMEL, which check_size_attr bounds them by */
