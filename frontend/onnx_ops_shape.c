@@ -241,8 +241,11 @@ static int fold_slice(Importer *im, OConst *c, const int64_t *starts, const int6
             return im_error(im, "a step is 0");
         int64_t s, e;
         slice_range(c->dims[a], starts[i], ends[i], steps[i], &s, &e);
-        int64_t len = steps[i] > 0 ? (e > s ? (e - s + steps[i] - 1) / steps[i] : 0)
-                                   : (s > e ? (s - e - steps[i] - 1) / -steps[i] : 0);
+        /* a step beyond the dim takes one element; as (span + step - 1) / step, with
+           neither that sum nor -INT64_MIN overflowing */
+        int64_t span = steps[i] > 0 ? e - s : s - e;
+        int64_t mag = steps[i] > 0 ? steps[i] : steps[i] < -c->dims[a] ? c->dims[a] : -steps[i];
+        int64_t len = span > 0 ? (span - 1) / mag + 1 : 0;
         begin[a] = s, step[a] = steps[i], dims[a] = len;
     }
     OConst *out = oconst_new(im, c->is_int, c->rank, dims);

@@ -132,4 +132,12 @@ save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
            [numpy_helper.from_array(np.array(np.nan, dtype=np.float32), "s"),
             numpy_helper.from_array(np.array(4, dtype=np.float32), "l"),
             numpy_helper.from_array(np.array(1, dtype=np.float32), "d")]), "hostile_range_nan.onnx")
+# must import: a Slice folded at import with a step of INT64_MAX takes one element
+save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
+           [numpy_helper.from_array(np.array([2, 3, 4, 5, 6], dtype=np.int64), "c"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "starts"),
+            numpy_helper.from_array(np.array([5], dtype=np.int64), "ends"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "axes"),
+            numpy_helper.from_array(np.array([(1 << 63) - 1], dtype=np.int64), "steps")]), "hostile_slice_step_ok.onnx")
 print("wrote", here)
