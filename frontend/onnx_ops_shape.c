@@ -388,7 +388,9 @@ static int imp_split(Importer *im) {
         return im_error(im, "split has %d entries for %d outputs", n_split, n_out);
     int64_t pos = 0;
     for (int k = 0; k < n_out; k++) {
-        int64_t start = pos, end = pos + split[k], ax = a, one = 1;
+        int64_t start = pos, end, ax = a, one = 1;
+        if (split[k] < 0 || !ck_add(pos, split[k], &end))
+            return im_error(im, "split[%d] = %lld is out of range", k, (long long)split[k]);
         pos = end;
         if (!*(im->node->output[k] ? im->node->output[k] : ""))
             continue;
@@ -445,15 +447,19 @@ static int space_depth(Importer *im, bool to_space) {
         return -1;
     if (t.rank != 4 || bs < 1)
         return im_error(im, "needs a 4-D input and a blocksize >= 1");
-    int64_t N = t.dims[0], C = t.dims[1], H = t.dims[2], W = t.dims[3];
+    int64_t N = t.dims[0], C = t.dims[1], H = t.dims[2], W = t.dims[3], bs2, far;
+    /* the largest product below is the result's spatial size or channels, so a
+       blocksize whose square times them fits keeps every dim in range */
+    if (!ck_mul(bs, bs, &bs2) || !ck_mul(bs2, H > W ? (H > C ? H : C) : (W > C ? W : C), &far))
+        return im_error(im, "blocksize = %lld is too large", (long long)bs);
     int64_t mid[6], perm[6], out[4];
     if (to_space) {
-        if (C % (bs * bs))
+        if (C % bs2)
             return im_error(im, "channels %lld are not a multiple of blocksize^2", (long long)C);
         bool dcr = strcmp(mode, "DCR") == 0;
         if (!dcr && strcmp(mode, "CRD") != 0)
             return im_error(im, "mode '%s' is not DCR or CRD", mode);
-        int64_t c = C / (bs * bs);
+        int64_t c = C / bs2;
         int64_t m1[6] = {N, bs, bs, c, H, W}, m2[6] = {N, c, bs, bs, H, W};
         int64_t p1[6] = {0, 3, 4, 1, 5, 2}, p2[6] = {0, 1, 4, 2, 5, 3};
         memcpy(mid, dcr ? m1 : m2, sizeof mid);
@@ -465,7 +471,7 @@ static int space_depth(Importer *im, bool to_space) {
         int64_t m[6] = {N, C, H / bs, bs, W / bs, bs}, p[6] = {0, 3, 5, 1, 2, 4};
         memcpy(mid, m, sizeof mid);
         memcpy(perm, p, sizeof perm);
-        out[0] = N, out[1] = C * bs * bs, out[2] = H / bs, out[3] = W / bs;
+        out[0] = N, out[1] = C * bs2, out[2] = H / bs, out[3] = W / bs;
     }
     int y;
     Node *n;

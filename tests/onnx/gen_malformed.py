@@ -132,6 +132,12 @@ save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
            [numpy_helper.from_array(np.array(np.nan, dtype=np.float32), "s"),
             numpy_helper.from_array(np.array(4, dtype=np.float32), "l"),
             numpy_helper.from_array(np.array(1, dtype=np.float32), "d")]), "hostile_range_nan.onnx")
+save(model([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=1 << 32)], [f32("x", [1, 4, 2, 2])],
+           [f32("y", [1, 1, 4, 4])]), "hostile_depth_to_space_blocksize.onnx")
+save(model([helper.make_node("Split", ["x", "split"], ["a", "b"], name="split", axis=0)], [f32("x", [4])],
+           [f32("a", [2]), f32("b", [2])],
+           [numpy_helper.from_array(np.array([(1 << 63) - 1, (1 << 63) - 1], dtype=np.int64), "split")]),
+     "hostile_split_sizes.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
