@@ -677,14 +677,13 @@ static int imp_constant_of_shape(Importer *im) {
         return -1;
     if (r == 0 || n > KILN_MAX_RANK)
         return im_error(im, "the shape is missing or has more than %d dims", KILN_MAX_RANK);
-    double numel = 1;
+    int64_t numel = 1;
     for (int k = 0; k < n; k++) {
         if (dims[k] < 0)
             return im_error(im, "the shape has a negative dim");
-        numel *= (double)dims[k];
+        if (!ck_mul(numel, dims[k] ? dims[k] : 1, &numel) || numel > KILN_MAX_NUMEL)
+            return im_error(im, "the shape is too large");
     }
-    if (numel > (double)KILN_MAX_NUMEL)
-        return im_error(im, "the shape is too large");
     if (value && value->numel != 1)
         return im_error(im, "value must hold one element");
     OConst *c = im_fold_new(im, value && value->is_int, n, dims);
