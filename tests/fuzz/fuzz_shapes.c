@@ -43,30 +43,14 @@ static unsigned take(Bytes *b) {
     return *b->p++;
 }
 
-static const int64_t edges[] = {0,
-                                1,
-                                -1,
-                                2,
-                                3,
-                                INT64_MAX,
-                                INT64_MIN,
-                                INT64_MAX - 1,
-                                INT64_MIN + 1,
-                                1LL << 62,
-                                -(1LL << 62),
-                                (1LL << 62) + 1,
-                                1LL << 31,
-                                (1LL << 31) - 1,
-                                -(1LL << 31),
-                                1LL << 32,
-                                1LL << 40,
-                                (1LL << 40) + 1,
-                                (1LL << 40) - 1,
-                                1LL << 20,
-                                (1LL << 23) + 1,
-                                1LL << 33,
-                                INT64_MAX / 2,
-                                INT64_MAX / 3};
+/* clang-format off */
+static const int64_t edges[] = {
+    0, 1, -1, 2, 3, INT64_MAX, INT64_MIN, INT64_MAX - 1, INT64_MIN + 1,
+    1LL << 62, -(1LL << 62), (1LL << 62) + 1, 1LL << 31, (1LL << 31) - 1, -(1LL << 31),
+    1LL << 32, 1LL << 40, (1LL << 40) + 1, (1LL << 40) - 1, 1LL << 20, (1LL << 23) + 1,
+    1LL << 33, INT64_MAX / 2, INT64_MAX / 3,
+};
+/* clang-format on */
 enum { N_EDGES = sizeof edges / sizeof *edges };
 
 /* Mostly small numbers (what makes an op valid), else an edge. */
