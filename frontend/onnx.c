@@ -308,7 +308,8 @@ int im_attr_ints(Importer *im, const char *name, int64_t *v, int cap, int *n) {
         if (a->n_ints > (size_t)cap)
             return im_error(im, "attribute '%s' has %zu entries (at most %d)", name, a->n_ints, cap);
         *n = (int)a->n_ints;
-        memcpy(v, a->ints, sizeof(int64_t) * a->n_ints);
+        if (a->n_ints) /* an empty list has no array (memcpy from NULL is undefined) */
+            memcpy(v, a->ints, sizeof(int64_t) * a->n_ints);
     }
     return r;
 }
