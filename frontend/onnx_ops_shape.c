@@ -17,11 +17,20 @@ int im_reshape(Importer *im, int x, const int64_t *dims, int rank, int out_k) {
 
 /* A constant with the same values and a new shape. */
 static int const_reshape(Importer *im, OConst *c, const int64_t *dims, int rank) {
+    /* counted before anything is allocated: a wrong shape may be far larger */
+    int64_t numel = 1;
+    bool empty = false;
+    for (int k = 0; k < rank; k++)
+        empty = empty || dims[k] == 0;
+    for (int k = 0; k < rank && !empty; k++)
+        if (dims[k] < 0 || !ck_mul(numel, dims[k], &numel) || numel > c->numel)
+            break;
+    if ((empty ? 0 : numel) != c->numel)
+        return im_error(im, "cannot reshape a constant of %lld elements to the given shape",
+                        (long long)c->numel);
     OConst *r = oconst_new(im, c->is_int, rank, dims);
     if (!r)
         return im_error(im, "out of memory");
-    if (r->numel != c->numel)
-        return im_error(im, "cannot reshape %lld elements to %lld", (long long)c->numel, (long long)r->numel);
     memcpy(r->f, c->f, sizeof(float) * (size_t)c->numel);
     if (c->is_int)
         memcpy(r->ints, c->ints, sizeof(int64_t) * (size_t)c->numel);

@@ -140,6 +140,9 @@ save(model([helper.make_node("Split", ["x", "split"], ["a", "b"], name="split", 
      "hostile_split_sizes.onnx")
 save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[])],
            [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads_empty.onnx")
+save(model([helper.make_node("Reshape", ["c", "c"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
+           [numpy_helper.from_array(np.array([1 << 19, 1 << 19, 4], dtype=np.int64), "c")]),
+     "hostile_reshape_const_shape.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
