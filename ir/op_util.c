@@ -105,7 +105,10 @@ int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char
     if (i >= 0)
         snprintf(at, sizeof at, "[%d]", i);
     return diag_error(d, attr_loc(n, name), "%s: %s%s = %lld %s", op_table[n->op].name, name, at,
-                      (long long)v, why ? why : "is too large");
+                      (long long)v,
+                      why     ? why
+                      : v < 0 ? "is too small"
+                              : "is too large");
 }
 
 int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d) {

@@ -80,7 +80,8 @@ bool too_large(double numel);
 /* t's element count into *numel, computed with ck_mul; false when a dim is negative or
  * the count (with empty dims counted as 1) passes KILN_MAX_NUMEL. */
 bool checked_numel(const Type *t, int64_t *numel);
-/* "OP: NAME[i] = V WHY" at the attribute (no [i] when i < 0; WHY NULL: "is too large");
+/* "OP: NAME[i] = V WHY" at the attribute (no [i] when i < 0; WHY NULL: "is too large",
+ * or "is too small" for a negative V);
  * returns -1. For a number of the model whose arithmetic overflowed. */
 int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char *why, Diag *d);
 /* A gradient op's dy and x of one rank: its list attributes have the length dy's
