@@ -157,6 +157,15 @@ void plan_report(const Program *p, Str *out);
 
 /* ---- What op lowerings use ---- */
 
+/* The product of f[0 .. count) with ck_mul: a size lowering computes from a model's
+ * shapes and attributes (a scratch area, a table, a GEMM), which may be larger than
+ * any one tensor; -1 after a diagnostic at node n naming `what` when it overflows
+ * int64 (or leaves no room to align it to 64 bytes). */
+int64_t lower_size(const Node *n, const char *what, int count, const int64_t *f, Diag *d);
+/* The same product for a kernel's FLOP count, which is only reported: INT64_MAX
+ * when it overflows. */
+int64_t lower_flops(int count, const int64_t *f);
+
 /* A new kernel of op node n, named after its first result; its body is empty. */
 Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what);
 /* A new LOOP kernel of op node n (named as kernel_new names it) of `count`

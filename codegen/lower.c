@@ -173,6 +173,24 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
     return k;
 }
 
+int64_t lower_size(const Node *n, const char *what, int count, const int64_t *f, Diag *d) {
+    int64_t r = 1, room;
+    bool ok = true;
+    for (int i = 0; i < count && ok; i++)
+        ok = ck_mul(r, f[i], &r);
+    if (ok && ck_add(r, 64, &room))
+        return r;
+    return diag_error(d, n->loc, "%s: the %s is too large to address", op_table[n->op].name, what);
+}
+
+int64_t lower_flops(int count, const int64_t *f) {
+    int64_t r = 1;
+    for (int i = 0; i < count; i++)
+        if (!ck_mul(r, f[i], &r))
+            return INT64_MAX;
+    return r;
+}
+
 Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, int64_t m, int64_t cols,
                     int64_t depth, Diag *d) {
     Kernel *k = kernel_loop(p, n, what, 0, 1, d);
@@ -183,7 +201,7 @@ Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, 
     k->m = m;
     k->n = cols;
     k->depth = depth;
-    k->flops = 2 * batch * m * cols * depth;
+    k->flops = lower_flops(5, (int64_t[]){2, batch, m, cols, depth});
     return k;
 }
 
@@ -202,7 +220,10 @@ void kernel_reads(Kernel *k, int value) {
     k->reads[k->n_reads++] = value;
 }
 int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *d) {
-    int64_t at = (p->weights_bytes + 63) & ~(int64_t)63;
+    int64_t at = (p->weights_bytes + 63) & ~(int64_t)63, end;
+    if (!ck_add(at, bytes, &end) || !ck_add(end, 64, &end))
+        return diag_error(d, k->node->loc, "a table of %lld bytes does not fit beside the weights",
+                          (long long)bytes);
     unsigned char *w = ir_realloc(p->weights, (size_t)(at + bytes) + 1);
     if (!w)
         return diag_error(d, k->node->loc, "out of memory for a table of %lld bytes", (long long)bytes);
@@ -221,10 +242,6 @@ void kernel_writes(Kernel *k, int value) {
 
 /* ---- The memory plan ---- */
 
-static int64_t align64(int64_t x) {
-    return (x + 63) & ~(int64_t)63;
-}
-
 static int64_t value_bytes(const Program *p, int v) {
     return type_numel(&p->g->values[v].type) * (int64_t)sizeof(float);
 }
@@ -240,7 +257,9 @@ static int place_weights(Program *p, const TensorList *weights, Diag *d) {
             bool updated = n->op == OP_PARAM && graph_update_of(g, n->out[0]);
             if ((n->op == OP_PARAM || n->op == OP_CONST) && updated == state) {
                 p->buf[n->out[0]] = (Buffer){state ? BUF_STATE : BUF_WEIGHT, size};
-                size = align64(size + value_bytes(p, n->out[0]));
+                if (!ck_add(size, value_bytes(p, n->out[0]), &size) || !ck_add(size, 63, &size))
+                    return diag_error(d, n->loc, "the weights are too large to address");
+                size &= ~(int64_t)63;
             }
         }
         if (state)

@@ -342,7 +342,7 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
     if (!k)
         return -1;
     k->scratch_bytes = scratch_bytes;
-    k->flops = 2 * rows * cols * depth * c->groups * batches;
+    k->flops = lower_flops(6, (int64_t[]){2, rows, cols, depth, c->groups, batches});
     const char *src = pointwise ? c->xn : "scratch";
     Str *s = &k->body;
     if (c->nhwc) {
@@ -411,7 +411,7 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
         kernel_loop(p, n, "depthwise", c->y.n * c->y.c * c->positions / run, grain_for(c->taps * run), d);
     if (!k)
         return -1;
-    k->flops = 2 * c->y.n * c->y.c * c->positions * c->taps;
+    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
     Dim dims[KILN_MAX_RANK];
     int nd = output_dims(c, dims);
     /* the iteration leaves out the last spatial dim: the row */
@@ -472,7 +472,7 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
     if (!k)
         return -1;
-    k->flops = 2 * c->y.n * c->y.c * c->positions * c->taps;
+    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
     Buffer wb = p->buf[n->in[1]];
     const char *wt = "table";
     if (wb.kind == BUF_WEIGHT) {
@@ -722,8 +722,11 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         rc = lower_winograd(p, n, c.epilogue, d);
     } else {
         bool pointwise = is_pointwise(&c);
-        int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
-        rc = !pointwise && im2col(p, n, &c, bytes, d) ? -1 : gemm(p, n, &c, pointwise, bytes, d);
+        int64_t bytes = pointwise ? 0
+                                  : lower_size(n, "im2col scratch", 5,
+                                               (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
+        rc = bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)) ? -1
+                                                                     : gemm(p, n, &c, pointwise, bytes, d);
     }
     if (!rc && c.epilogue) {
         /* the kernel that finishes the result names what it fused */
@@ -750,14 +753,16 @@ int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
     if (!fits_int(og) || !fits_int(depth * c.groups) || !fits_int(inner) || !fits_int(c.y.c))
         return gemm_too_large(n, og, depth, inner, d);
     bool pointwise = is_pointwise(&c);
-    int64_t bytes = pointwise ? 0 : c.y.n * c.positions * c.x.c * c.taps * (int64_t)sizeof(float);
-    if (!pointwise && im2col(p, n, &c, bytes, d))
+    int64_t bytes =
+        pointwise ? 0
+                  : lower_size(n, "im2col scratch", 5, (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
+    if (bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)))
         return -1;
     Kernel *k = gemm_tiles(p, n, 1, c.groups, og, depth, d);
     if (!k)
         return -1;
     k->scratch_bytes = bytes;
-    k->flops = 2 * og * depth * c.groups * c.y.n * c.positions;
+    k->flops = lower_flops(6, (int64_t[]){2, og, depth, c.groups, c.y.n, c.positions});
     const char *src = pointwise ? c.xn : "scratch";
     Str *s = &k->body;
     str_printf(s, "float *tile = %s + (g * %lld + r0) * %lld + c0;\n", c.wn, (long long)og, (long long)depth);
@@ -795,12 +800,14 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
     int64_t rows = c->nhwc ? c->x.n * in_positions : ktaps, cols = c->nhwc ? ktaps : in_positions;
     if (!fits_int(rows) || !fits_int(cols * c->groups) || !fits_int(c->x.c))
         return gemm_too_large(n, rows, cols, cg, d);
-    int64_t bytes = c->x.n * in_positions * c->groups * ktaps * (int64_t)sizeof(float);
+    int64_t bytes = lower_size(n, "scratch", 5, (int64_t[]){c->x.n, in_positions, c->groups, ktaps, 4}, d);
+    if (bytes < 0)
+        return -1;
     Kernel *k = gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, d);
     if (!k)
         return -1;
     k->scratch_bytes = bytes;
-    k->flops = 2 * rows * cols * cg * c->groups * (c->nhwc ? 1 : c->x.n);
+    k->flops = lower_flops(6, (int64_t[]){2, rows, cols, cg, c->groups, c->nhwc ? 1 : c->x.n});
     Str *s = &k->body;
     if (c->nhwc)
         str_printf(s,

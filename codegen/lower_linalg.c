@@ -15,6 +15,7 @@
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
+#include <limits.h>
 #include <string.h>
 
 enum { GEMV_ROWS = 128, TILE_ROWS = 64 };
@@ -65,6 +66,15 @@ static void batch_offset(const Type *t, const Type *batch, int64_t matrix, char 
             len += (size_t)snprintf(buf + len, cap - len, " + b%d * %lld", k, (long long)(st[k] * matrix));
 }
 
+/* cblas_sgemm and cblas_sgemv take int sizes and leading dimensions: a larger one
+ * would be converted to a wrong int in the generated call. */
+static int blas_too_large(const Node *n, long long m, long long cols, long long depth, Diag *d) {
+    if (m <= INT_MAX && cols <= INT_MAX && depth <= INT_MAX)
+        return 0;
+    return diag_error(d, n->loc, "%s: a GEMM of %lld x %lld x %lld is too large for BLAS",
+                      op_table[n->op].name, m, cols, depth);
+}
+
 /* matmul as one K_GEMM kernel, batch item bi at its offsets in a, b and y. */
 static int matmul_gemm(Program *p, const Node *n, const Type *ba, const Type *bb, const Type *batch,
                        long long count, long long m_len, long long n_len, long long k_len, Diag *d) {
@@ -104,10 +114,12 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     }
     if (!p->blas)
         return matmul_gemm(p, n, &ba, &bb, &batch, count, m_len, n_len, k_len, d);
+    if (blas_too_large(n, m_len, n_len, k_len, d))
+        return -1;
     Kernel *k = new_call(p, n, d);
     if (!k)
         return -1;
-    k->flops = 2 * count * m_len * n_len * k_len;
+    k->flops = lower_flops(5, (int64_t[]){2, count, m_len, n_len, k_len});
     const char *gemm = "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s, "
                        "%lld, %s%s, %lld, 0.0f, %s%s, %lld);\n";
     if (count == 1) {
@@ -175,6 +187,8 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     if (!p->blas)
         return gemm_gemm(p, n, alpha, beta, d);
+    if (blas_too_large(n, yt->dims[0], yt->dims[1], at->dims[!ta], d))
+        return -1;
     Kernel *k = new_call(p, n, d);
     if (!k)
         return -1;
@@ -197,7 +211,7 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
         str_printf(&k->body, "}\n");
         str_free(&fill);
     }
-    k->flops = 2 * yt->dims[0] * yt->dims[1] * at->dims[!ta];
+    k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
     str_printf(&k->body, "cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, ",
                ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans", (long long)yt->dims[0],
                (long long)yt->dims[1], (long long)at->dims[!ta], alpha, value_name(p, n->in[0]),
@@ -241,6 +255,8 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     int b = n->n_in > 2 ? n->in[2] : -1;
     if (!p->blas)
         return linear_gemm(p, n, rows, in_len, out_len, d);
+    if (blas_too_large(n, 1, out_len, in_len, d))
+        return -1;
     /* one row (batch 1): a matrix-vector product, in chunks of outputs the pool runs
        in parallel, each at the speed of reading its part of w; more rows: a GEMM per
        tile of rows, also in parallel, each tile finished (bias, epilogue) while it
@@ -255,7 +271,7 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
     snprintf(wn, sizeof wn, "%s", value_name(p, n->in[1]));
-    k->flops = 2 * rows * out_len * in_len;
+    k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
     long long total = gemv ? out_len : rows;
     str_printf(&k->body, "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", chunk,
                total, chunk, total, chunk);

@@ -97,16 +97,14 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     if (is_max)
         node_ints(n, "dilations", dil, MAX_SPATIAL, ns);
     bool count_pad = !is_max && node_bool(n, "count_include_pad");
-    int64_t window = 1;
-    for (int s = 0; s < ns; s++)
-        window *= kernel[s];
+    int64_t window = lower_flops(ns, kernel); /* at most KILN_MAX_NUMEL (infer_pool) */
     /* channels last: an iteration per output position, over all its channels */
     bool vec = nhwc && x.c > 1;
     View at = y;
     if (vec)
         at.c = 1;
     int64_t numel = type_numel(&p->g->values[n->out[0]].type);
-    Kernel *k = vec ? kernel_loop(p, n, NULL, numel / y.c, grain_for(window * y.c), d)
+    Kernel *k = vec ? kernel_loop(p, n, NULL, numel / y.c, grain_for(lower_flops(2, (int64_t[]){window, y.c})), d)
                     : loop_over_output(p, n, window, d);
     if (!k)
         return -1;

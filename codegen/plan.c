@@ -360,6 +360,17 @@ int plan_memory(Program *p, bool reuse, Diag *d) {
     if (reuse)
         join_in_place(&s);
     collect_buffers(&s);
+    /* every placement puts a buffer at most at the sum of the others' sizes, so a sum
+       that fits in int64 keeps every offset and the peak in it too */
+    int64_t total = 0;
+    for (int b = 0; b < m->n_bufs; b++)
+        if (!ck_add(total, m->bufs[b].bytes, &total)) {
+            diag_error(
+                d, (Loc){0},
+                "the workspace of '%s' is too large to address (its buffers total more than %lld bytes)",
+                g->name, (long long)INT64_MAX);
+            goto done;
+        }
     for (size_t v = 0; v < nv; v++)
         root_buf[v] = -1;
     for (int b = 0; b < m->n_bufs; b++)

@@ -309,7 +309,8 @@ int im_attr_ints(Importer *im, const char *name, int64_t *v, int cap, int *n) {
         if (a->n_ints > (size_t)cap)
             return im_error(im, "attribute '%s' has %zu entries (at most %d)", name, a->n_ints, cap);
         *n = (int)a->n_ints;
-        memcpy(v, a->ints, sizeof(int64_t) * a->n_ints);
+        if (a->n_ints) /* an empty list has no array (memcpy from NULL is undefined) */
+            memcpy(v, a->ints, sizeof(int64_t) * a->n_ints);
     }
     return r;
 }
@@ -659,16 +660,15 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
             "%s: graph input '%s' has no static shape (a dim is symbolic or missing); kiln's shapes "
             "are static",
             im->file, s->name);
-    double numel = 1;
+    int64_t numel = 1;
     for (int k = 0; k < t.rank; k++) {
         if (t.dims[k] < 1)
             return diag_error(im->d, (Loc){0},
                               "%s: graph input '%s' has dim %d of size %lld (kiln's are >= 1)", im->file,
                               s->name, k, (long long)t.dims[k]);
-        numel *= (double)t.dims[k];
+        if (!ck_mul(numel, t.dims[k], &numel) || numel > KILN_MAX_NUMEL)
+            return diag_error(im->d, (Loc){0}, "%s: graph input '%s' is too large", im->file, s->name);
     }
-    if (numel > (double)KILN_MAX_NUMEL)
-        return diag_error(im->d, (Loc){0}, "%s: graph input '%s' is too large", im->file, s->name);
     Node *n = graph_add_node(im->g, OP_INPUT, 0, 1, (Loc){0});
     int v = n ? graph_define(im->g, s->name, n, 0) : -1;
     if (v < 0)

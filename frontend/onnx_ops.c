@@ -22,14 +22,14 @@
 /* ---- Shared ---- */
 
 OConst *im_fold_new(Importer *im, bool is_int, int rank, const int64_t *dims) {
-    double numel = 1;
+    /* an empty dim counts as 1, so that oconst_new's product of the others fits */
+    int64_t numel = 1;
     for (int k = 0; k < rank; k++)
-        numel *= (double)dims[k];
-    if (numel > (double)ONNX_MAX_FOLDED) {
-        im_error(im, "a constant computed at import would have %.0f elements (at most %lld)", numel,
-                 ONNX_MAX_FOLDED);
-        return NULL;
-    }
+        if (dims[k] < 0 || !ck_mul(numel, dims[k] ? dims[k] : 1, &numel) || numel > ONNX_MAX_FOLDED) {
+            im_error(im, "a constant computed at import would have more than %lld elements (dim %d is %lld)",
+                     ONNX_MAX_FOLDED, k, (long long)dims[k]);
+            return NULL;
+        }
     OConst *c = oconst_new(im, is_int, rank, dims);
     if (!c)
         im_error(im, "out of memory");

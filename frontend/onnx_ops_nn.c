@@ -14,6 +14,23 @@ typedef struct {
     int64_t kernel[3], strides[3], dilations[3], pads[6];
 } Window;
 
+/* Each entry of a window attribute within +-KILN_MAX_NUMEL (kiln's inference checks
+ * the rest), so that the auto_pad sums below stay in int64. */
+static int check_window_ints(Importer *im, const char *name, const int64_t *v, int n) {
+    for (int k = 0; k < n; k++)
+        if (v[k] > KILN_MAX_NUMEL || v[k] < -KILN_MAX_NUMEL)
+            return im_error(im, "%s[%d] = %lld is too large", name, k, (long long)v[k]);
+    return 0;
+}
+
+/* The dilated kernel's extent (kernel - 1) * dilation + 1 along spatial dim k. */
+static int window_extent(Importer *im, const Window *w, int k, int64_t *e) {
+    if (!ck_mul(w->kernel[k] - 1, w->dilations[k], e) || !ck_add(*e, 1, e))
+        return im_error(im, "dilations[%d] = %lld makes the kernel extent overflow", k,
+                        (long long)w->dilations[k]);
+    return 0;
+}
+
 /* kernel_shape (or the weights' spatial dims), strides, dilations, pads and
  * auto_pad, with SAME_UPPER / SAME_LOWER / VALID turned into explicit pads. */
 static int read_window(Importer *im, const Type *x, const int64_t *kernel_from_w, bool has_dilations,
@@ -61,6 +78,11 @@ static int read_window(Importer *im, const Type *x, const int64_t *kernel_from_w
         return im_error(im, "pads has %d entries, expected %d", n, 2 * w->nsp);
     if (r == 1)
         memcpy(w->pads, buf, sizeof(int64_t) * (size_t)n);
+    if (check_window_ints(im, "kernel_shape", w->kernel, w->nsp) ||
+        check_window_ints(im, "strides", w->strides, w->nsp) ||
+        check_window_ints(im, "dilations", w->dilations, w->nsp) ||
+        check_window_ints(im, "pads", w->pads, 2 * w->nsp))
+        return -1;
     const char *auto_pad = "NOTSET";
     if (im_attr_string(im, "auto_pad", &auto_pad) < 0)
         return -1;
@@ -70,9 +92,10 @@ static int read_window(Importer *im, const Type *x, const int64_t *kernel_from_w
             w->pads[k] = 0;
     } else if (upper || lower) {
         for (int k = 0; k < w->nsp; k++) {
-            int64_t in = x->dims[k + 2], s = w->strides[k] > 0 ? w->strides[k] : 1;
-            int64_t out = (in + s - 1) / s, e = (w->kernel[k] - 1) * w->dilations[k] + 1;
-            int64_t total = (out - 1) * s + e - in;
+            int64_t in = x->dims[k + 2], s = w->strides[k] > 0 ? w->strides[k] : 1, e;
+            if (window_extent(im, w, k, &e))
+                return -1;
+            int64_t out = (in + s - 1) / s, total = (out - 1) * s + e - in; /* all within 2^62 */
             if (total < 0)
                 total = 0;
             w->pads[k] = upper ? total / 2 : total - total / 2;
@@ -116,6 +139,9 @@ static int imp_conv(Importer *im, bool transpose) {
             return -1;
         if (no && no != w.nsp)
             return im_error(im, "output_padding has %d entries, the input %d spatial dims", no, w.nsp);
+        if (check_window_ints(im, "output_padding", outpad, no) ||
+            (r == 1 && check_window_ints(im, "output_shape", shape, ns)))
+            return -1;
         const char *auto_pad = "NOTSET";
         im_attr_string(im, "auto_pad", &auto_pad);
         bool same = strncmp(auto_pad, "SAME", 4) == 0;
@@ -124,9 +150,17 @@ static int imp_conv(Importer *im, bool transpose) {
                 return im_error(im, "output_shape has %d entries, the input %d spatial dims", ns, w.nsp);
             for (int k = 0; k < w.nsp; k++) {
                 int64_t in_k = x.dims[k + 2];
-                int64_t want = r == 1 ? shape[ns == x.rank ? k + 2 : k] : in_k * w.strides[k];
-                int64_t e = (w.kernel[k] - 1) * w.dilations[k] + 1;
-                int64_t total = w.strides[k] * (in_k - 1) + outpad[k] + e - want;
+                int64_t want = r == 1 ? shape[ns == x.rank ? k + 2 : k] : 0, e, total;
+                if (window_extent(im, &w, k, &e))
+                    return -1;
+                if (r != 1 && !ck_mul(in_k, w.strides[k], &want))
+                    return im_error(im, "strides[%d] = %lld makes the output overflow", k,
+                                    (long long)w.strides[k]);
+                /* stride * (in - 1) + output_padding + extent - want */
+                if (!ck_mul(w.strides[k], in_k - 1, &total) || !ck_add(total, outpad[k], &total) ||
+                    !ck_add(total, e, &total) || !ck_sub(total, want, &total))
+                    return im_error(im, "strides[%d] = %lld makes the output overflow", k,
+                                    (long long)w.strides[k]);
                 if (total < 0) { /* a longer output than the kernel reaches: zeros after */
                     outpad[k] -= total;
                     total = 0;

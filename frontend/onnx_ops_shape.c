@@ -17,11 +17,20 @@ int im_reshape(Importer *im, int x, const int64_t *dims, int rank, int out_k) {
 
 /* A constant with the same values and a new shape. */
 static int const_reshape(Importer *im, OConst *c, const int64_t *dims, int rank) {
+    /* counted before anything is allocated: a wrong shape may be far larger */
+    int64_t numel = 1;
+    bool empty = false;
+    for (int k = 0; k < rank; k++)
+        empty = empty || dims[k] == 0;
+    for (int k = 0; k < rank && !empty; k++)
+        if (dims[k] < 0 || !ck_mul(numel, dims[k], &numel) || numel > c->numel)
+            break;
+    if ((empty ? 0 : numel) != c->numel)
+        return im_error(im, "cannot reshape a constant of %lld elements to the given shape",
+                        (long long)c->numel);
     OConst *r = oconst_new(im, c->is_int, rank, dims);
     if (!r)
         return im_error(im, "out of memory");
-    if (r->numel != c->numel)
-        return im_error(im, "cannot reshape %lld elements to %lld", (long long)c->numel, (long long)r->numel);
     memcpy(r->f, c->f, sizeof(float) * (size_t)c->numel);
     if (c->is_int)
         memcpy(r->ints, c->ints, sizeof(int64_t) * (size_t)c->numel);
@@ -241,8 +250,11 @@ static int fold_slice(Importer *im, OConst *c, const int64_t *starts, const int6
             return im_error(im, "a step is 0");
         int64_t s, e;
         slice_range(c->dims[a], starts[i], ends[i], steps[i], &s, &e);
-        int64_t len = steps[i] > 0 ? (e > s ? (e - s + steps[i] - 1) / steps[i] : 0)
-                                   : (s > e ? (s - e - steps[i] - 1) / -steps[i] : 0);
+        /* a step beyond the dim takes one element; as (span + step - 1) / step, with
+           neither that sum nor -INT64_MIN overflowing */
+        int64_t span = steps[i] > 0 ? e - s : s - e;
+        int64_t mag = steps[i] > 0 ? steps[i] : steps[i] < -c->dims[a] ? c->dims[a] : -steps[i];
+        int64_t len = span > 0 ? (span - 1) / mag + 1 : 0;
         begin[a] = s, step[a] = steps[i], dims[a] = len;
     }
     OConst *out = oconst_new(im, c->is_int, c->rank, dims);
@@ -385,7 +397,9 @@ static int imp_split(Importer *im) {
         return im_error(im, "split has %d entries for %d outputs", n_split, n_out);
     int64_t pos = 0;
     for (int k = 0; k < n_out; k++) {
-        int64_t start = pos, end = pos + split[k], ax = a, one = 1;
+        int64_t start = pos, end, ax = a, one = 1;
+        if (split[k] < 0 || !ck_add(pos, split[k], &end))
+            return im_error(im, "split[%d] = %lld is out of range", k, (long long)split[k]);
         pos = end;
         if (!*(im->node->output[k] ? im->node->output[k] : ""))
             continue;
@@ -419,7 +433,9 @@ static int imp_tile(Importer *im) {
             return im_error(im, "repeat %lld is not at least 1", (long long)reps[k]);
         split[2 * k] = 1, split[2 * k + 1] = t.dims[k];
         big[2 * k] = reps[k], big[2 * k + 1] = t.dims[k];
-        out[k] = reps[k] * t.dims[k];
+        if (!ck_mul(reps[k], t.dims[k], &out[k]) || out[k] > KILN_MAX_NUMEL)
+            return im_error(im, "repeats[%d] = %lld is too large for dim %d (%lld)", k, (long long)reps[k], k,
+                            (long long)t.dims[k]);
     }
     int y;
     Node *n;
@@ -440,15 +456,19 @@ static int space_depth(Importer *im, bool to_space) {
         return -1;
     if (t.rank != 4 || bs < 1)
         return im_error(im, "needs a 4-D input and a blocksize >= 1");
-    int64_t N = t.dims[0], C = t.dims[1], H = t.dims[2], W = t.dims[3];
+    int64_t N = t.dims[0], C = t.dims[1], H = t.dims[2], W = t.dims[3], bs2, far;
+    /* the largest product below is the result's spatial size or channels, so a
+       blocksize whose square times them fits keeps every dim in range */
+    if (!ck_mul(bs, bs, &bs2) || !ck_mul(bs2, H > W ? (H > C ? H : C) : (W > C ? W : C), &far))
+        return im_error(im, "blocksize = %lld is too large", (long long)bs);
     int64_t mid[6], perm[6], out[4];
     if (to_space) {
-        if (C % (bs * bs))
+        if (C % bs2)
             return im_error(im, "channels %lld are not a multiple of blocksize^2", (long long)C);
         bool dcr = strcmp(mode, "DCR") == 0;
         if (!dcr && strcmp(mode, "CRD") != 0)
             return im_error(im, "mode '%s' is not DCR or CRD", mode);
-        int64_t c = C / (bs * bs);
+        int64_t c = C / bs2;
         int64_t m1[6] = {N, bs, bs, c, H, W}, m2[6] = {N, c, bs, bs, H, W};
         int64_t p1[6] = {0, 3, 4, 1, 5, 2}, p2[6] = {0, 1, 4, 2, 5, 3};
         memcpy(mid, dcr ? m1 : m2, sizeof mid);
@@ -460,7 +480,7 @@ static int space_depth(Importer *im, bool to_space) {
         int64_t m[6] = {N, C, H / bs, bs, W / bs, bs}, p[6] = {0, 3, 5, 1, 2, 4};
         memcpy(mid, m, sizeof mid);
         memcpy(perm, p, sizeof perm);
-        out[0] = N, out[1] = C * bs * bs, out[2] = H / bs, out[3] = W / bs;
+        out[0] = N, out[1] = C * bs2, out[2] = H / bs, out[3] = W / bs;
     }
     int y;
     Node *n;
@@ -666,14 +686,13 @@ static int imp_constant_of_shape(Importer *im) {
         return -1;
     if (r == 0 || n > KILN_MAX_RANK)
         return im_error(im, "the shape is missing or has more than %d dims", KILN_MAX_RANK);
-    double numel = 1;
+    int64_t numel = 1;
     for (int k = 0; k < n; k++) {
         if (dims[k] < 0)
             return im_error(im, "the shape has a negative dim");
-        numel *= (double)dims[k];
+        if (!ck_mul(numel, dims[k] ? dims[k] : 1, &numel) || numel > KILN_MAX_NUMEL)
+            return im_error(im, "the shape is too large");
     }
-    if (numel > (double)KILN_MAX_NUMEL)
-        return im_error(im, "the shape is too large");
     if (value && value->numel != 1)
         return im_error(im, "value must hold one element");
     OConst *c = im_fold_new(im, value && value->is_int, n, dims);
@@ -695,11 +714,15 @@ static int imp_range(Importer *im) {
     if (!s || !l || !d || s->numel != 1 || l->numel != 1 || d->numel != 1)
         return im_error(im, "start, limit and delta must be single constants");
     bool is_int = s->is_int;
+    if (l->is_int != is_int || d->is_int != is_int)
+        return im_error(im, "start, limit and delta must have one type");
     double a = is_int ? (double)s->ints[0] : s->f[0], b = l->is_int ? (double)l->ints[0] : l->f[0];
     double step = d->is_int ? (double)d->ints[0] : d->f[0];
     if (step == 0)
         return im_error(im, "delta is 0");
     double count = ceil((b - a) / step);
+    if (isnan(count))
+        return im_error(im, "start, limit or delta is not a number");
     if (count < 0)
         count = 0;
     if (count > (double)ONNX_MAX_FOLDED)
@@ -709,9 +732,14 @@ static int imp_range(Importer *im) {
     if (!c)
         return im_error(im, "out of memory");
     for (int64_t i = 0; i < n; i++) {
-        if (is_int)
-            c->ints[i] = s->ints[0] + i * d->ints[0], c->f[i] = (float)c->ints[i];
-        else
+        if (is_int) {
+            /* the count was taken in double, which rounds near INT64_MAX */
+            int64_t v;
+            if (!ck_mul(i, d->ints[0], &v) || !ck_add(v, s->ints[0], &v))
+                return im_error(im, "element %lld of the range (start %lld, delta %lld) overflows int64",
+                                (long long)i, (long long)s->ints[0], (long long)d->ints[0]);
+            c->ints[i] = v, c->f[i] = (float)v;
+        } else
             c->f[i] = (float)(s->f[0] + (float)i * d->f[0]);
     }
     return im_define_const(im, 0, c);

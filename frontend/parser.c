@@ -127,7 +127,7 @@ static int parse_type(Parser *p, Type *t) {
     *t = (Type){DT_F32, 0, {0}};
     if (advance(p) || expect(p, T_LBRACK, "'[' after the dtype"))
         return -1;
-    double numel = 1;
+    int64_t numel = 1;
     while (p->tok.kind != T_RBRACK) {
         if (t->rank > 0 && expect(p, T_COMMA, "',' or ']'"))
             return -1;
@@ -139,8 +139,7 @@ static int parse_type(Parser *p, Type *t) {
             return diag_error(p->d, dloc, "too many dimensions (at most %d)", KILN_MAX_RANK);
         if (dim < 1)
             return diag_error(p->d, dloc, "dimension %lld must be positive", (long long)dim);
-        numel *= (double)dim;
-        if (numel > (double)KILN_MAX_NUMEL)
+        if (!ck_mul(numel, dim, &numel) || numel > KILN_MAX_NUMEL)
             return diag_error(p->d, dloc, "tensor too large");
         t->dims[t->rank++] = dim;
     }

@@ -258,8 +258,17 @@ const Update *graph_update_of(const Graph *g, int v) {
     return NULL;
 }
 
+/* Every op's inference ends in the same check of its results, so that no type with a
+ * negative dim or more than KILN_MAX_NUMEL elements ever reaches the passes, the
+ * interpreter's allocations, the memory planner or lowering, whatever an op's own
+ * checks forgot. */
 int infer_node(Graph *g, Node *n, Diag *d) {
-    return op_table[n->op].infer(g, n, d);
+    if (op_table[n->op].infer(g, n, d))
+        return -1;
+    for (int k = 0; k < n->n_out; k++)
+        if (n->out[k] >= 0 && check_size(n, &g->values[n->out[k]].type, d))
+            return -1;
+    return 0;
 }
 
 int infer_decl(Graph *g, Node *n, Diag *d) {

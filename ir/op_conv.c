@@ -38,12 +38,29 @@ static ConvAttrs conv_attrs(const Node *n, int ns) {
 }
 
 static int check_conv_attrs(const Node *n, int ns, const ConvAttrs *a, Diag *d) {
-    if (check_min(n, "strides", a->strides, ns, 1, d) || check_min(n, "pads", a->pads, 2 * ns, 0, d) ||
-        check_min(n, "dilations", a->dilations, ns, 1, d))
+    if (check_size_attr(n, "strides", a->strides, ns, 1, d) ||
+        check_size_attr(n, "pads", a->pads, 2 * ns, 0, d) ||
+        check_size_attr(n, "dilations", a->dilations, ns, 1, d))
         return -1;
     if (a->groups < 1)
         return diag_error(d, attr_loc(n, "groups"), "%s: groups must be at least 1, got %lld",
                           op_table[n->op].name, (long long)a->groups);
+    return 0;
+}
+
+/* The dilated kernel's extent (k - 1) * dilation + 1 along spatial dim i. */
+static int kernel_extent(const Node *n, int i, int64_t k, int64_t dilation, int64_t *extent, Diag *d) {
+    if (!ck_mul(k - 1, dilation, extent) || !ck_add(*extent, 1, extent))
+        return attr_too_large(n, "dilations", i, dilation, "makes the kernel extent overflow", d);
+    return 0;
+}
+
+/* x's size along spatial dim i with both its pads. */
+static int padded_size(const Node *n, int i, int ns, int64_t x, const int64_t *pads, int64_t *r, Diag *d) {
+    if (!ck_add(x, pads[i], r))
+        return attr_too_large(n, "pads", i, pads[i], NULL, d);
+    if (!ck_add(*r, pads[ns + i], r))
+        return attr_too_large(n, "pads", ns + i, pads[ns + i], NULL, d);
     return 0;
 }
 
@@ -96,8 +113,10 @@ int infer_conv(Graph *g, Node *n, Diag *d) {
         return -1;
     int64_t sp[MAX_SPATIAL];
     for (int i = 0; i < xv.ns; i++) {
-        int64_t extent = (wv.sp[i] - 1) * a.dilations[i] + 1;
-        int64_t padded = xv.sp[i] + a.pads[i] + a.pads[xv.ns + i];
+        int64_t extent, padded;
+        if (kernel_extent(n, i, wv.sp[i], a.dilations[i], &extent, d) ||
+            padded_size(n, i, xv.ns, xv.sp[i], a.pads, &padded, d))
+            return -1;
         if (padded < extent)
             return diag_error(d, n->loc,
                               "conv: spatial dim %d of x is %lld with pads %lld + %lld, smaller than the "
@@ -179,7 +198,7 @@ int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
     if (check_bias(g, n, out_channels, d))
         return -1;
     node_ints(n, "output_padding", opad, MAX_SPATIAL, xv.ns);
-    if (check_min(n, "output_padding", opad, xv.ns, 0, d))
+    if (check_size_attr(n, "output_padding", opad, xv.ns, 0, d))
         return -1;
     for (int i = 0; i < xv.ns; i++) {
         /* torch's rule: past both, the extra outputs would see no input at all */
@@ -188,8 +207,15 @@ int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
                               "conv_transpose: output_padding[%d] (%lld) must be smaller than the stride "
                               "(%lld) or the dilation (%lld)",
                               i, (long long)opad[i], (long long)a.strides[i], (long long)a.dilations[i]);
-        int64_t extent = (wv.sp[i] - 1) * a.dilations[i] + 1;
-        sp[i] = a.strides[i] * (xv.sp[i] - 1) + opad[i] + extent - a.pads[i] - a.pads[xv.ns + i];
+        /* stride * (in - 1) + output_padding + extent - pads */
+        int64_t extent, span;
+        if (kernel_extent(n, i, wv.sp[i], a.dilations[i], &extent, d))
+            return -1;
+        if (!ck_mul(a.strides[i], xv.sp[i] - 1, &span) || !ck_add(span, opad[i], &span) ||
+            !ck_add(span, extent, &span))
+            return attr_too_large(n, "strides", i, a.strides[i], "makes the output overflow", d);
+        if (!ck_sub(span, a.pads[i], &sp[i]) || !ck_sub(sp[i], a.pads[xv.ns + i], &sp[i]))
+            return attr_too_large(n, "pads", i, a.pads[i], NULL, d);
         if (sp[i] < 1)
             return diag_error(d, n->loc,
                               "conv_transpose: spatial dim %d of the output would be %lld (x %s, w %s, pads "
@@ -254,7 +280,7 @@ int infer_conv_weight_grad(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0), *dy = in_type(g, n, 1);
     int64_t k[MAX_SPATIAL];
     node_ints(n, "kernel", k, MAX_SPATIAL, xv.ns);
-    if (check_min(n, "kernel", k, xv.ns, 1, d))
+    if (check_size_attr(n, "kernel", k, xv.ns, 1, d))
         return -1;
     if (xv.c % a.groups != 0 || dv.c % a.groups != 0 || dv.n != xv.n)
         return diag_error(d, n->loc,
@@ -262,8 +288,10 @@ int infer_conv_weight_grad(Graph *g, Node *n, Diag *d) {
                           "divide both channel counts",
                           tstr(x), tstr(dy), (long long)a.groups);
     for (int i = 0; i < xv.ns; i++) {
-        int64_t extent = (k[i] - 1) * a.dilations[i] + 1;
-        int64_t padded = xv.sp[i] + a.pads[i] + a.pads[xv.ns + i];
+        int64_t extent, padded;
+        if (kernel_extent(n, i, k[i], a.dilations[i], &extent, d) ||
+            padded_size(n, i, xv.ns, xv.sp[i], a.pads, &padded, d))
+            return -1;
         if (padded < extent || (padded - extent) / a.strides[i] + 1 != dv.sp[i])
             return diag_error(d, n->loc, "conv_weight_grad: dy %s is not the shape conv gives for x %s",
                               tstr(dy), tstr(x));

@@ -18,11 +18,12 @@
 int infer_expand(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
     int64_t dims[KILN_MAX_RANK];
-    int rank = node_ints(n, "shape", dims, KILN_MAX_RANK, 0);
+    int rank = node_attr(n, "shape")->n; /* counted before reading it into dims */
     if (rank > KILN_MAX_RANK)
         return diag_error(d, attr_loc(n, "shape"), "expand: shape has %d dims; at most %d", rank,
                           KILN_MAX_RANK);
-    if (check_min(n, "shape", dims, rank, 0, d))
+    node_ints(n, "shape", dims, KILN_MAX_RANK, 0);
+    if (check_size_attr(n, "shape", dims, rank, 0, d))
         return -1;
     Type to = type_make(rank, dims);
     to.dtype = x->dtype;

@@ -67,12 +67,23 @@ static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View v = view_of(x, nhwc);
     PoolAttrs a = pool_attrs(n, v.ns);
-    if (check_min(n, "kernel", a.kernel, v.ns, 1, d) || check_min(n, "strides", a.strides, v.ns, 1, d) ||
-        check_min(n, "pads", a.pads, 2 * v.ns, 0, d) || check_min(n, "dilations", a.dilations, v.ns, 1, d))
+    if (check_size_attr(n, "kernel", a.kernel, v.ns, 1, d) ||
+        check_size_attr(n, "strides", a.strides, v.ns, 1, d) ||
+        check_size_attr(n, "pads", a.pads, 2 * v.ns, 0, d) ||
+        check_size_attr(n, "dilations", a.dilations, v.ns, 1, d))
         return -1;
+    /* a window of more taps than any tensor has elements: its tap count (the divisor
+       of avg_pool with count_include_pad) would overflow */
+    int64_t taps = 1;
+    for (int i = 0; i < v.ns; i++)
+        if (!ck_mul(taps, a.kernel[i], &taps) || taps > KILN_MAX_NUMEL)
+            return attr_too_large(n, "kernel", i, a.kernel[i], "makes the window too large", d);
     int64_t sp[MAX_SPATIAL];
     for (int i = 0; i < v.ns; i++) {
-        int64_t extent = (a.kernel[i] - 1) * a.dilations[i] + 1;
+        /* the other sums stay within a few KILN_MAX_NUMEL, which check_size_attr bounds them by */
+        int64_t extent;
+        if (!ck_mul(a.kernel[i] - 1, a.dilations[i], &extent) || !ck_add(extent, 1, &extent))
+            return attr_too_large(n, "dilations", i, a.dilations[i], "makes the kernel extent overflow", d);
         int64_t pb = a.pads[i], pe = a.pads[v.ns + i];
         /* pads within one window extent keep an undilated window off wholly padding */
         if (pb >= extent || pe >= extent)
@@ -283,8 +294,15 @@ static int adaptive_type(const Node *n, const Type *x, Type *y, Diag *d) {
         return -1;
     int64_t sp[MAX_SPATIAL];
     node_ints(n, "output_size", sp, MAX_SPATIAL, x->rank - 2);
-    if (check_min(n, "output_size", sp, x->rank - 2, 1, d))
+    if (check_size_attr(n, "output_size", sp, x->rank - 2, 1, d))
         return -1;
+    /* the windows' bounds take (i + 1) * in + out - 1 for every output index i < out */
+    View v = view_of(x, layout_is_nhwc(n));
+    for (int i = 0; i < v.ns; i++) {
+        int64_t bound;
+        if (!ck_mul(sp[i], v.sp[i], &bound) || !ck_add(bound, sp[i], &bound))
+            return attr_too_large(n, "output_size", i, sp[i], "is too large for x", d);
+    }
     *y = with_spatial(x, layout_is_nhwc(n), sp);
     return 0;
 }

@@ -69,6 +69,10 @@ static int resize_type(const Node *n, const Type *x, Type *out, Diag *d) {
     if (crop && !roi->set)
         return diag_error(d, attr_loc(n, "coordinate_transformation_mode"),
                           "%s: coordinate_transformation_mode=tf_crop_and_resize needs roi", op);
+    /* roi is float32 in ONNX, and an infinite or NaN bound has no source coordinate */
+    for (int k = 0; roi->set && k < roi->n; k++)
+        if (!(fabs(roi->floats[k]) <= FLT_MAX))
+            return diag_error(d, roi->loc, "%s: roi[%d] = %g is not a finite float32", op, k, roi->floats[k]);
     *out = *x;
     for (int k = 0; k < x->rank; k++) {
         if (sizes->set) {
@@ -102,8 +106,9 @@ static int interpolate_type(const Node *n, const Type *x, Type *out, Diag *d) {
     const char *mode = node_enum(n, "mode");
     if (x->rank < 3 || x->rank > 5)
         return diag_error(
-            d, n->loc, "%s: x of type %s needs rank 3, 4 or 5 (batch, channels and 1 to 3 spatial dimensions)",
-            op, tstr(x));
+            d, n->loc,
+            "%s: x of type %s needs rank 3, 4 or 5 (batch, channels and 1 to 3 spatial dimensions)", op,
+            tstr(x));
     int want = mode_rank(mode);
     if (want && x->rank != want)
         return diag_error(d, attr_loc(n, "mode"), "%s: mode %s needs a %dD input, got x of type %s", op, mode,
@@ -216,16 +221,22 @@ static int resize_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t 
         const Attr *roi = node_attr(n, "roi");
         float start = (float)roi->floats[k], end = (float)roi->floats[k + roi->n / 2];
         double extent = (double)(end - start);
-        src = width == 1 ? extent * (double)(in_len - 1) / 2 : x * extent * (double)(in_len - 1) / (width - 1);
+        src =
+            width == 1 ? extent * (double)(in_len - 1) / 2 : x * extent * (double)(in_len - 1) / (width - 1);
         src += (double)start * (double)(in_len - 1);
         r->outside = src < 0 || src > (double)(in_len - 1);
     }
+    /* a tiny scale or a wide roi puts src far outside the input, where every tap
+       clamps to an edge: bounded there, it converts to int64 */
+    if (src < -0x1p52 || src > 0x1p52)
+        src = src < 0 ? -0x1p52 : 0x1p52;
     double base = floor(src), frac = src - base;
     int64_t b = (int64_t)base;
     if (strcmp(mode, "nearest") == 0) {
         const char *nm = node_enum(n, "nearest_mode");
-        bool up = frac > 0 && (strcmp(nm, "ceil") == 0 || (strcmp(nm, "round_prefer_floor") == 0 && frac > 0.5) ||
-                               (strcmp(nm, "round_prefer_ceil") == 0 && frac >= 0.5));
+        bool up =
+            frac > 0 && (strcmp(nm, "ceil") == 0 || (strcmp(nm, "round_prefer_floor") == 0 && frac > 0.5) ||
+                         (strcmp(nm, "round_prefer_ceil") == 0 && frac >= 0.5));
         r->at[0] = b + up, r->w[0] = 1;
         return 1;
     }
@@ -325,7 +336,8 @@ static bool is_identity(const ResampleAxis *a) {
 /* Fills axis `axis` of r; false when memory runs out. */
 static bool build_axis(const Node *n, int axis, int64_t in_len, int64_t out_len, ResampleAxis *a) {
     int k = is_resize(n) ? axis : axis - 2;
-    *a = (ResampleAxis){.axis = axis, .in_len = in_len, .out_len = out_len, .taps = max_taps(n, in_len, out_len)};
+    *a = (ResampleAxis){
+        .axis = axis, .in_len = in_len, .out_len = out_len, .taps = max_taps(n, in_len, out_len)};
     size_t count = (size_t)out_len * (size_t)a->taps;
     a->index = ir_malloc(count * sizeof *a->index);
     a->weight = ir_malloc(count * sizeof *a->weight);
@@ -435,7 +447,8 @@ static int run_passes(const Resampling *r, const Type *x, const Tensor *from, bo
     for (int i = 0; i < r->n_axes; i++) {
         int64_t outer, inner;
         resample_pass_shape(r, x, i, &outer, &inner);
-        int64_t size = outer * inner * (r->axes[i].out_len > r->axes[i].in_len ? r->axes[i].out_len : r->axes[i].in_len);
+        int64_t size =
+            outer * inner * (r->axes[i].out_len > r->axes[i].in_len ? r->axes[i].out_len : r->axes[i].in_len);
         most = size > most ? size : most;
     }
     double *buf[2] = {ir_malloc(sizeof(double) * (size_t)most), ir_malloc(sizeof(double) * (size_t)most)};

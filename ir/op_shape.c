@@ -352,16 +352,21 @@ static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end
     const char *op = op_table[n->op].name;
     *out = *x;
     for (int k = 0; k < x->rank; k++) {
-        int64_t dim = x->dims[k], b = a->ints[k], e = a->ints[k + x->rank];
-        /* in double first: pads may be anything an int64 holds */
-        double size = (double)dim + (double)b + (double)e;
+        int64_t dim = x->dims[k], b = a->ints[k], e = a->ints[k + x->rank], size;
+        /* pads may be anything an int64 holds */
+        if (!ck_add(dim, b, &size))
+            return attr_too_large(n, "pads", k, b, NULL, d);
+        if (!ck_add(size, e, &size))
+            return attr_too_large(n, "pads", k + x->rank, e, NULL, d);
         if (size < 1)
             return diag_error(d, a->loc,
                               "%s: pads %lld and %lld leave nothing of dimension %d (size %lld) of x", op,
                               (long long)b, (long long)e, k, (long long)dim);
-        if (size > (double)(1LL << 40))
+        if (size > KILN_MAX_NUMEL)
             return diag_error(d, a->loc, "%s: the result is too large", op);
-        int64_t kept = dim + (b < 0 ? b : 0) + (e < 0 ? e : 0);
+        int64_t kept;
+        if (!ck_add(dim, b < 0 ? b : 0, &kept) || !ck_add(kept, e < 0 ? e : 0, &kept))
+            kept = -1; /* cropped by more than an int64 holds */
         if (kept < (mode == PAD_CONSTANT ? 0 : 1))
             return diag_error(d, a->loc,
                               "%s: pads %lld and %lld crop more than dimension %d (size %lld) of x", op,
@@ -373,7 +378,7 @@ static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end
                               op, (long long)b, (long long)e, k, (long long)kept);
         begin[k] = b;
         end[k] = e;
-        out->dims[k] = dim + b + e;
+        out->dims[k] = size;
     }
     return check_size(n, out, d);
 }

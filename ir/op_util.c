@@ -1,6 +1,7 @@
 /* Helpers shared by the shape inference functions and reference kernels. */
 #include "ops_impl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const Type *in_type(const Graph *g, const Node *n, int i) {
@@ -52,11 +53,15 @@ Loc attr_loc(const Node *n, const char *name) {
     return a->set ? a->loc : n->loc;
 }
 
-int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
-    for (int i = 0; i < count; i++)
+int check_size_attr(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
+    for (int i = 0; i < count; i++) {
         if (v[i] < min)
             return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
                               op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
+        /* no dim of any tensor is larger, so neither is any sensible window, pad or stride */
+        if (v[i] > KILN_MAX_NUMEL)
+            return attr_too_large(n, name, i, v[i], NULL, d);
+    }
     return 0;
 }
 
@@ -64,14 +69,45 @@ bool too_large(double numel) {
     return numel > (double)KILN_MAX_NUMEL;
 }
 
+bool checked_numel(const Type *t, int64_t *numel) {
+    /* an empty dim counts as 1 in the bound, so that every stride of the other dims
+       fits too, whatever they are */
+    int64_t m = 1;
+    bool empty = false;
+    for (int k = 0; k < t->rank; k++) {
+        if (t->dims[k] < 0 || !ck_mul(m, t->dims[k] ? t->dims[k] : 1, &m) || m > KILN_MAX_NUMEL)
+            return false;
+        empty = empty || t->dims[k] == 0;
+    }
+    *numel = empty ? 0 : m;
+    return true;
+}
+
 int check_size(const Node *n, const Type *t, Diag *d) {
-    double numel = 1;
+    const char *op = op_table[n->op].name;
+    if (t->rank < 0 || t->rank > KILN_MAX_RANK)
+        return diag_error(d, n->loc, "%s: the result's rank %d is not between 0 and %d", op, t->rank,
+                          KILN_MAX_RANK);
     for (int k = 0; k < t->rank; k++)
-        numel *= (double)t->dims[k];
-    if (too_large(numel))
-        return diag_error(d, n->loc, "%s: the result is too large (%.0f elements)", op_table[n->op].name,
-                          numel);
+        if (t->dims[k] < 0)
+            return diag_error(d, n->loc, "%s: dim %d of the result would be %lld", op, k,
+                              (long long)t->dims[k]);
+    int64_t numel;
+    if (!checked_numel(t, &numel))
+        return diag_error(d, n->loc, "%s: the result %s is too large (more than %lld elements)", op, tstr(t),
+                          (long long)KILN_MAX_NUMEL);
     return 0;
+}
+
+int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char *why, Diag *d) {
+    char at[24] = "";
+    if (i >= 0)
+        snprintf(at, sizeof at, "[%d]", i);
+    return diag_error(d, attr_loc(n, name), "%s: %s%s = %lld %s", op_table[n->op].name, name, at,
+                      (long long)v,
+                      why     ? why
+                      : v < 0 ? "is too small"
+                              : "is too large");
 }
 
 int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d) {

@@ -77,11 +77,20 @@ bool broadcasts_to(const Type *t, const Type *to);
 bool layout_is_nhwc(const Node *n);
 /* Where to point at attribute `name`: its own text when written, else the op. */
 Loc attr_loc(const Node *n, const char *name);
-/* Every v[i] (of the list attribute `name`) at least min; -1 after a diagnostic. */
-int check_min(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d);
-/* A result no larger than the parser allows a declared tensor; -1 after a diagnostic. */
+/* Every v[i] (of the list attribute `name`, a size, window, pad or stride) at least min
+ * and at most KILN_MAX_NUMEL; -1 after a diagnostic naming the attribute and value. */
+int check_size_attr(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d);
+/* A result of rank at most KILN_MAX_RANK, every dim >= 0 and no larger than the parser
+ * allows a declared tensor (KILN_MAX_NUMEL); -1 after a diagnostic. */
 int check_size(const Node *n, const Type *t, Diag *d);
 bool too_large(double numel);
+/* t's element count into *numel, computed with ck_mul; false when a dim is negative or
+ * the count (with empty dims counted as 1) passes KILN_MAX_NUMEL. */
+bool checked_numel(const Type *t, int64_t *numel);
+/* "OP: NAME[i] = V WHY" at the attribute (no [i] when i < 0; WHY NULL: "is too large",
+ * or "is too small" for a negative V);
+ * returns -1. For a number of the model whose arithmetic overflowed. */
+int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char *why, Diag *d);
 /* A gradient op's dy and x of one rank: its list attributes have the length dy's
  * rank gives (the first input's), and are read as x's; -1 after a diagnostic. */
 int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d);

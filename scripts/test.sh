@@ -65,8 +65,8 @@ ctest_select=
 
 cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors fuzz_onnx fuzz_elf fuzz_names >/dev/null
-for f in parser npy safetensors onnx elf names; do
+cmake --build build-fuzz -j "$jobs" --target fuzz_parser fuzz_npy fuzz_safetensors fuzz_onnx fuzz_elf fuzz_names fuzz_shapes >/dev/null
+for f in parser npy safetensors onnx elf names shapes; do
   mkdir -p build-fuzz/corpus-$f
   if build-fuzz/tests/fuzz_$f -max_total_time=20 -max_len=4096 build-fuzz/corpus-$f tests/fuzz/corpus/$f \
        > build-fuzz/fuzz_$f.log 2>&1; then

@@ -56,5 +56,8 @@ rm -r "$ext" "$tmp/outside"
 # a shape input bound to a constant
 "$kiln" import "$dir/unbound_shape.onnx" --bind "shape=$dir/unbound_shape_bind.npy" -o "$tmp/bound.kiln" &&
   grep -q 'reshape(x, shape=\[3, 2\])' "$tmp/bound.kiln" || { echo "FAILED: --bind"; cat "$tmp/bound.kiln"; fail=1; }
+# a constant Slice with a step of INT64_MAX (its length once overflowed)
+"$kiln" import "$dir/hostile_slice_step_ok.onnx" -o "$tmp/slice.kiln" &&
+  grep -q 'reshape(x, shape=\[2\])' "$tmp/slice.kiln" || { echo "FAILED: hostile_slice_step_ok.onnx"; cat "$tmp/slice.kiln"; fail=1; }
 [ "$fail" -eq 0 ] && echo "all malformed files rejected as expected"
 exit $fail

@@ -104,4 +104,57 @@ save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2, 3])
      "output_type.onnx")
 save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
            [f32("x", [1, 2, 4, 4]), f32("w", [1, 3, 3, 3])], [f32("y", [1, 1, 2, 2])]), "shape_error.onnx")
+# Shape arithmetic on hostile attribute values (checked arithmetic, ir/ir.h ck_*): each
+# once overflowed int64, giving a crash, a negative dim or a wrapped plausible shape.
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1 << 62, 1 << 62, 0, 0])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1 << 40, 1 << 40, 0, 0])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads_result.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[1 << 62, 1 << 62])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_dilations.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", dilations=[1 << 40, 1], auto_pad="SAME_UPPER")],
+           [f32("x", [1, 1, 5, 5]), f32("w", [1, 1, 1 << 23 | 1, 1])], [f32("y", [1, 1, 5, 5])]),
+     "hostile_conv_same_extent.onnx")
+save(model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", strides=[(1 << 63) - 1] * 2,
+                             output_padding=[5, 5])],
+           [f32("x", [1, 2, 3, 3]), f32("w", [2, 2, 3, 3])], [f32("y", [1, 2, 6, 6])]),
+     "hostile_conv_transpose_stride.onnx")
+save(model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="convt", strides=[1 << 40, 1],
+                             auto_pad="SAME_UPPER")],
+           [f32("x", [1, 1, 1 << 23 | 1, 1]), f32("w", [1, 1, 1, 1])], [f32("y", [1, 1, 1, 1])]),
+     "hostile_conv_transpose_same.onnx")
+save(model([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3], strides=[1, 1],
+                             dilations=[(1 << 63) - 1, 1])],
+           [f32("x", [1, 1, 5, 5])], [f32("y", [1, 1, 3, 3])]), "hostile_max_pool_dilations.onnx")
+save(model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array([1 << 62, 4], dtype=np.int64), "reps")]), "hostile_tile_repeats.onnx")
+save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
+            helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array((1 << 63) - 1000, dtype=np.int64), "s"),
+            numpy_helper.from_array(np.array((1 << 63) - 1, dtype=np.int64), "l"),
+            numpy_helper.from_array(np.array(1, dtype=np.int64), "d")]), "hostile_range_overflow.onnx")
+save(model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="range"),
+            helper.make_node("Reshape", ["x", "r"], ["y"], name="reshape")], [f32("x", [2, 3])], [f32("y", [2, 3])],
+           [numpy_helper.from_array(np.array(np.nan, dtype=np.float32), "s"),
+            numpy_helper.from_array(np.array(4, dtype=np.float32), "l"),
+            numpy_helper.from_array(np.array(1, dtype=np.float32), "d")]), "hostile_range_nan.onnx")
+save(model([helper.make_node("DepthToSpace", ["x"], ["y"], name="d2s", blocksize=1 << 32)], [f32("x", [1, 4, 2, 2])],
+           [f32("y", [1, 1, 4, 4])]), "hostile_depth_to_space_blocksize.onnx")
+save(model([helper.make_node("Split", ["x", "split"], ["a", "b"], name="split", axis=0)], [f32("x", [4])],
+           [f32("a", [2]), f32("b", [2])],
+           [numpy_helper.from_array(np.array([(1 << 63) - 1, (1 << 63) - 1], dtype=np.int64), "split")]),
+     "hostile_split_sizes.onnx")
+save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[])],
+           [f32("x", [1, 2, 5, 5]), f32("w", [3, 2, 3, 3])], [f32("y", [1, 3, 3, 3])]), "hostile_conv_pads_empty.onnx")
+save(model([helper.make_node("Reshape", ["c", "c"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
+           [numpy_helper.from_array(np.array([1 << 19, 1 << 19, 4], dtype=np.int64), "c")]),
+     "hostile_reshape_const_shape.onnx")
+# must import: a Slice folded at import with a step of INT64_MAX takes one element
+save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
+           [numpy_helper.from_array(np.array([2, 3, 4, 5, 6], dtype=np.int64), "c"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "starts"),
+            numpy_helper.from_array(np.array([5], dtype=np.int64), "ends"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "axes"),
+            numpy_helper.from_array(np.array([(1 << 63) - 1], dtype=np.int64), "steps")]), "hostile_slice_step_ok.onnx")
 print("wrote", here)
