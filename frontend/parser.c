@@ -533,6 +533,16 @@ static int parse_literal_dim(Parser *p, const Type *t, int dim, float *out, int6
 }
 
 static int parse_literal(Parser *p, Node *n, const Type *t) {
+    /* A bracketed literal spells every value, each taking a byte and its comma at
+       least: a type it could never fill is refused before its memory is asked for. */
+    const SrcFile *src = p->lx.src;
+    size_t text_left = src->len - (size_t)(p->lx.p - src->text);
+    if (p->tok.kind == T_LBRACK && (uint64_t)type_numel(t) > (uint64_t)text_left / 2 + 1) {
+        char ty[160];
+        return diag_error(p->d, p->tok.loc,
+                          "a literal of type %s needs %lld values; the %zu bytes left cannot hold them",
+                          type_str(t, ty, sizeof ty), (long long)type_numel(t), text_left);
+    }
     n->data = tensor_new(t);
     if (!n->data)
         return diag_error(p->d, p->tok.loc, "out of memory");
@@ -655,7 +665,8 @@ static int parse_update(Parser *p) {
         return -1;
     const Node *def = g->nodes[g->values[param].node];
     if (def->op != OP_PARAM)
-        return diag_error(p->d, loc, "'%s' is not a param: only a param can be updated", g->values[param].name);
+        return diag_error(p->d, loc, "'%s' is not a param: only a param can be updated",
+                          g->values[param].name);
     const Update *first = graph_update_of(g, param);
     if (first) {
         diag_error(p->d, loc, "'%s' is updated twice", g->values[param].name);
@@ -703,7 +714,8 @@ static int parse_statement(Parser *p) {
         Lexer ahead = p->lx;
         Token next = lex_next(&ahead);
         if (next.kind == T_EQ || next.kind == T_COMMA)
-            return diag_error(p->d, t.loc, "'%.*s' is a keyword; quote it to use it as a name", t.len, t.start);
+            return diag_error(p->d, t.loc, "'%.*s' is a keyword; quote it to use it as a name", t.len,
+                              t.start);
     }
     if (tok_is(&t, "model")) {
         Loc loc;

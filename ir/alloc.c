@@ -2,12 +2,14 @@
  *
  * Every allocation in kiln goes through ir_malloc and friends, so a test can make
  * the N-th allocation fail (ir_fail_alloc_after) and check that the failure is
- * reported cleanly (the count is the calling thread's own). The arena hands out
+ * reported cleanly (the count is the calling thread's own), and no single
+ * allocation may exceed the machine's memory. The arena hands out
  * zeroed memory from large blocks that are freed together. */
 #include "ir.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Per thread: a test fails the allocations of the thread it arms, and compiles on
  * other threads go on undisturbed (and unraced). */
@@ -17,7 +19,27 @@ void ir_fail_alloc_after(long n) {
     allocs_left = n;
 }
 
-static bool may_allocate(void) {
+static _Thread_local size_t alloc_limit;
+
+void ir_set_alloc_limit(size_t bytes) {
+    alloc_limit = bytes;
+}
+
+/* A model may declare a tensor of up to KILN_MAX_NUMEL elements (4 TiB of f32),
+ * far more than any machine holds: a request beyond physical memory is refused
+ * rather than left for the OOM killer. The machine is asked only for large ones. */
+static bool fits_memory(size_t n) {
+    if (alloc_limit)
+        return n <= alloc_limit;
+    if (n < ((size_t)1 << 28))
+        return true;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages <= 0 || page <= 0 || n / (size_t)page <= (size_t)pages;
+}
+
+static bool may_allocate(size_t n) {
+    if (!fits_memory(n))
+        return false;
     if (allocs_left < 0)
         return true;
     if (allocs_left == 0)
@@ -27,13 +49,16 @@ static bool may_allocate(void) {
 }
 
 void *ir_malloc(size_t n) {
-    return may_allocate() ? malloc(n ? n : 1) : NULL;
+    return may_allocate(n) ? malloc(n ? n : 1) : NULL;
 }
 void *ir_calloc(size_t n, size_t size) {
-    return may_allocate() ? calloc(n ? n : 1, size ? size : 1) : NULL;
+    size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes))
+        return NULL;
+    return may_allocate(bytes) ? calloc(n ? n : 1, size ? size : 1) : NULL;
 }
 void *ir_realloc(void *p, size_t n) {
-    return may_allocate() ? realloc(p, n ? n : 1) : NULL;
+    return may_allocate(n) ? realloc(p, n ? n : 1) : NULL;
 }
 void ir_free(void *p) {
     free(p);

@@ -28,6 +28,10 @@ char *ir_strdup(const char *s);
 /* After n more successful allocations on the calling thread, every allocation of
  * that thread fails; n < 0 disables. Other threads are not affected. */
 void ir_fail_alloc_after(long n);
+/* The largest single allocation the calling thread may make, in bytes; 0 (the
+ * default) means the machine's physical memory. A larger request fails as out of
+ * memory: with overcommit it would succeed and end with the OOM killer once touched. */
+void ir_set_alloc_limit(size_t bytes);
 
 #define KILN_ASSERT(cond) ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
 _Noreturn void kiln_assert_fail(const char *cond, const char *file, int line);

@@ -233,8 +233,12 @@ static void run_lowering(Graph *g, Diag *d) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static FILE *devnull;
-    if (!devnull)
+    if (!devnull) {
         devnull = fopen("/dev/null", "w");
+        /* under libFuzzer's 2 GiB malloc limit: a model's huge tensor is then the
+           clean out-of-memory error it is on a machine with too little memory */
+        ir_set_alloc_limit((size_t)1 << 30);
+    }
     Bytes b = {data, size};
     Text t = {0};
     bool big = false;
