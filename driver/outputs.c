@@ -248,26 +248,12 @@ const char *outputs_temp(Outputs *s, int i, Diag *d) {
     return o->tmp;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 int outputs_write(Outputs *s, int i, const void *buf, size_t len, Diag *d) {
     const char *tmp = outputs_temp(s, i, d);
     if (!tmp)
         return -1;
     int fd = open(tmp, O_WRONLY | O_TRUNC);
-    int err = fd < 0 || write_all(fd, buf, len) != 0 ? errno : 0;
+    int err = fd < 0 || write_fully(fd, buf, len) != 0 ? errno : 0;
     if (fd >= 0 && close(fd) != 0 && !err)
         err = errno;
     if (err)
@@ -288,7 +274,7 @@ static int write_through(Output *o, Diag *d) {
     if (read_file_bytes(o->tmp, &buf, &len, d))
         return -1;
     int fd = o->fd >= 0 ? o->fd : open(o->path, O_WRONLY | O_NOCTTY);
-    int err = fd < 0 || write_all(fd, buf, len) != 0 ? errno : 0;
+    int err = fd < 0 || write_fully(fd, buf, len) != 0 ? errno : 0;
     if (fd >= 0 && o->fd < 0 && close(fd) != 0 && !err)
         err = errno;
     ir_free(buf);

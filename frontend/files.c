@@ -177,7 +177,8 @@ int open_beneath(const char *dir, const char *rel, const char **why) {
     }
 }
 
-static int write_all(int fd, const unsigned char *p, size_t len) {
+int write_fully(int fd, const void *buf, size_t len) {
+    const char *p = buf;
     while (len > 0) {
         ssize_t w = write(fd, p, len);
         if (w < 0 && errno == EINTR)
@@ -242,7 +243,7 @@ static int write_temp(const char *path, const void *buf, size_t len, char **tmp,
         return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(err));
     }
     int err = 0;
-    if (write_all(fd, buf, len) != 0 || fchmod(fd, new_file_mode()) != 0)
+    if (write_fully(fd, buf, len) != 0 || fchmod(fd, new_file_mode()) != 0)
         err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
