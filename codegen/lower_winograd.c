@@ -181,7 +181,7 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
     k->scratch_bytes = scratch_bytes;
     k->count = 16;
     k->grain = 1;
-    k->flops = lower_flops(5, (int64_t[]){2 * 16, tiles, c, o});
+    k->flops = lower_flops(4, (int64_t[]){2 * 16, tiles, c, o});
     char u_expr[64] = "table";
     if (w->u_at >= 0) {
         kernel_reads(k, n->in[1]); /* through U, which the scratch holds */
