@@ -53,22 +53,26 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
         show_line(d->out, loc);
 }
 
+static int count_error(Diag *d, Loc loc, bool internal, const char *fmt, va_list ap) {
+    report(d, loc, "error", fmt, ap);
+    d->errors++;
+    d->internal += internal;
+    return -1;
+}
+
 int diag_error(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    report(d, loc, "error", fmt, ap);
+    count_error(d, loc, false, fmt, ap);
     va_end(ap);
-    d->errors++;
     return -1;
 }
 
 int diag_internal(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    report(d, loc, "error", fmt, ap);
+    count_error(d, loc, true, fmt, ap);
     va_end(ap);
-    d->errors++;
-    d->internal++;
     return -1;
 }
 
