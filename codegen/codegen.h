@@ -26,6 +26,7 @@
 #define KILN_CODEGEN_H
 
 #include "../ir/ops_impl.h"
+#include "kir.h"
 
 /* ---- A growing string ---- */
 
@@ -85,11 +86,22 @@ typedef struct {
        The lowering sets it. */
     bool in_place;
     int64_t flops; /* FLOPs per run where lowering counts them (GEMMs), else 0 */
-    Str body;
-    /* K_GEMM: `batch` products of an [m, depth] A and a [depth, n] B (kernel_gemm). */
+    /* The body as kernel IR, and the builder a lowering appends to: inside the
+       PARALLEL loop over `i` (variable `iter`) for a K_LOOP, at the top for a K_CALL. */
+    KBody *ir; /* in the program's arena */
+    KBuilder b;
+    int iter;
+    /* K_GEMM: `batch` products of an [m, depth] A and a [depth, n] B (kernel_gemm),
+       scheduled for the target when lowering ends (gemm_schedule): load_a sets the
+       float variable gemm.v to A(bi, r, kk), load_b to B(bi, kk, q), and store
+       stores the float gemm.acc, the sum of element (bi, r, q). */
     int64_t batch, m, n, depth;
-    Str load_a, load_b;                /* statements setting `v` to A(bi, r, kk), B(bi, kk, q) */
+    KStmt *load_a, *load_b, *store;
+    struct {
+        int bi, r, q, kk, v, acc;
+    } gemm;
     bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
+    Str body; /* the body as text, for lowerings that print C */
 } Kernel;
 
 /* A buffer of the workspace: a value with the views and in-place results that share
@@ -133,6 +145,7 @@ typedef struct {
        is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
     bool blas;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
+    Arena arena; /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
        program's own, so that programs lowered on different threads share none */
     char names[8][80];
@@ -202,25 +215,39 @@ void append_term(char *e, size_t cap, const char *var, int64_t stride);
 /* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
 void float_literal(double v, char *buf, size_t n);
 
-/* Emits the statements computing expression e over the floats x0, x1, ... (its
- * $0, $1, ...), each call as its op's own kernel computes it, and writes into r the
- * C expression of the result: a variable tN (*next counts them), an xK or a literal. */
-void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap);
+/* The formula of unary op node n (or an expression's call of one) over $0. */
+void unary_formula(const Node *n, char *e, size_t cap);
+/* The formula of a binary op over $0 and $1. */
+const char *binary_formula(OpId op);
 
-/* Emits the loop finishing a tile of `rows` x `cols` elements of fused op n's result
- * at the float pointer `tile`, element (r, q) at tile[r * ld + q * step]: adds
- * bias[bias_at] (an expression of r and q; bias_at NULL: none), then computes the
+/* Text forms of kb_tile_epilogue and kb_gemm_store, for lowerings that print C
+ * (lower_text.c): bias and bias_at are text, rows and cols expressions, `tile` a
+ * float pointer in the body; the store at `at` from the float `acc`. */
+void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step);
+void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
+                     const char *at);
+/* A K_GEMM kernel's loads and store from text (the Strs are freed). */
+void kernel_gemm_text(Kernel *k, Str *load_a, Str *load_b, Str *store);
+/* Lets computing expression e over inputs ($0, $1, ... as the given expressions),
+ * one `tN` per call (*next counts them), each with its op's own formula, so a fused
+ * op computes exactly what its own kernel computes; returns the result. */
+KExpr *kb_expr(KBuilder *b, const Expr *e, KExpr *const *inputs, int *next);
+
+/* The loop finishing a tile of rows x cols elements of fused op n's result in
+ * buffer `tile` at tile_at, element (r, q) at tile_at + r * ld + q * step: adds
+ * the bias value's element bias_at(r, q) (bias < 0: none), then computes the
  * epilogue (NULL: none) with $0 the element and each of n's inputs from
  * expr_first_input(n) on read at the element's offset in the result. Nothing when
  * there is neither. */
-void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step);
+void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, int bias,
+                      KExpr *(*bias_at)(KBuilder *b, KExpr *r, KExpr *q, const void *ctx), const void *ctx,
+                      int tile, KExpr *tile_at, KExpr *rows, KExpr *cols, int64_t ld, int64_t step);
 
-/* Emits the store of a K_GEMM element's sum `acc` into n's result at offset `at`
- * (an expression of bi, r and q), adding `bias` (an element expression, or NULL)
- * and computing the epilogue (NULL: none) as emit_tile_epilogue does. */
-void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                     const char *at);
+/* The store block of K_GEMM kernel k: its sum acc plus `bias` (NULL: none), with
+ * the epilogue (NULL: none) as kb_tile_epilogue computes it, into n's result at
+ * `at` (an expression of the variables bi, r and q). */
+void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at);
 
 typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 
@@ -263,14 +290,16 @@ int lower_resample_grad(Program *p, const Node *n, Diag *d);
 
 /* What differs between the languages kernels are written in. */
 typedef struct {
-    const char *name;        /* "c" */
-    const char *kernel_decl; /* before a kernel's name: "static void" */
-    const char *params;      /* after it: "(const KilnArgs *args, int64_t begin, int64_t end)" */
-    const char *args;        /* how the body reaches the arguments: "args->" */
-    const char *restrict_kw; /* "restrict " */
-    const char *loop_open;   /* around a LOOP kernel's body, iteration `i` */
-    const char *loop_close;
-    const char *call_open; /* before a CALL kernel's body */
+    const char *name;          /* "c" */
+    const char *kernel_decl;   /* before a kernel's name: "static void" */
+    const char *params;        /* after it: "(const KilnArgs *args, int64_t begin, int64_t end)" */
+    const char *args;          /* how the body reaches the arguments: "args->" */
+    const char *restrict_kw;   /* "restrict " */
+    const char *parallel_open; /* a PARALLEL loop over `i`, before its block */
+    const char *call_open;     /* before a CALL kernel's body */
+    const char *barrier;       /* a barrier statement, where there is one */
+    const char *vector_hint;   /* before a VECTOR loop, or NULL */
+    const char *launch_bounds; /* CUDA: the attribute giving a GEMM kernel's block size */
 } Lang;
 
 extern const Lang lang_c, lang_cuda;
@@ -297,6 +326,25 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d);
  * (cuda/cuda_rt.c), the kernel source as a string (or, emulated, declarations of
  * the kernels compiled beside it), the launches, the weights and `kiln_model`. */
 int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *out, Diag *d);
+
+/* ---- GEMM schedules (gemm.c) ---- */
+
+/* CUDA: a K_GEMM kernel's block of threads, and the square tile of the result it computes. */
+enum { GEMM_BLOCK = 256, GEMM_TILE = 64 };
+/* Builds a K_GEMM kernel's body from its loads and store for p's target. */
+void gemm_schedule(const Program *p, Kernel *k);
+
+/* ---- Kernel IR (kir_print.c) ---- */
+
+/* A kernel body as source in language l, indented. */
+void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int indent);
+/* A kernel body as text for people (kiln compile --dump-dir). */
+void kir_dump(const Program *p, const KBody *kb, Str *out);
+/* Whether the body names value id (or KIR_SCRATCH, KIR_TABLE). */
+enum { KIR_SCRATCH = -1000, KIR_TABLE = -1001 };
+bool kir_uses_value(const KBody *kb, int value);
+/* The program's kernel IR as text, one kernel after another. */
+void program_dump_kir(const Program *p, Str *out);
 
 /* What the emitters share (emit_c.c). */
 void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out);

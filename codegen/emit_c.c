@@ -28,9 +28,9 @@ const Lang lang_c = {
     .params = "(const KilnArgs *args, int64_t begin, int64_t end)",
     .args = "args->",
     .restrict_kw = "restrict ",
-    .loop_open = "for (int64_t i = begin; i < end; i++) {",
-    .loop_close = "}",
+    .parallel_open = "for (int64_t i = begin; i < end; i++)",
     .call_open = "(void)begin, (void)end;",
+    .vector_hint = "#pragma clang loop vectorize(enable)",
 };
 
 /* The expression for a value's buffer, as a float pointer. */
@@ -78,10 +78,16 @@ static bool shares_memory(const Program *p, const Kernel *k, int v) {
     return false;
 }
 
+/* Whether the kernel's body names value v (or KIR_SCRATCH, KIR_TABLE). */
+static bool body_uses(const Kernel *k, int v) {
+    return kir_has_text(k->ir->body) || kir_uses_value(k->ir, v);
+}
+
 void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     char expr[128];
     for (int r = 0; r < k->n_reads; r++)
-        if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r])) {
+        if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r]) &&
+            body_uses(k, k->reads[r])) {
             buffer_expr(p, l, k->reads[r], expr, sizeof expr);
             str_printf(out, "    const float *%s%s = %s;\n",
                        shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw, value_name(p, k->reads[r]),
@@ -89,6 +95,8 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
         }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
+        if (!body_uses(k, v))
+            continue;
         if (v < 0)
             str_printf(out, "    float *%sout%d = %sout[%d];\n", l->restrict_kw, -1 - v, l->args, -1 - v);
         else {
@@ -97,55 +105,32 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
                        value_name(p, v), expr);
         }
     }
-    if (k->scratch_bytes)
+    if (k->scratch_bytes && body_uses(k, KIR_SCRATCH))
         str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args,
                    (long long)(k->scratch / 4));
-    if (k->table_bytes)
+    if (k->table_bytes && body_uses(k, KIR_TABLE))
         str_printf(out, "    const float *%stable = %swt + %lld;\n", l->restrict_kw, l->args,
                    (long long)(k->table / 4));
 }
 
-/* A K_GEMM kernel in C, where there is no BLAS: one iteration per row of a batch
- * item's result, each element a dot product of A's row and B's column as the
- * lowering loads them. */
-static void emit_gemm_loops(const Program *p, const Kernel *k, Str *out) {
-    c_comment(out, "%s", k->comment);
-    str_printf(out, "\n%s %s%s {\n", lang_c.kernel_decl, k->name, lang_c.params);
-    emit_kernel_decls(p, &lang_c, k, out);
-    str_printf(out,
-               "    for (int64_t i = begin; i < end; i++) {\n"
-               "        int64_t bi = i / %lld, r = i %% %lld;\n"
-               "        (void)bi;\n"
-               "        for (int64_t q = 0; q < %lld; q++) {\n"
-               "            float acc = 0.0f;\n"
-               "            for (int64_t kk = 0; kk < %lld; kk++) {\n"
-               "                float v, a;\n"
-               "                {\n",
-               (long long)k->m, (long long)k->m, (long long)k->n, (long long)k->depth);
-    indent_lines(out, k->load_a.s, 20);
-    str_printf(out, "                }\n                a = v;\n                {\n");
-    indent_lines(out, k->load_b.s, 20);
-    str_printf(out, "                }\n                acc += a * v;\n            }\n");
-    indent_lines(out, k->body.s, 12);
-    str_printf(out, "        }\n    }\n}\n\n");
+/* Whether a body has the PARALLEL loop of a kernel's iterations. */
+static bool has_parallel_loop(const KBody *kb) {
+    for (const KStmt *s = kb->body; s; s = s->next)
+        if (s->kind == KS_FOR && (s->flags & K_PARALLEL))
+            return true;
+    return false;
 }
 
 void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
-    if (k->kind == K_GEMM && l == &lang_c) {
-        emit_gemm_loops(p, k, out);
-        return;
-    }
     c_comment(out, "%s", k->comment);
-    str_printf(out, "\n%s %s%s {\n", l->kernel_decl, k->name, l->params);
+    str_printf(out, "\n%s ", l->kernel_decl);
+    if (k->kind == K_GEMM && l->launch_bounds)
+        str_printf(out, "%s(%d) ", l->launch_bounds, GEMM_BLOCK);
+    str_printf(out, "%s%s {\n", k->name, l->params);
     emit_kernel_decls(p, l, k, out);
-    if (k->kind == K_LOOP) {
-        str_printf(out, "    %s\n", l->loop_open);
-        indent_lines(out, k->body.s, 8);
-        str_printf(out, "    %s\n", l->loop_close);
-    } else {
+    if (!has_parallel_loop(k->ir))
         str_printf(out, "    %s\n", l->call_open);
-        indent_lines(out, k->body.s, 4);
-    }
+    kir_print(p, l, k->ir, out, 4);
     str_printf(out, "}\n\n");
 }
 
@@ -209,9 +194,17 @@ void emit_profile_tables(const Program *p, Str *out) {
                p->n_kernels);
 }
 
+static bool calls_blas(const KStmt *s) {
+    for (; s; s = s->next)
+        if ((s->kind == KS_CALL && strncmp(s->name, "cblas_", 6) == 0) ||
+            (s->kind == KS_TEXT && strstr(s->name, "cblas_")) || calls_blas(s->body) || calls_blas(s->orelse))
+            return true;
+    return false;
+}
+
 static bool uses_blas(const Program *p) {
     for (int k = 0; k < p->n_kernels; k++)
-        if (p->kernels[k].body.s && strstr(p->kernels[k].body.s, "cblas_"))
+        if (calls_blas(p->kernels[k].ir->body))
             return true;
     return false;
 }

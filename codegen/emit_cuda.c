@@ -4,13 +4,8 @@
  * Kernel bodies come from lowering unchanged, as for C; only the language
  * description differs: a LOOP kernel gives each iteration a thread (256 a block),
  * a CALL kernel runs as one thread, and the arguments are one KilnArgs by value.
- * A K_GEMM kernel (lower.c's kernel_gemm) becomes a tiled GEMM: each block of 256
- * threads computes a 64 x 64 tile of one batch item's product, staging 16-deep
- * slices of A and B in shared memory (A(r, kk) for 64 rows, B(kk, q) for 64
- * columns, loaded along whichever index is contiguous in memory), each thread
- * accumulating a 4 x 4 grid of elements 16 apart in registers, then storing each
- * element through the lowering's body (bias, epilogue). Grid: x the row tiles, y
- * the column tiles, z the batch.
+ * A K_GEMM kernel is a tiled GEMM (gemm.c's schedule), launched with a grid of x
+ * the row tiles, y the column tiles, z the batch.
  *
  * The host code is C: the CUDA runtime (cuda/cuda_rt.c) and the model's tables,
  * with the kernel source as a string that NVRTC compiles when an instance is
@@ -24,7 +19,7 @@
 extern const char kiln_cuda_runtime_text[];
 extern const char kiln_cuda_emulate_text[];
 
-enum { BLOCK = 256, TILE = 64, TILE_DEPTH = 16, MAX_GRID_YZ = 65535 };
+enum { BLOCK = 256, MAX_GRID_YZ = 65535 };
 static const int64_t MAX_GRID_X = 2147483647;
 
 const Lang lang_cuda = {
@@ -33,9 +28,10 @@ const Lang lang_cuda = {
     .params = "(KilnArgs args, int64_t count)",
     .args = "args.",
     .restrict_kw = "__restrict__ ",
-    .loop_open = "int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count) {",
-    .loop_close = "}",
+    .parallel_open = "int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count)",
     .call_open = "(void)count;",
+    .barrier = "__syncthreads();",
+    .launch_bounds = "__launch_bounds__",
 };
 
 static const char *const args_struct = "typedef struct {\n"
@@ -45,66 +41,6 @@ static const char *const args_struct = "typedef struct {\n"
                                        "    const float *wt;\n"
                                        "    float *st;\n"
                                        "} KilnArgs;\n\n";
-
-/* The loop staging one 16-deep slice of an operand in shared memory: `tile` gets
- * element (index, kk) at [kk - tile_k][index - base], zero outside the matrix. */
-static void emit_stage(Str *out, const char *tile, const char *index, const char *base, int64_t extent,
-                       int64_t depth, bool depth_inner, const Str *load) {
-    str_printf(out, "        for (int l = threadIdx.x; l < %d; l += %d) {\n", TILE * TILE_DEPTH, BLOCK);
-    if (depth_inner) /* consecutive threads read consecutive kk */
-        str_printf(out, "            int kl = l %% %d, il = l / %d;\n", TILE_DEPTH, TILE_DEPTH);
-    else
-        str_printf(out, "            int kl = l / %d, il = l %% %d;\n", TILE, TILE);
-    str_printf(out, "            int64_t %s = %s + il, kk = tile_k + kl;\n", index, base);
-    str_printf(out, "            float v = 0.0f;\n");
-    str_printf(out, "            if (%s < %lld && kk < %lld) {\n", index, (long long)extent,
-               (long long)depth);
-    indent_lines(out, load->s ? load->s : "", 16);
-    str_printf(out, "            }\n            %s[kl][il] = v;\n        }\n", tile);
-}
-
-static void emit_gemm(const Program *p, const Kernel *k, Str *out) {
-    c_comment(out, "%s", k->comment);
-    str_printf(out, "\n%s __launch_bounds__(%d) %s%s {\n", lang_cuda.kernel_decl, BLOCK, k->name,
-               lang_cuda.params);
-    emit_kernel_decls(p, &lang_cuda, k, out);
-    /* a row of 65: staging along kk writes a column without bank conflicts */
-    str_printf(out,
-               "    __shared__ float tile_a[%d][%d], tile_b[%d][%d];\n"
-               "    (void)count;\n"
-               "    const int64_t bi = blockIdx.z, tile_r = (int64_t)blockIdx.x * %d, tile_q = "
-               "(int64_t)blockIdx.y * %d;\n"
-               "    const int tx = threadIdx.x %% 16, ty = threadIdx.x / 16;\n"
-               "    float sums[4][4] = {{0.0f}};\n"
-               "    (void)bi;\n",
-               TILE_DEPTH, TILE + 1, TILE_DEPTH, TILE + 1, TILE, TILE);
-    str_printf(out, "    for (int64_t tile_k = 0; tile_k < %lld; tile_k += %d) {\n", (long long)k->depth,
-               TILE_DEPTH);
-    emit_stage(out, "tile_a", "r", "tile_r", k->m, k->depth, k->a_depth_inner, &k->load_a);
-    emit_stage(out, "tile_b", "q", "tile_q", k->n, k->depth, k->b_depth_inner, &k->load_b);
-    str_printf(out,
-               "        __syncthreads();\n"
-               "        for (int kl = 0; kl < %d; kl++) {\n"
-               "            float a[4], b[4];\n"
-               "            for (int u = 0; u < 4; u++) {\n"
-               "                a[u] = tile_a[kl][ty + 16 * u];\n"
-               "                b[u] = tile_b[kl][tx + 16 * u];\n"
-               "            }\n"
-               "            for (int u = 0; u < 4; u++)\n"
-               "                for (int w = 0; w < 4; w++)\n"
-               "                    sums[u][w] += a[u] * b[w];\n"
-               "        }\n"
-               "        __syncthreads();\n"
-               "    }\n"
-               "    for (int u = 0; u < 4; u++)\n"
-               "        for (int w = 0; w < 4; w++) {\n"
-               "            int64_t r = tile_r + ty + 16 * u, q = tile_q + tx + 16 * w;\n"
-               "            if (r < %lld && q < %lld) {\n"
-               "                float acc = sums[u][w];\n",
-               TILE_DEPTH, (long long)k->m, (long long)k->n);
-    indent_lines(out, k->body.s ? k->body.s : "", 16);
-    str_printf(out, "            }\n        }\n}\n\n");
-}
 
 int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     c_comment(out, "Generated by kiln from model '%s': its kernels for the CUDA target.", p->g->name);
@@ -121,12 +57,8 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);
-    for (int k = 0; k < p->n_kernels; k++) {
-        if (p->kernels[k].kind == K_GEMM)
-            emit_gemm(p, &p->kernels[k], out);
-        else
-            emit_kernel(p, &lang_cuda, &p->kernels[k], out);
-    }
+    for (int k = 0; k < p->n_kernels; k++)
+        emit_kernel(p, &lang_cuda, &p->kernels[k], out);
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating CUDA");
     return 0;
@@ -143,10 +75,10 @@ static int launch_of(const Kernel *k, int64_t grid[3], int *block, Diag *d) {
         grid[0] = (k->count + BLOCK - 1) / BLOCK;
         *block = BLOCK;
     } else if (k->kind == K_GEMM) {
-        grid[0] = (k->m + TILE - 1) / TILE;
-        grid[1] = (k->n + TILE - 1) / TILE;
+        grid[0] = (k->m + GEMM_TILE - 1) / GEMM_TILE;
+        grid[1] = (k->n + GEMM_TILE - 1) / GEMM_TILE;
         grid[2] = k->batch;
-        *block = BLOCK;
+        *block = GEMM_BLOCK;
     }
     if (grid[0] > MAX_GRID_X || grid[1] > MAX_GRID_YZ || grid[2] > MAX_GRID_YZ)
         return diag_error(d, k->node->loc,

@@ -145,7 +145,8 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
                what ? what : "", what ? ")" : "");
     k->reads = ir_calloc((size_t)n->n_in + 1, sizeof(int));
     k->writes = ir_calloc((size_t)n->n_out + 1, sizeof(int));
-    if (name.oom || comment.oom || !k->reads || !k->writes) {
+    k->ir = arena_alloc(&p->arena, sizeof *k->ir);
+    if (name.oom || comment.oom || !k->reads || !k->writes || !k->ir) {
         str_free(&name), str_free(&comment), ir_free(k->reads), ir_free(k->writes);
         return NULL;
     }
@@ -154,6 +155,9 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
             *c = '_';
     k->name = name.s;
     k->comment = comment.s;
+    kb_init(&k->b, &p->arena, k->ir);
+    if (kind == K_LOOP) /* [0, count): kernel_finish sets the bound once count is known */
+        k->iter = kb_for(&k->b, "i", KT_I64, k_int(&k->b, 0), NULL, NULL, K_PARALLEL);
     p->n_kernels++;
     return k;
 }
@@ -197,6 +201,16 @@ Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, 
     if (!k)
         return NULL;
     k->kind = K_GEMM;
+    k->b = (KBuilder){0}; /* the schedule builds the body; the lowering, three blocks */
+    *k->ir = (KBody){0};
+    kb_init(&k->b, &p->arena, k->ir);
+    KBuilder *b = &k->b;
+    k->gemm.bi = kb_new_var(b, "bi", KT_I64);
+    k->gemm.r = kb_new_var(b, "r", KT_I64);
+    k->gemm.q = kb_new_var(b, "q", KT_I64);
+    k->gemm.kk = kb_new_var(b, "kk", KT_I64);
+    k->gemm.v = kb_new_var(b, "v", KT_F32);
+    k->gemm.acc = kb_new_var(b, "acc", KT_F32);
     k->batch = batch;
     k->m = m;
     k->n = cols;
@@ -451,6 +465,32 @@ static int mark_views(Program *p) {
     return 0;
 }
 
+/* Closes a lowered kernel's IR: its loop, its GEMM schedule; then drops dead lets
+ * and verifies it. An ill-formed body is kiln's own bug, reported as internal. */
+static int kernel_finish(Program *p, Kernel *k, Diag *d) {
+    if (k->body.oom)
+        return diag_error(d, k->node->loc, "out of memory");
+    KBuilder *b = &k->b;
+    if (k->body.s) /* a body printed as text */
+        kb_text(b, k->body.s);
+    if (k->kind == K_GEMM)
+        gemm_schedule(p, k);
+    else if (k->kind == K_LOOP) {
+        kb_end(b);
+        if (k->ir->body && k->ir->body->kind == KS_FOR)
+            k->ir->body->hi = k_int(b, k->count);
+    }
+    if (b->oom)
+        return diag_error(d, k->node->loc, "out of memory");
+    char why[160];
+    if (b->misuse || b->depth != 0)
+        return diag_internal(d, k->node->loc, "kernel %s: its IR's blocks are not closed", k->name);
+    kir_simplify(k->ir);
+    if (kir_verify(k->ir, p->target == TARGET_CUDA ? KIR_CUDA : KIR_C, why, sizeof why))
+        return diag_internal(d, k->node->loc, "kernel %s: %s", k->name, why);
+    return 0;
+}
+
 Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
@@ -496,19 +536,18 @@ Program *program_lower(Graph *g, const TensorList *weights, Target target, bool 
             diag_error(d, n->loc, "%s cannot be compiled yet; use --target interp", op_table[n->op].name);
             goto fail;
         }
-        int first = p->n_kernels;
         if (lower(p, n, d))
             goto fail;
-        for (int k = first; k < p->n_kernels; k++)
-            if (p->kernels[k].body.oom || p->kernels[k].load_a.oom || p->kernels[k].load_b.oom) {
-                diag_error(d, n->loc, "out of memory");
-                goto fail;
-            }
     }
     for (int c = 0; c < n_copies; c++)
         if (copy_to_output(p, g->outputs[copies[c]], copies[c], d))
             goto fail;
-    if (lower_updates(p, d) || plan_memory(p, memplan, d))
+    if (lower_updates(p, d))
+        goto fail;
+    for (int k = 0; k < p->n_kernels; k++)
+        if (kernel_finish(p, &p->kernels[k], d))
+            goto fail;
+    if (plan_memory(p, memplan, d))
         goto fail;
     return p;
 oom:
@@ -527,9 +566,8 @@ void program_free(Program *p) {
         ir_free(p->kernels[k].reads);
         ir_free(p->kernels[k].writes);
         str_free(&p->kernels[k].body);
-        str_free(&p->kernels[k].load_a);
-        str_free(&p->kernels[k].load_b);
     }
+    arena_free(&p->arena);
     ir_free(p->kernels);
     ir_free(p->plan.bufs);
     ir_free(p->plan.buffer);

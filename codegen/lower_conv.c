@@ -625,7 +625,8 @@ static int conv_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
         }
     }
     char bias[128] = "", at[256];
-    Str *a = &k->load_a, *b = &k->load_b, *x_side = c->nhwc ? a : b, *w_side = c->nhwc ? b : a;
+    Str la = {0}, lb = {0}, store = {0};
+    Str *a = &la, *b = &lb, *x_side = c->nhwc ? a : b, *w_side = c->nhwc ? b : a;
     const char *o = c->nhwc ? "q" : "r", *flat_pos = c->nhwc ? "pos" : "q";
     /* the x side: its element's batch item (only where x has a batch, as x_offset
        names b only then), tap and channel */
@@ -672,7 +673,8 @@ static int conv_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
         if (c->bn[0])
             snprintf(bias, sizeof bias, "%s[bi %% %lld * %lld + r]", c->bn, G, (long long)og);
     }
-    emit_gemm_store(&k->body, p, n, c->epilogue, bias[0] ? bias : NULL, at);
+    emit_gemm_store(&store, p, n, c->epilogue, bias[0] ? bias : NULL, at);
+    kernel_gemm_text(k, &la, &lb, &store);
     return 0;
 }
 
@@ -683,12 +685,13 @@ static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
     Kernel *k = kernel_gemm(p, n, NULL, c->groups, og, depth, c->y.n * positions, d);
     if (!k)
         return -1;
+    Str la = {0}, lb = {0}, store = {0};
     if (c->nhwc)
-        str_printf(&k->load_a, "v = %s[kk * %lld + bi * %lld + r];\n", c->yn, (long long)c->y.c, (long long)og);
+        str_printf(&la, "v = %s[kk * %lld + bi * %lld + r];\n", c->yn, (long long)c->y.c, (long long)og);
     else
-        str_printf(&k->load_a, "v = %s[kk / %lld * %lld + (bi * %lld + r) * %lld + kk %% %lld];\n", c->yn, positions,
+        str_printf(&la, "v = %s[kk / %lld * %lld + (bi * %lld + r) * %lld + kk %% %lld];\n", c->yn, positions,
                    (long long)c->y.sn, (long long)og, positions, positions);
-    Str *s = &k->load_b;
+    Str *s = &lb;
     if (c->x.n > 1)
         str_printf(s, "int64_t b = kk / %lld;\n", positions);
     str_printf(s, "int64_t pos = kk %% %lld;\n", positions);
@@ -701,7 +704,8 @@ static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
     k->a_depth_inner = k->b_depth_inner = !c->nhwc;
     char at[128];
     snprintf(at, sizeof at, "(bi * %lld + r) * %lld + q", (long long)og, (long long)depth);
-    emit_gemm_store(&k->body, p, n, NULL, NULL, at);
+    emit_gemm_store(&store, p, n, NULL, NULL, at);
+    kernel_gemm_text(k, &la, &lb, &store);
     return 0;
 }
 

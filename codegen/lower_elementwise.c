@@ -26,50 +26,50 @@ static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     return k;
 }
 
-/* The expression of a unary op applied to `x` (a float). Clamps are written as
+/* The formula of a unary op over its operand $0 (a float). Clamps are written as
  * comparisons and selects rather than fminf/fmaxf, whose NaN rules keep GCC from
  * vectorizing them; a NaN passes through every op, as in the interpreter (a NaN
  * that hardsigmoid's alpha x + beta makes from a finite x clamps to 1, as fmin does). */
-static void unary_expr(const Node *n, char *e, size_t cap) {
+void unary_formula(const Node *n, char *e, size_t cap) {
     char a[48], b[48], h[128];
     switch (n->op) {
-    case OP_RELU: snprintf(e, cap, "x > 0.0f ? x : (x == x ? 0.0f : x)"); break;
-    case OP_SIGMOID: snprintf(e, cap, "1.0f / (1.0f + expf(-x))"); break;
-    case OP_TANH: snprintf(e, cap, "tanhf(x)"); break;
-    case OP_EXP: snprintf(e, cap, "expf(x)"); break;
-    case OP_LOG: snprintf(e, cap, "logf(x)"); break;
-    case OP_SQRT: snprintf(e, cap, "sqrtf(x)"); break;
-    case OP_NEG: snprintf(e, cap, "-x"); break;
-    case OP_ABS: snprintf(e, cap, "fabsf(x)"); break;
-    case OP_ERF: snprintf(e, cap, "erff(x)"); break;
+    case OP_RELU: snprintf(e, cap, "$0 > 0.0f ? $0 : ($0 == $0 ? 0.0f : $0)"); break;
+    case OP_SIGMOID: snprintf(e, cap, "1.0f / (1.0f + expf(-$0))"); break;
+    case OP_TANH: snprintf(e, cap, "tanhf($0)"); break;
+    case OP_EXP: snprintf(e, cap, "expf($0)"); break;
+    case OP_LOG: snprintf(e, cap, "logf($0)"); break;
+    case OP_SQRT: snprintf(e, cap, "sqrtf($0)"); break;
+    case OP_NEG: snprintf(e, cap, "-$0"); break;
+    case OP_ABS: snprintf(e, cap, "fabsf($0)"); break;
+    case OP_ERF: snprintf(e, cap, "erff($0)"); break;
     case OP_LEAKY_RELU:
         float_literal(node_float(n, "alpha"), a, sizeof a);
-        snprintf(e, cap, "x < 0.0f ? %s * x : x", a);
+        snprintf(e, cap, "$0 < 0.0f ? %s * $0 : $0", a);
         break;
     case OP_CLIP:
         /* NaN passes through, as in the interpreter; min > max gives max */
         float_literal(node_float(n, "min"), a, sizeof a);
         float_literal(node_float(n, "max"), b, sizeof b);
         if (node_float(n, "min") > node_float(n, "max"))
-            snprintf(e, cap, "x != x ? x : %s", b);
+            snprintf(e, cap, "$0 != $0 ? $0 : %s", b);
         else
-            snprintf(e, cap, "x < %s ? %s : (x > %s ? %s : x)", a, a, b, b);
+            snprintf(e, cap, "$0 < %s ? %s : ($0 > %s ? %s : $0)", a, a, b, b);
         break;
     case OP_GELU:
         if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
-            snprintf(e, cap, "0.5f * x * (1.0f + tanhf(0.797884561f * (x + 0.044715f * x * x * x)))");
+            snprintf(e, cap, "0.5f * $0 * (1.0f + tanhf(0.797884561f * ($0 + 0.044715f * $0 * $0 * $0)))");
         else
-            snprintf(e, cap, "0.5f * x * (1.0f + erff(x * 0.707106781f))");
+            snprintf(e, cap, "0.5f * $0 * (1.0f + erff($0 * 0.707106781f))");
         break;
     case OP_HARDSIGMOID:
         float_literal(node_float(n, "alpha"), a, sizeof a);
         float_literal(node_float(n, "beta"), b, sizeof b);
-        snprintf(h, sizeof h, "%s * x + %s", a, b);
-        snprintf(e, cap, "x != x ? x : (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
+        snprintf(h, sizeof h, "%s * $0 + %s", a, b);
+        snprintf(e, cap, "$0 != $0 ? $0 : (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
         break;
     case OP_HARDSWISH:
-        snprintf(h, sizeof h, "x / 6.0f + 0.5f");
-        snprintf(e, cap, "x != x ? x : x * (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
+        snprintf(h, sizeof h, "$0 / 6.0f + 0.5f");
+        snprintf(e, cap, "$0 != $0 ? $0 : $0 * (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
         break;
     default: KILN_ASSERT(!"not a unary op");
     }
@@ -79,22 +79,25 @@ int lower_unary(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    char e[512];
-    unary_expr(n, e, sizeof e);
-    str_printf(&k->body, "float x = %s[i];\n%s[i] = %s;\n", value_name(p, n->in[0]), value_name(p, n->out[0]),
-               e);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    char f[512];
+    unary_formula(n, f, sizeof f);
+    KExpr *x = k_var(b, kb_let(b, "x", KT_F32, k_load(b, kb_value(b, n->in[0], false), i)));
+    kb_store(b, kb_value(b, n->out[0], true), i, k_formula(b, KT_F32, f, 1, &x));
     return 0;
 }
 
-static const char *binary_expr(OpId op) {
+/* The formula of a binary op over its operands $0 and $1. */
+const char *binary_formula(OpId op) {
     switch (op) {
-    case OP_ADD: return "a + b";
-    case OP_SUB: return "a - b";
-    case OP_MUL: return "a * b";
-    case OP_DIV: return "a / b";
-    case OP_POW: return "powf(a, b)";
-    case OP_MAX: return "a != a ? a : (a > b ? a : b)";
-    case OP_MIN: return "a != a ? a : (a < b ? a : b)";
+    case OP_ADD: return "$0 + $1";
+    case OP_SUB: return "$0 - $1";
+    case OP_MUL: return "$0 * $1";
+    case OP_DIV: return "$0 / $1";
+    case OP_POW: return "powf($0, $1)";
+    case OP_MAX: return "$0 != $0 ? $0 : ($0 > $1 ? $0 : $1)";
+    case OP_MIN: return "$0 != $0 ? $0 : ($0 < $1 ? $0 : $1)";
     default: KILN_ASSERT(!"not a binary op");
     }
     return NULL;
@@ -104,18 +107,24 @@ int lower_binary(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    const Type *ta = &p->g->values[n->in[0]].type, *tb = &p->g->values[n->in[1]].type;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *at[2] = {i, i};
     const Type *to = &p->g->values[n->out[0]].type;
-    char ia[512] = "i", ib[512] = "i";
-    if (!type_equal(ta, to) || !type_equal(tb, to)) {
-        emit_unravel(&k->body, "i", to, "o");
-        if (!type_equal(ta, to))
-            broadcast_offset(ta, to, "o", ia, sizeof ia);
-        if (!type_equal(tb, to))
-            broadcast_offset(tb, to, "o", ib, sizeof ib);
+    bool broadcast =
+        !type_equal(&p->g->values[n->in[0]].type, to) || !type_equal(&p->g->values[n->in[1]].type, to);
+    if (broadcast)
+        kb_unravel(b, i, to, "o", o);
+    for (int j = 0; j < 2; j++) {
+        const Type *t = &p->g->values[n->in[j]].type;
+        if (!type_equal(t, to)) {
+            KView v = kview_broadcast(t, to);
+            at[j] = kview_index(b, &v, o);
+        }
     }
-    str_printf(&k->body, "float a = %s[%s], b = %s[%s];\n%s[i] = %s;\n", value_name(p, n->in[0]), ia,
-               value_name(p, n->in[1]), ib, value_name(p, n->out[0]), binary_expr(n->op));
+    KExpr *x[2];
+    x[0] = k_var(b, kb_let(b, "a", KT_F32, k_load(b, kb_value(b, n->in[0], false), at[0])));
+    x[1] = k_var(b, kb_let(b, "b", KT_F32, k_load(b, kb_value(b, n->in[1], false), at[1])));
+    kb_store(b, kb_value(b, n->out[0], true), i, k_formula(b, KT_F32, binary_formula(n->op), 2, x));
     return 0;
 }
 
@@ -125,98 +134,96 @@ int lower_copy(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    str_printf(&k->body, "%s[i] = %s[i];\n", value_name(p, n->out[0]), value_name(p, n->in[0]));
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_load(b, kb_value(b, n->in[0], false), i));
     return 0;
 }
 
 /* ---- elementwise: a fused expression in one loop ---- */
 
-/* Emits the statements computing e and writes the C expression of its result (a
- * variable `tN`, an input `xK` or a literal) into r. Each call is a block that
- * binds the operands to the names its op's expression uses (`x`, or `a` and `b`),
- * so a fused op computes exactly what its own kernel computes. */
-void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap) {
-    char a[48], b[48], body[512];
+KExpr *kb_expr(KBuilder *b, const Expr *e, KExpr *const *inputs, int *next) {
     switch (e->kind) {
-    case EXPR_INPUT: snprintf(r, cap, "x%d", e->input); return;
-    case EXPR_NUMBER: float_literal(e->number, r, cap); return;
+    case EXPR_INPUT: return inputs[e->input];
+    case EXPR_NUMBER: return k_f32(b, e->number);
     case EXPR_CALL: break;
     }
-    emit_expr(s, e->arg[0], next, a, sizeof a);
+    KExpr *args[2];
+    args[0] = kb_expr(b, e->arg[0], inputs, next);
     if (e->call.n_in == 2)
-        emit_expr(s, e->arg[1], next, b, sizeof b);
-    snprintf(r, cap, "t%d", (*next)++);
-    if (e->call.n_in == 1) {
-        unary_expr(&e->call, body, sizeof body);
-        str_printf(s, "float %s;\n{\n    float x = %s;\n    %s = %s;\n}\n", r, a, r, body);
-    } else {
-        str_printf(s, "float %s;\n{\n    float a = %s, b = %s;\n    %s = %s;\n}\n", r, a, b, r,
-                   binary_expr(e->call.op));
+        args[1] = kb_expr(b, e->arg[1], inputs, next);
+    char name[16], f[512];
+    snprintf(name, sizeof name, "t%d", (*next)++);
+    char *kept = arena_strdup(b->arena, name);
+    if (!kept) {
+        b->oom = true;
+        return args[0];
     }
+    if (e->call.n_in == 1)
+        unary_formula(&e->call, f, sizeof f);
+    KExpr *value =
+        k_formula(b, KT_F32, e->call.n_in == 1 ? f : binary_formula(e->call.op), e->call.n_in, args);
+    return k_var(b, kb_let(b, kept, KT_F32, value));
 }
 
-/* Appends text with every line indented by `indent`. */
-static void append_indented(Str *dst, const char *text, const char *indent) {
-    for (const char *line = text; *line;) {
-        const char *nl = strchr(line, '\n');
-        int len = nl ? (int)(nl - line) : (int)strlen(line);
-        str_printf(dst, "%s%.*s\n", indent, len, line);
-        line += len + (nl != NULL);
+/* The epilogue of fused op n applied to x0, the element's value so far, with n's
+ * inputs from expr_first_input(n) on read at offset `at` of the element in the
+ * result; returns the value to store. */
+static KExpr *element_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, KExpr *x0,
+                               KExpr *at) {
+    if (!epilogue)
+        return x0;
+    int first = expr_first_input(n), next = 0;
+    KExpr **inputs = arena_alloc(b->arena, sizeof *inputs * (size_t)(n->n_in - first + 2));
+    if (!inputs) {
+        b->oom = true;
+        return x0;
     }
-}
-
-/* Emits, at `ind`, the statements giving `x0` (the element's value so far) the
- * epilogue and storing it into dst: n's inputs from expr_first_input(n) on are
- * read at offset `at` (when not NULL) of the element in the result. */
-static void emit_element_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *at,
-                                  const char *dst, const char *ind) {
-    char res[48] = "x0";
-    if (epilogue) {
-        int first = expr_first_input(n), next = 0;
-        for (int k = first; k < n->n_in; k++) {
-            bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
-            str_printf(s, "%sfloat x%d = %s[%s];\n", ind, k - first + 1, value_name(p, n->in[k]), one ? "0" : at);
+    inputs[0] = x0;
+    for (int k = first; k < n->n_in; k++) {
+        bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
+        char name[16];
+        snprintf(name, sizeof name, "x%d", k - first + 1);
+        char *kept = arena_strdup(b->arena, name);
+        if (!kept) {
+            b->oom = true;
+            return x0;
         }
-        Str calc = {0};
-        emit_expr(&calc, epilogue, &next, res, sizeof res);
-        append_indented(s, calc.s ? calc.s : "", ind);
-        s->oom |= calc.oom;
-        str_free(&calc);
+        inputs[k - first + 1] = k_var(
+            b, kb_let(b, kept, KT_F32, k_load(b, kb_value(b, n->in[k], false), one ? k_int(b, 0) : at)));
     }
-    str_printf(s, "%s%s = %s;\n", ind, dst, res);
+    return kb_expr(b, epilogue, inputs, &next);
 }
 
-void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step) {
-    bool biased = bias_at && bias[0];
+void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, int bias,
+                      KExpr *(*bias_at)(KBuilder *b, KExpr *r, KExpr *q, const void *ctx), const void *ctx,
+                      int tile, KExpr *tile_at, KExpr *rows, KExpr *cols, int64_t ld, int64_t step) {
+    bool biased = bias >= 0 && bias_at;
     if (!biased && !epilogue)
         return;
     int first = expr_first_input(n);
     bool located = false; /* some input is read at the element's offset in y */
     for (int k = first; epilogue && k < n->n_in; k++)
         located |= type_numel(&p->g->values[n->in[k]].type) != 1;
-    char at[96] = "", in_y[128], dst[128], plus_bias[160] = "";
-    if (ld)
-        append_term(at, sizeof at, "r", ld);
-    append_term(at, sizeof at, "q", step);
-    snprintf(in_y, sizeof in_y, "at0 + %s", at);
-    snprintf(dst, sizeof dst, "tile[%s]", at);
+    int r = kb_for(b, "r", KT_I64, k_int(b, 0), rows, NULL, 0);
+    int q = kb_for(b, "q", KT_I64, k_int(b, 0), cols, NULL, 0);
+    KExpr *in_tile = k_add(b, ld ? k_mul(b, k_var(b, r), k_int(b, ld)) : k_int(b, 0),
+                           k_mul(b, k_var(b, q), k_int(b, step)));
+    KExpr *x0 = k_load(b, tile, k_add(b, tile_at, in_tile));
     if (biased)
-        snprintf(plus_bias, sizeof plus_bias, " + %s[%s]", bias, bias_at);
-    if (located)
-        str_printf(s, "int64_t at0 = tile - %s;\n", value_name(p, n->out[0]));
-    str_printf(s, "for (int64_t r = 0; r < %s; r++)\n    for (int64_t q = 0; q < %s; q++) {\n", rows, cols);
-    str_printf(s, "        float x0 = %s%s;\n", dst, plus_bias);
-    emit_element_epilogue(s, p, n, epilogue, in_y, dst, "        ");
-    str_printf(s, "    }\n");
+        x0 = k_add(b, x0, k_load(b, kb_value(b, bias, false), bias_at(b, k_var(b, r), k_var(b, q), ctx)));
+    int v0 = kb_let(b, "x0", KT_F32, x0);
+    KExpr *in_y = located ? k_add(b, tile_at, in_tile) : NULL;
+    kb_store(b, tile, k_add(b, tile_at, in_tile), element_epilogue(b, p, n, epilogue, k_var(b, v0), in_y));
+    kb_end(b);
+    kb_end(b);
 }
 
-void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                     const char *at) {
-    char dst[160];
-    snprintf(dst, sizeof dst, "%s[%s]", value_name(p, n->out[0]), at);
-    str_printf(s, "float x0 = acc%s%s;\n", bias ? " + " : "", bias ? bias : "");
-    emit_element_epilogue(s, p, n, epilogue, at, dst, "");
+void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at) {
+    KBuilder *b = &k->b;
+    KExpr *acc = k_var(b, k->gemm.acc);
+    int x0 = kb_let(b, "x0", KT_F32, bias ? k_add(b, acc, bias) : acc);
+    kb_store(b, kb_value(b, n->out[0], true), at, element_epilogue(b, p, n, epilogue, k_var(b, x0), at));
 }
 
 /* How an input is read inside a block of the output's last dims: FULL when
@@ -276,8 +283,8 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     Arena arena = {0};
     Expr *e = node_expr(&arena, n, d);
     bool *used = ir_calloc((size_t)n->n_in + 1, sizeof *used);
-    Str calc = {0};
-    if (!e || !used) {
+    KExpr **x = arena_alloc(&p->arena, sizeof *x * ((size_t)n->n_in + 1));
+    if (!e || !used || !x) {
         if (e)
             diag_error(d, n->loc, "out of memory");
         arena_free(&arena);
@@ -285,10 +292,6 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
         return -1;
     }
     mark_used(e, used);
-    /* the expression, reading inputs as x0, x1, ... into its result r */
-    char r[48];
-    int next = 0;
-    emit_expr(&calc, e, &next, r, sizeof r);
     /* some input needs an index other than i (it has the output's elements in the
      * output's order) or 0 (it has one element) */
     bool indexed = false;
@@ -300,14 +303,10 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     Type outer = type_make(to->rank - s, to->dims);
     int64_t inner = type_numel(to) / type_numel(&outer);
     bool blocked = indexed && inner >= ELEMENTWISE_BLOCK;
-    Kernel *k = calc.oom  ? NULL
-                : blocked ? kernel_loop(p, n, NULL, type_numel(&outer),
-                                        ELEMENTWISE_GRAIN / inner > 1 ? ELEMENTWISE_GRAIN / inner : 1, d)
-                          : loop_over_output(p, n, d);
+    Kernel *k = blocked ? kernel_loop(p, n, NULL, type_numel(&outer),
+                                      ELEMENTWISE_GRAIN / inner > 1 ? ELEMENTWISE_GRAIN / inner : 1, d)
+                        : loop_over_output(p, n, d);
     if (!k) {
-        if (calc.oom)
-            diag_error(d, n->loc, "out of memory");
-        str_free(&calc);
         arena_free(&arena);
         ir_free(used);
         return -1;
@@ -315,60 +314,56 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
     kernel_annotate(k, text);
-    char y[80]; /* value_name's buffers are reused: an input's name would overwrite it */
-    snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *j = NULL;
     if (indexed)
-        emit_unravel(&k->body, "i", blocked ? &outer : to, "o");
-    Str loop = {0};
-    for (int i = 0; i < n->n_in; i++) {
-        const Type *t = &p->g->values[n->in[i]].type;
-        char at[512] = "i";
-        if (!used[i])
-            continue;
-        if (type_numel(t) == 1) {
-            snprintf(at, sizeof at, "0");
-        } else if (blocked && type_numel(t) == type_numel(to)) {
-            str_printf(&loop, "float x%d = %s[i * %lld + j];\n", i, value_name(p, n->in[i]),
-                       (long long)inner);
-            continue;
-        } else if (blocked) {
-            /* the block's offset from the outer index; FULL inputs add j */
-            int64_t st[KILN_MAX_RANK];
-            broadcast_strides(t, to, st);
-            at[0] = 0;
-            for (int dim = 0; dim < outer.rank; dim++) {
-                char var[16];
-                snprintf(var, sizeof var, "o%d", dim);
-                if (st[dim])
-                    append_term(at, sizeof at, var, st[dim]);
-            }
-            bool full = false; /* else constant over the block */
-            for (int dim = outer.rank; dim < to->rank; dim++)
-                full |= st[dim] != 0 && to->dims[dim] != 1;
-            if (full) {
-                str_printf(&loop, "float x%d = %s[%s%sj];\n", i, value_name(p, n->in[i]), at,
-                           at[0] ? " + " : "");
+        kb_unravel(b, i, blocked ? &outer : to, "o", o);
+    /* inputs constant over a block are read before its loop, the others in it */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && blocked)
+            j = k_var(b, kb_for(b, "j", KT_I64, k_int(b, 0), k_int(b, inner), NULL, 0));
+        for (int in = 0; in < n->n_in; in++) {
+            const Type *t = &p->g->values[n->in[in]].type;
+            if (!used[in])
                 continue;
-            }
-            if (!at[0])
-                snprintf(at, sizeof at, "0");
-        } else if (type_numel(t) != type_numel(to)) {
-            broadcast_offset(t, to, "o", at, sizeof at);
+            KView v = kview_broadcast(t, to);
+            bool full = false; /* in a block, varying along it (else constant over it) */
+            for (int dim = outer.rank; blocked && dim < to->rank; dim++)
+                full |= v.strides[dim] != 0 && to->dims[dim] != 1;
+            bool in_loop = !blocked || full || type_numel(t) == 1 ? pass == 1 : pass == 0;
+            if (blocked && type_numel(t) == 1)
+                in_loop = pass == 0 ? false : true;
+            if (!in_loop)
+                continue;
+            KExpr *at;
+            if (type_numel(t) == 1)
+                at = k_int(b, 0);
+            else if (blocked && type_numel(t) == type_numel(to))
+                at = k_madd(b, i, inner, j);
+            else if (blocked) {
+                v.rank = outer.rank; /* the block's offset from the outer index; FULL inputs add j */
+                at = kview_index(b, &v, o);
+                if (full)
+                    at = k_add(b, at, j);
+            } else if (type_numel(t) != type_numel(to))
+                at = kview_index(b, &v, o);
+            else
+                at = i;
+            char name[16];
+            snprintf(name, sizeof name, "x%d", in);
+            char *kept = arena_strdup(&p->arena, name);
+            if (!kept)
+                b->oom = true;
+            x[in] =
+                k_var(b, kb_let(b, kept ? kept : "x", KT_F32, k_load(b, kb_value(b, n->in[in], false), at)));
         }
-        str_printf(blocked ? &k->body : &loop, "float x%d = %s[%s];\n", i, value_name(p, n->in[i]), at);
     }
-    if (blocked) {
-        str_printf(&k->body, "for (int64_t j = 0; j < %lld; j++) {\n", (long long)inner);
-        append_indented(&k->body, loop.s ? loop.s : "", "    ");
-        append_indented(&k->body, calc.s ? calc.s : "", "    ");
-        str_printf(&k->body, "    %s[i * %lld + j] = %s;\n}\n", y, (long long)inner, r);
-    } else {
-        str_printf(&k->body, "%s%s%s[i] = %s;\n", loop.s ? loop.s : "", calc.s ? calc.s : "", y, r);
-    }
-    bool oom = loop.oom;
-    str_free(&loop);
-    str_free(&calc);
+    int next = 0;
+    KExpr *r = kb_expr(b, e, x, &next);
+    kb_store(b, kb_value(b, n->out[0], true), blocked ? k_madd(b, i, inner, j) : i, r);
+    if (blocked)
+        kb_end(b);
     arena_free(&arena);
     ir_free(used);
-    return oom ? diag_error(d, n->loc, "out of memory") : 0;
+    return 0;
 }

@@ -33,17 +33,6 @@ static Kernel *new_call(Program *p, const Node *n, Diag *d) {
     return k;
 }
 
-/* Appends text with every line indented by four more spaces. */
-static void append_indented(Str *s, const Str *text) {
-    for (const char *line = text->s; line && *line;) {
-        const char *nl = strchr(line, '\n');
-        str_printf(s, "    %.*s\n", (int)(nl - line), line);
-        line = nl + 1;
-    }
-    if (text->oom)
-        s->oom = true;
-}
-
 /* ---- matmul ---- */
 
 /* An operand of matmul as a stack of matrices: a 1-D a is a row, a 1-D b a column. */
@@ -54,16 +43,37 @@ static Type as_matrices(const Type *t, bool is_b) {
     return type_make(2, dims);
 }
 
-/* " + b0 * S0 + ...": where batch item (b0, ...) of the stack t, broadcast to
- * batch, starts; matrix elements per item. Empty when every item is the first. */
-static void batch_offset(const Type *t, const Type *batch, int64_t matrix, char *buf, size_t cap) {
-    int64_t st[KILN_MAX_RANK];
-    broadcast_strides(t, batch, st);
-    size_t len = 0;
-    buf[0] = 0;
-    for (int k = 0; k < batch->rank && len < cap; k++)
-        if (st[k] != 0)
-            len += (size_t)snprintf(buf + len, cap - len, " + b%d * %lld", k, (long long)(st[k] * matrix));
+/* Where batch item (b0, ...) of the stack t, broadcast to batch, starts; `matrix`
+ * elements per item. */
+static KExpr *batch_offset(KBuilder *b, const Type *t, const Type *batch, int64_t matrix, KExpr *const *idx) {
+    KView v = kview_broadcast(t, batch);
+    for (int j = 0; j < v.rank; j++)
+        v.strides[j] *= matrix;
+    return kview_index(b, &v, idx);
+}
+
+static KExpr *ints(KBuilder *b, int64_t v) {
+    return k_i32(b, v);
+}
+
+/* cblas_sgemm(CblasRowMajor, ...) with its int sizes and float scalars. */
+static void sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, int64_t n, int64_t k, KExpr *alpha, KExpr *a,
+                  int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
+    KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
+                     k_symbol(b, ta ? "CblasTrans" : "CblasNoTrans"),
+                     k_symbol(b, tb ? "CblasTrans" : "CblasNoTrans"),
+                     m,
+                     ints(b, n),
+                     ints(b, k),
+                     alpha,
+                     a,
+                     ints(b, lda),
+                     bm,
+                     ints(b, ldb),
+                     beta,
+                     c,
+                     ints(b, ldc)};
+    kb_call(b, "cblas_sgemm", 14, args);
 }
 
 /* cblas_sgemm and cblas_sgemv take int sizes and leading dimensions: a larger one
@@ -81,18 +91,29 @@ static int matmul_gemm(Program *p, const Node *n, const Type *ba, const Type *bb
     Kernel *k = kernel_gemm(p, n, NULL, count, m_len, n_len, k_len, d);
     if (!k)
         return -1;
-    char at_a[300] = "", at_b[300] = "", at_y[64];
-    if (count > 1) {
-        emit_unravel(&k->load_a, "bi", batch, "b");
-        emit_unravel(&k->load_b, "bi", batch, "b");
-        batch_offset(ba, batch, m_len * k_len, at_a, sizeof at_a);
-        batch_offset(bb, batch, k_len * n_len, at_b, sizeof at_b);
+    KBuilder *b = &k->b;
+    KExpr *bi = k_var(b, k->gemm.bi), *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q),
+          *kk = k_var(b, k->gemm.kk);
+    KExpr *idx[KILN_MAX_RANK];
+    for (int side = 0; side < 2; side++) {
+        kb_begin_block(b);
+        KExpr *at = k_int(b, 0);
+        if (count > 1) {
+            kb_unravel(b, bi, batch, "b", idx);
+            at = side == 0 ? batch_offset(b, ba, batch, m_len * k_len, idx)
+                           : batch_offset(b, bb, batch, k_len * n_len, idx);
+        }
+        KExpr *in_matrix = side == 0 ? k_madd(b, r, k_len, kk) : k_madd(b, kk, n_len, q);
+        kb_assign(b, k->gemm.v, k_load(b, kb_value(b, n->in[side], false), k_add(b, in_matrix, at)));
+        if (side == 0)
+            k->load_a = kb_take(b);
+        else
+            k->load_b = kb_take(b);
     }
-    str_printf(&k->load_a, "v = %s[r * %lld + kk%s];\n", value_name(p, n->in[0]), k_len, at_a);
-    str_printf(&k->load_b, "v = %s[kk * %lld + q%s];\n", value_name(p, n->in[1]), n_len, at_b);
     k->a_depth_inner = true;
-    snprintf(at_y, sizeof at_y, "(bi * %lld + r) * %lld + q", m_len, n_len);
-    emit_gemm_store(&k->body, p, n, NULL, NULL, at_y);
+    kb_begin_block(b);
+    kb_gemm_store(k, p, n, NULL, NULL, k_madd(b, k_madd(b, bi, m_len, r), n_len, q));
+    k->store = kb_take(b);
     return 0;
 }
 
@@ -103,10 +124,6 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     broadcast_types(&ba, &bb, &batch);
     long long m_len = ma.dims[ma.rank - 2], k_len = ma.dims[ma.rank - 1], n_len = mb.dims[mb.rank - 1];
     long long count = type_numel(&batch);
-    char a[80], b[80], y[80];
-    snprintf(a, sizeof a, "%s", value_name(p, n->in[0]));
-    snprintf(b, sizeof b, "%s", value_name(p, n->in[1]));
-    snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     /* b shared by a dense stack of a: the stack is one tall matrix */
     if (type_numel(&bb) == 1 && type_equal(&ba, &batch)) {
         m_len *= count;
@@ -120,31 +137,41 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     if (!k)
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, count, m_len, n_len, k_len});
-    const char *gemm = "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f, %s%s, "
-                       "%lld, %s%s, %lld, 0.0f, %s%s, %lld);\n";
-    if (count == 1) {
-        str_printf(&k->body, gemm, m_len, n_len, k_len, a, "", k_len, b, "", n_len, y, "", n_len);
-        return 0;
+    KBuilder *b = &k->b;
+    int a = kb_value(b, n->in[0], false), bm = kb_value(b, n->in[1], false), y = kb_value(b, n->out[0], true);
+    KExpr *at_a = k_int(b, 0), *at_b = k_int(b, 0), *at_y = k_int(b, 0);
+    if (count > 1) {
+        /* the result's dropped dims have size 1, so it is laid out as [batch, M, N] */
+        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0)),
+              *idx[KILN_MAX_RANK];
+        kb_unravel(b, i, &batch, "b", idx);
+        at_a = batch_offset(b, &ba, &batch, m_len * k_len, idx);
+        at_b = batch_offset(b, &bb, &batch, k_len * n_len, idx);
+        at_y = k_mul(b, i, k_int(b, m_len * n_len));
     }
-    /* the result's dropped dims have size 1, so it is laid out as [batch, M, N] */
-    char at_a[300], at_b[300], at_y[64];
-    batch_offset(&ba, &batch, m_len * k_len, at_a, sizeof at_a);
-    batch_offset(&bb, &batch, k_len * n_len, at_b, sizeof at_b);
-    snprintf(at_y, sizeof at_y, " + i * %lld", m_len * n_len);
-    Str item = {0};
-    emit_unravel(&item, "i", &batch, "b");
-    str_printf(&item, gemm, m_len, n_len, k_len, a, at_a, k_len, b, at_b, n_len, y, at_y, n_len);
-    str_printf(&k->body, "for (int64_t i = 0; i < %lld; i++) {\n", count);
-    append_indented(&k->body, &item);
-    str_printf(&k->body, "}\n");
-    str_free(&item);
+    sgemm(b, false, false, ints(b, m_len), n_len, k_len, k_f32(b, 1), k_addr(b, a, at_a), k_len,
+          k_addr(b, bm, at_b), n_len, k_f32(b, 0), k_addr(b, y, at_y), n_len);
+    if (count > 1)
+        kb_end(b);
     return 0;
 }
 
 /* ---- gemm ---- */
 
+/* Where gemm's c, broadcast to y, has y's element i. */
+static KExpr *c_offset(KBuilder *b, const Type *ct, const Type *yt, KExpr *i) {
+    if (type_numel(ct) == 1)
+        return k_int(b, 0);
+    if (type_equal(ct, yt))
+        return i;
+    KExpr *o[KILN_MAX_RANK];
+    kb_unravel(b, i, yt, "o", o);
+    KView v = kview_broadcast(ct, yt);
+    return kview_index(b, &v, o);
+}
+
 /* gemm as a K_GEMM kernel: y = alpha op(a) op(b) + beta c, c broadcast. */
-static int gemm_gemm(Program *p, const Node *n, const char *alpha, const char *beta, Diag *d) {
+static int gemm_gemm(Program *p, const Node *n, double alpha, double beta, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
     bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
@@ -152,27 +179,29 @@ static int gemm_gemm(Program *p, const Node *n, const char *alpha, const char *b
     Kernel *k = kernel_gemm(p, n, NULL, 1, yt->dims[0], yt->dims[1], at->dims[!ta], d);
     if (!k)
         return -1;
-    str_printf(&k->load_a, ta ? "v = %s[kk * %lld + r];\n" : "v = %s[r * %lld + kk];\n", value_name(p, n->in[0]),
-               (long long)at->dims[1]);
-    str_printf(&k->load_b, tb ? "v = %s[q * %lld + kk];\n" : "v = %s[kk * %lld + q];\n", value_name(p, n->in[1]),
-               (long long)bt->dims[1]);
+    KBuilder *b = &k->b;
+    KExpr *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q), *kk = k_var(b, k->gemm.kk);
+    kb_begin_block(b);
+    kb_assign(b, k->gemm.v,
+              k_load(b, kb_value(b, n->in[0], false),
+                     ta ? k_madd(b, kk, at->dims[1], r) : k_madd(b, r, at->dims[1], kk)));
+    k->load_a = kb_take(b);
+    kb_begin_block(b);
+    kb_assign(b, k->gemm.v,
+              k_load(b, kb_value(b, n->in[1], false),
+                     tb ? k_madd(b, q, bt->dims[1], kk) : k_madd(b, kk, bt->dims[1], q)));
+    k->load_b = kb_take(b);
     k->a_depth_inner = !ta;
     k->b_depth_inner = tb;
-    Str *s = &k->body;
-    str_printf(s, "int64_t i = r * %lld + q;\n", (long long)yt->dims[1]);
-    char term[360] = "";
+    kb_begin_block(b);
+    KExpr *i = k_var(b, kb_let(b, "at", KT_I64, k_madd(b, r, yt->dims[1], q)));
+    KExpr *y = k_mul(b, k_f32(b, alpha), k_var(b, k->gemm.acc));
     if (c >= 0) {
-        const Type *ct = &p->g->values[c].type;
-        char off[256] = "i";
-        if (type_numel(ct) == 1) {
-            snprintf(off, sizeof off, "0");
-        } else if (!type_equal(ct, yt)) {
-            emit_unravel(s, "i", yt, "o");
-            broadcast_offset(ct, yt, "o", off, sizeof off);
-        }
-        snprintf(term, sizeof term, " + %s * %s[%s]", beta, value_name(p, c), off);
+        KExpr *off = c_offset(b, &p->g->values[c].type, yt, i);
+        y = k_add(b, y, k_mul(b, k_f32(b, beta), k_load(b, kb_value(b, c, false), off)));
     }
-    str_printf(s, "%s[i] = %s * acc%s;\n", value_name(p, n->out[0]), alpha, term);
+    kb_store(b, kb_value(b, n->out[0], true), i, y);
+    k->store = kb_take(b);
     return 0;
 }
 
@@ -181,10 +210,7 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
     const Type *yt = &p->g->values[n->out[0]].type;
     bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
     int c = n->n_in > 2 ? n->in[2] : -1;
-    char alpha[32], beta[32], y[80];
-    float_literal(node_float(n, "alpha"), alpha, sizeof alpha);
-    float_literal(node_float(n, "beta"), beta, sizeof beta);
-    snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
+    double alpha = node_float(n, "alpha"), beta = node_float(n, "beta");
     if (!p->blas)
         return gemm_gemm(p, n, alpha, beta, d);
     if (blas_too_large(n, yt->dims[0], yt->dims[1], at->dims[!ta], d))
@@ -192,32 +218,20 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_call(p, n, d);
     if (!k)
         return -1;
+    KBuilder *b = &k->b;
+    int y = kb_value(b, n->out[0], true);
     if (c >= 0) {
         /* y = beta * c broadcast, which sgemm then adds to */
-        const Type *ct = &p->g->values[c].type;
-        char off[256] = "i", scaled[64] = "";
-        Str fill = {0};
-        if (type_numel(ct) == 1) {
-            snprintf(off, sizeof off, "0");
-        } else if (!type_equal(ct, yt)) {
-            emit_unravel(&fill, "i", yt, "o");
-            broadcast_offset(ct, yt, "o", off, sizeof off);
-        }
-        if (node_float(n, "beta") != 1)
-            snprintf(scaled, sizeof scaled, "%s * ", beta);
-        str_printf(&fill, "%s[i] = %s%s[%s];\n", y, scaled, value_name(p, c), off);
-        str_printf(&k->body, "for (int64_t i = 0; i < %lld; i++) {\n", (long long)type_numel(yt));
-        append_indented(&k->body, &fill);
-        str_printf(&k->body, "}\n");
-        str_free(&fill);
+        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), k_int(b, type_numel(yt)), NULL, 0));
+        KExpr *cv = k_load(b, kb_value(b, c, false), c_offset(b, &p->g->values[c].type, yt, i));
+        kb_store(b, y, i, beta != 1 ? k_mul(b, k_f32(b, beta), cv) : cv);
+        kb_end(b);
     }
     k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
-    str_printf(&k->body, "cblas_sgemm(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, %s, %lld, ",
-               ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans", (long long)yt->dims[0],
-               (long long)yt->dims[1], (long long)at->dims[!ta], alpha, value_name(p, n->in[0]),
-               (long long)at->dims[1]);
-    str_printf(&k->body, "%s, %lld, %s, %s, %lld);\n", value_name(p, n->in[1]), (long long)bt->dims[1],
-               c >= 0 ? "1.0f" : "0.0f", y, (long long)yt->dims[1]);
+    sgemm(b, ta, tb, ints(b, yt->dims[0]), yt->dims[1], at->dims[!ta], k_f32(b, alpha),
+          k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)), at->dims[1],
+          k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1], k_f32(b, c >= 0 ? 1 : 0),
+          k_addr(b, y, k_int(b, 0)), yt->dims[1]);
     return 0;
 }
 
@@ -225,21 +239,31 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
 
 /* linear (and fused_linear) as a K_GEMM kernel: x [rows, in] times w [out, in]
  * transposed, each element finished with the bias and the epilogue. */
-static int linear_gemm(Program *p, const Node *n, long long rows, long long in_len, long long out_len, Diag *d) {
+static int linear_gemm(Program *p, const Node *n, long long rows, long long in_len, long long out_len,
+                       Diag *d) {
     Arena arena = {0};
     const Expr *epilogue = NULL;
     if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
         return -1;
     Kernel *k = kernel_gemm(p, n, NULL, 1, rows, out_len, in_len, d);
     if (k) {
-        str_printf(&k->load_a, "v = %s[r * %lld + kk];\n", value_name(p, n->in[0]), in_len);
-        str_printf(&k->load_b, "v = %s[q * %lld + kk];\n", value_name(p, n->in[1]), in_len);
+        KBuilder *b = &k->b;
+        KExpr *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q), *kk = k_var(b, k->gemm.kk);
+        for (int side = 0; side < 2; side++) {
+            kb_begin_block(b);
+            kb_assign(b, k->gemm.v,
+                      k_load(b, kb_value(b, n->in[side], false), k_madd(b, side ? q : r, in_len, kk)));
+            if (side == 0)
+                k->load_a = kb_take(b);
+            else
+                k->load_b = kb_take(b);
+        }
         k->a_depth_inner = k->b_depth_inner = true;
-        char bias[96], at[64];
-        if (n->n_in > 2 && n->in[2] >= 0)
-            snprintf(bias, sizeof bias, "%s[q]", value_name(p, n->in[2]));
-        snprintf(at, sizeof at, "r * %lld + q", out_len);
-        emit_gemm_store(&k->body, p, n, epilogue, n->n_in > 2 && n->in[2] >= 0 ? bias : NULL, at);
+        kb_begin_block(b);
+        bool biased = n->n_in > 2 && n->in[2] >= 0;
+        kb_gemm_store(k, p, n, epilogue, biased ? k_load(b, kb_value(b, n->in[2], false), q) : NULL,
+                      k_madd(b, r, out_len, q));
+        k->store = kb_take(b);
         if (epilogue)
             kernel_annotate(k, node_attr(n, "expr")->s);
     }
@@ -247,12 +271,22 @@ static int linear_gemm(Program *p, const Node *n, long long rows, long long in_l
     return k ? 0 : -1;
 }
 
+static KExpr *gemv_bias_at(KBuilder *b, KExpr *r, KExpr *q, const void *ctx) {
+    (void)r;
+    return k_add(b, k_var(b, *(const int *)ctx), q);
+}
+
+static KExpr *gemm_bias_at(KBuilder *b, KExpr *r, KExpr *q, const void *ctx) {
+    (void)b, (void)r, (void)ctx;
+    return q;
+}
+
 int lower_linear(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *w = &p->g->values[n->in[1]].type;
     long long rows = 1, in_len = w->dims[1], out_len = w->dims[0];
     for (int i = 0; i < x->rank - 1; i++)
         rows *= x->dims[i];
-    int b = n->n_in > 2 ? n->in[2] : -1;
+    int bias = n->n_in > 2 ? n->in[2] : -1;
     if (!p->blas)
         return linear_gemm(p, n, rows, in_len, out_len, d);
     if (blas_too_large(n, 1, out_len, in_len, d))
@@ -262,40 +296,50 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
        tile of rows, also in parallel, each tile finished (bias, epilogue) while it
        is in cache */
     bool gemv = rows == 1;
-    long long chunk = gemv ? (out_len < GEMV_ROWS ? out_len : GEMV_ROWS) : (rows < TILE_ROWS ? rows : TILE_ROWS);
+    long long chunk =
+        gemv ? (out_len < GEMV_ROWS ? out_len : GEMV_ROWS) : (rows < TILE_ROWS ? rows : TILE_ROWS);
     long long count = ((gemv ? out_len : rows) + chunk - 1) / chunk;
-    Kernel *k = kernel_loop(p, n, gemv ? "sgemv" : "sgemm", count, 1, d);
-    if (!k)
-        return -1;
-    char y[80], xn[80], wn[80];
-    snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
-    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
-    snprintf(wn, sizeof wn, "%s", value_name(p, n->in[1]));
-    k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
-    long long total = gemv ? out_len : rows;
-    str_printf(&k->body, "int64_t r0 = i * %lld;\nint m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", chunk,
-               total, chunk, total, chunk);
-    if (gemv)
-        str_printf(&k->body,
-                   "cblas_sgemv(CblasRowMajor, CblasNoTrans, m, %lld, 1.0f, %s + r0 * %lld, %lld, %s, 1, 0.0f, "
-                   "%s + r0, 1);\n",
-                   in_len, wn, in_len, in_len, xn, y);
-    else
-        str_printf(&k->body,
-                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, %lld, %lld, 1.0f, %s + r0 * %lld, %lld, "
-                   "%s, %lld, 0.0f, %s + r0 * %lld, %lld);\n",
-                   out_len, in_len, xn, in_len, in_len, wn, in_len, y, out_len, out_len);
     Arena arena = {0};
     const Expr *epilogue = NULL;
     if (n->op == OP_FUSED_LINEAR && !(epilogue = node_expr(&arena, n, d)))
         return -1;
+    Kernel *k = kernel_loop(p, n, gemv ? "sgemv" : "sgemm", count, 1, d);
+    if (!k) {
+        arena_free(&arena);
+        return -1;
+    }
+    KBuilder *b = &k->b;
+    int xb = kb_value(b, n->in[0], false), wb = kb_value(b, n->in[1], false),
+        y = kb_value(b, n->out[0], true);
+    k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
+    long long total = gemv ? out_len : rows;
+    int r0 = kb_let(b, "r0", KT_I64, k_mul(b, k_var(b, k->iter), k_int(b, chunk)));
+    KExpr *left = k_sub(b, k_int(b, total), k_var(b, r0));
+    int m = kb_let(b, "m", KT_I32,
+                   k_select(b, k_lt(b, left, k_int(b, chunk)), k_cast(b, KT_I32, left), k_i32(b, chunk)));
+    if (gemv) {
+        KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
+                         k_symbol(b, "CblasNoTrans"),
+                         k_var(b, m),
+                         ints(b, in_len),
+                         k_f32(b, 1),
+                         k_addr(b, wb, k_mul(b, k_var(b, r0), k_int(b, in_len))),
+                         ints(b, in_len),
+                         k_addr(b, xb, k_int(b, 0)),
+                         ints(b, 1),
+                         k_f32(b, 0),
+                         k_addr(b, y, k_var(b, r0)),
+                         ints(b, 1)};
+        kb_call(b, "cblas_sgemv", 12, args);
+    } else
+        sgemm(b, false, true, k_var(b, m), out_len, in_len, k_f32(b, 1),
+              k_addr(b, xb, k_mul(b, k_var(b, r0), k_int(b, in_len))), in_len, k_addr(b, wb, k_int(b, 0)),
+              in_len, k_f32(b, 0), k_addr(b, y, k_mul(b, k_var(b, r0), k_int(b, out_len))), out_len);
     /* the bias and the epilogue on the chunk of outputs, or the tile of rows */
-    char cols_text[32];
-    snprintf(cols_text, sizeof cols_text, "%lld", out_len);
-    if (b >= 0 || epilogue)
-        str_printf(&k->body, gemv ? "float *tile = %s + r0;\n" : "float *tile = %s + r0 * %lld;\n", y, out_len);
-    emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", gemv ? "r0 + q" : "q",
-                       gemv ? "1" : "m", gemv ? "m" : cols_text, out_len, 1);
+    KExpr *tile_at = gemv ? k_var(b, r0) : k_mul(b, k_var(b, r0), k_int(b, out_len));
+    KExpr *mm = k_cast(b, KT_I64, k_var(b, m));
+    kb_tile_epilogue(b, p, n, epilogue, bias, gemv ? gemv_bias_at : gemm_bias_at, &r0, y, tile_at,
+                     gemv ? k_int(b, 1) : mm, gemv ? mm : k_int(b, out_len), out_len, 1);
     if (epilogue)
         kernel_annotate(k, node_attr(n, "expr")->s);
     arena_free(&arena);

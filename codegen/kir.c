@@ -1,0 +1,857 @@
+/* Building, simplifying and verifying kernel IR (see kir.h).
+ *
+ * Nodes live in the program's arena and are never freed one by one. When an
+ * allocation fails, the builder remembers it and every later call returns a shared
+ * dummy expression and appends nothing, so a lowering checks once, at the end
+ * (kb_failed), instead of after every call. Misuse that only a bug in a lowering
+ * can cause (kb_end with no block open, too deep a nest) is remembered the same way
+ * and reported by kir_verify's caller as an internal error. */
+#include "kir.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static KExpr dummy_expr = {.kind = KE_INT, .type = KT_I64};
+static KStmt *sink; /* where statements would go once memory has run out: nothing writes it */
+
+void kb_init(KBuilder *b, Arena *a, KBody *body) {
+    *b = (KBuilder){.arena = a, .kb = body};
+    b->tail[0] = &body->body;
+    while (*b->tail[0])
+        b->tail[0] = &(*b->tail[0])->next;
+}
+
+bool kb_failed(const KBuilder *b) {
+    return b->oom || b->misuse;
+}
+
+static void *alloc(KBuilder *b, size_t n) {
+    if (b->oom)
+        return NULL;
+    void *p = arena_alloc(b->arena, n);
+    if (!p)
+        b->oom = true;
+    return p;
+}
+
+/* ---- Buffers and variables ---- */
+
+static int add_buf(KBuilder *b, KBuf buf) {
+    KBody *kb = b->kb;
+    for (int i = 0; i < kb->n_bufs; i++)
+        if (buf.kind != KB_LOCAL && buf.kind != KB_SHARED && kb->bufs[i].kind == buf.kind &&
+            kb->bufs[i].value == buf.value) {
+            kb->bufs[i].writable |= buf.writable;
+            return i;
+        }
+    if (kb->n_bufs == kb->cap_bufs) {
+        int cap = kb->cap_bufs ? 2 * kb->cap_bufs : 8;
+        KBuf *nb = alloc(b, (size_t)cap * sizeof *nb);
+        if (!nb)
+            return 0;
+        if (kb->n_bufs)
+            memcpy(nb, kb->bufs, (size_t)kb->n_bufs * sizeof *nb);
+        kb->bufs = nb;
+        kb->cap_bufs = cap;
+    }
+    kb->bufs[kb->n_bufs] = buf;
+    return kb->n_bufs++;
+}
+
+int kb_value(KBuilder *b, int id, bool writable) {
+    return id < 0 ? add_buf(b, (KBuf){KB_OUTPUT, -1 - id, true, KT_F32, 0, 0, NULL})
+                  : add_buf(b, (KBuf){KB_VALUE, id, writable, KT_F32, 0, 0, NULL});
+}
+
+int kb_scratch(KBuilder *b) {
+    return add_buf(b, (KBuf){KB_SCRATCH, 0, true, KT_F32, 0, 0, NULL});
+}
+
+int kb_table(KBuilder *b) {
+    return add_buf(b, (KBuf){KB_TABLE, 0, false, KT_F32, 0, 0, NULL});
+}
+
+static KStmt *append(KBuilder *b, KStmtKind kind) {
+    KStmt *s = alloc(b, sizeof *s);
+    if (!s)
+        return NULL;
+    s->kind = kind;
+    *b->tail[b->depth] = s;
+    b->tail[b->depth] = &s->next;
+    return s;
+}
+
+int kb_array(KBuilder *b, const char *name, KType t, int64_t rows, int64_t cols, bool shared, bool zero) {
+    int64_t size = cols ? rows * cols : rows;
+    int buf = add_buf(b, (KBuf){shared ? KB_SHARED : KB_LOCAL, -1, true, t, size, cols, name});
+    KStmt *s = append(b, KS_ARRAY);
+    if (s) {
+        s->buf = buf;
+        s->zero = zero;
+    }
+    return buf;
+}
+
+int kb_new_var(KBuilder *b, const char *name, KType t) {
+    KBody *kb = b->kb;
+    if (kb->n_vars == kb->cap_vars) {
+        int cap = kb->cap_vars ? 2 * kb->cap_vars : 16;
+        KVarInfo *nv = alloc(b, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return 0;
+        if (kb->n_vars)
+            memcpy(nv, kb->vars, (size_t)kb->n_vars * sizeof *nv);
+        kb->vars = nv;
+        kb->cap_vars = cap;
+    }
+    kb->vars[kb->n_vars] = (KVarInfo){name, t};
+    return kb->n_vars++;
+}
+
+/* ---- Expressions ---- */
+
+static KExpr *node(KBuilder *b, KExprKind kind, KType t) {
+    KExpr *e = alloc(b, sizeof *e);
+    if (!e)
+        return &dummy_expr;
+    e->kind = kind;
+    e->type = t;
+    return e;
+}
+
+KExpr *k_int(KBuilder *b, int64_t v) {
+    KExpr *e = node(b, KE_INT, KT_I64);
+    if (e != &dummy_expr)
+        e->i = v;
+    return e;
+}
+
+KExpr *k_i32(KBuilder *b, int64_t v) {
+    KExpr *e = node(b, KE_INT, KT_I32);
+    if (e != &dummy_expr)
+        e->i = v;
+    return e;
+}
+
+KExpr *k_f32(KBuilder *b, double v) {
+    KExpr *e = node(b, KE_FLOAT, KT_F32);
+    if (e != &dummy_expr)
+        e->f = v;
+    return e;
+}
+
+KExpr *k_f64(KBuilder *b, double v) {
+    KExpr *e = node(b, KE_FLOAT, KT_F64);
+    if (e != &dummy_expr)
+        e->f = v;
+    return e;
+}
+
+KExpr *k_var(KBuilder *b, int var) {
+    KType t = var >= 0 && var < b->kb->n_vars ? b->kb->vars[var].type : KT_I64;
+    KExpr *e = node(b, KE_VAR, t);
+    if (e != &dummy_expr)
+        e->var = var;
+    return e;
+}
+
+KExpr *k_load(KBuilder *b, int buf, KExpr *index) {
+    KType t = buf >= 0 && buf < b->kb->n_bufs ? b->kb->bufs[buf].type : KT_F32;
+    KExpr *e = node(b, KE_LOAD, t);
+    if (e != &dummy_expr) {
+        e->buf = buf;
+        e->a = index;
+    }
+    return e;
+}
+
+static KExpr *flat2(KBuilder *b, int buf, KExpr *row, KExpr *col) {
+    int64_t cols = buf >= 0 && buf < b->kb->n_bufs ? b->kb->bufs[buf].cols : 0;
+    KExpr *e = node(b, KE_ADD, row->type);
+    if (e != &dummy_expr) { /* kept as row * cols + col for the printer's a[row][col] */
+        e->a = row;
+        e->b = col;
+        e->i = cols;
+    }
+    return e;
+}
+
+KExpr *k_load2(KBuilder *b, int buf, KExpr *row, KExpr *col) {
+    KExpr *e = k_load(b, buf, flat2(b, buf, row, col));
+    if (e != &dummy_expr)
+        e->n_args = 2; /* marks a two-index access */
+    return e;
+}
+
+KExpr *k_addr(KBuilder *b, int buf, KExpr *index) {
+    KExpr *e = node(b, KE_ADDR, KT_PTR);
+    if (e != &dummy_expr) {
+        e->buf = buf;
+        e->a = index;
+    }
+    return e;
+}
+
+KExpr *k_symbol(KBuilder *b, const char *name) {
+    KExpr *e = node(b, KE_SYMBOL, KT_I32);
+    if (e != &dummy_expr)
+        e->name = name;
+    return e;
+}
+
+KExpr *k_special(KBuilder *b, KSpecial s) {
+    KExpr *e = node(b, KE_SPECIAL, KT_I32);
+    if (e != &dummy_expr)
+        e->special = s;
+    return e;
+}
+
+KExpr *k_neg(KBuilder *b, KExpr *a) {
+    if (a->kind == KE_INT)
+        return a->type == KT_I32 ? k_i32(b, -a->i) : k_int(b, -a->i);
+    KExpr *e = node(b, KE_NEG, a->type);
+    if (e != &dummy_expr)
+        e->a = a;
+    return e;
+}
+
+KExpr *k_not(KBuilder *b, KExpr *a) {
+    KExpr *e = node(b, KE_NOT, KT_BOOL);
+    if (e != &dummy_expr)
+        e->a = a;
+    return e;
+}
+
+KExpr *k_cast(KBuilder *b, KType t, KExpr *a) {
+    if (a->type == t)
+        return a;
+    KExpr *e = node(b, KE_CAST, t);
+    if (e != &dummy_expr)
+        e->a = a;
+    return e;
+}
+
+static bool is_int(const KExpr *e, int64_t v) {
+    return e->kind == KE_INT && e->i == v;
+}
+
+static bool integral(KType t) {
+    return t == KT_I32 || t == KT_I64;
+}
+
+static KType result_type(KExprKind op, KType t) {
+    return op >= KE_LT && op <= KE_OR ? KT_BOOL : t;
+}
+
+/* Integer arithmetic of constants, as C would compute it where it does not
+ * overflow (else left for the compiler to see). */
+static bool fold(KExprKind op, int64_t x, int64_t y, int64_t *r) {
+    switch (op) {
+    case KE_ADD: return ck_add(x, y, r);
+    case KE_SUB: return ck_sub(x, y, r);
+    case KE_MUL: return ck_mul(x, y, r);
+    case KE_DIV: return y != 0 && !(x == INT64_MIN && y == -1) && (*r = x / y, true);
+    case KE_MOD: return y != 0 && !(x == INT64_MIN && y == -1) && (*r = x % y, true);
+    default: return false;
+    }
+}
+
+KExpr *k_bin(KBuilder *b, KExprKind op, KExpr *x, KExpr *y) {
+    if (integral(x->type) && x->type == y->type) {
+        int64_t r;
+        if (x->kind == KE_INT && y->kind == KE_INT && fold(op, x->i, y->i, &r))
+            return x->type == KT_I32 ? k_i32(b, r) : k_int(b, r);
+        switch (op) {
+        case KE_ADD:
+            if (is_int(x, 0))
+                return y;
+            if (is_int(y, 0))
+                return x;
+            break;
+        case KE_SUB:
+            if (is_int(y, 0))
+                return x;
+            break;
+        case KE_MUL:
+            if (is_int(x, 1))
+                return y;
+            if (is_int(y, 1))
+                return x;
+            if (is_int(x, 0) || is_int(y, 0))
+                return x->type == KT_I32 ? k_i32(b, 0) : k_int(b, 0);
+            break;
+        case KE_DIV:
+            if (is_int(y, 1))
+                return x;
+            break;
+        case KE_MOD:
+            if (is_int(y, 1))
+                return x->type == KT_I32 ? k_i32(b, 0) : k_int(b, 0);
+            break;
+        default: break;
+        }
+    }
+    KExpr *e = node(b, op, result_type(op, x->type));
+    if (e != &dummy_expr) {
+        e->a = x;
+        e->b = y;
+    }
+    return e;
+}
+
+KExpr *k_add(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_ADD, x, y);
+}
+KExpr *k_sub(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_SUB, x, y);
+}
+KExpr *k_mul(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_MUL, x, y);
+}
+KExpr *k_div(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_DIV, x, y);
+}
+KExpr *k_mod(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_MOD, x, y);
+}
+KExpr *k_lt(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_LT, x, y);
+}
+KExpr *k_and(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_bin(b, KE_AND, x, y);
+}
+
+KExpr *k_madd(KBuilder *b, KExpr *x, int64_t stride, KExpr *y) {
+    return k_add(b, k_mul(b, x, x->type == KT_I32 ? k_i32(b, stride) : k_int(b, stride)), y);
+}
+
+KExpr *k_select(KBuilder *b, KExpr *c, KExpr *x, KExpr *y) {
+    KExpr *e = node(b, KE_SELECT, x->type);
+    if (e != &dummy_expr) {
+        e->a = c;
+        e->b = x;
+        e->c = y;
+    }
+    return e;
+}
+
+static KExpr *with_args(KBuilder *b, KExprKind kind, KType t, const char *name, int n, KExpr **args) {
+    KExpr *e = node(b, kind, t);
+    if (e == &dummy_expr)
+        return e;
+    e->name = name;
+    e->n_args = n;
+    e->args = alloc(b, (size_t)(n ? n : 1) * sizeof *e->args);
+    if (!e->args)
+        return &dummy_expr;
+    for (int i = 0; i < n; i++)
+        e->args[i] = args[i];
+    return e;
+}
+
+KExpr *k_call(KBuilder *b, KType t, const char *fn, int n, KExpr **args) {
+    return with_args(b, KE_CALL, t, fn, n, args);
+}
+
+KExpr *k_formula(KBuilder *b, KType t, const char *formula, int n, KExpr **args) {
+    char *text = b->oom ? NULL : arena_strdup(b->arena, formula);
+    if (!text) {
+        b->oom = true;
+        return &dummy_expr;
+    }
+    return with_args(b, KE_FORMULA, t, text, n, args);
+}
+
+/* ---- Statements ---- */
+
+static void define_var(KBuilder *b, KStmtKind kind, int var, KExpr *value) {
+    KStmt *s = append(b, kind);
+    if (s) {
+        s->var = var;
+        s->a = value;
+    }
+}
+
+void kb_let_var(KBuilder *b, int var, KExpr *value) {
+    define_var(b, KS_LET, var, value);
+}
+
+void kb_decl_var(KBuilder *b, int var, KExpr *init) {
+    define_var(b, KS_DECL, var, init);
+}
+
+static int define(KBuilder *b, KStmtKind kind, const char *name, KType t, KExpr *value) {
+    int var = kb_new_var(b, name, t);
+    define_var(b, kind, var, value);
+    return var;
+}
+
+int kb_let(KBuilder *b, const char *name, KType t, KExpr *value) {
+    return define(b, KS_LET, name, t, value);
+}
+
+int kb_decl(KBuilder *b, const char *name, KType t, KExpr *init) {
+    return define(b, KS_DECL, name, t, init);
+}
+
+static void assign(KBuilder *b, int var, KExpr *value, bool accumulate) {
+    KStmt *s = append(b, KS_ASSIGN);
+    if (s) {
+        s->var = var;
+        s->a = value;
+        s->accumulate = accumulate;
+    }
+}
+
+void kb_assign(KBuilder *b, int var, KExpr *value) {
+    assign(b, var, value, false);
+}
+
+void kb_accum(KBuilder *b, int var, KExpr *value) {
+    assign(b, var, value, true);
+}
+
+static void store(KBuilder *b, int buf, KExpr *index, KExpr *value, bool accumulate, bool two_d) {
+    KStmt *s = append(b, KS_STORE);
+    if (s) {
+        s->buf = buf;
+        s->index = index;
+        s->a = value;
+        s->accumulate = accumulate;
+        s->n_args = two_d ? 2 : 0;
+    }
+}
+
+void kb_store(KBuilder *b, int buf, KExpr *index, KExpr *value) {
+    store(b, buf, index, value, false, false);
+}
+
+void kb_store_add(KBuilder *b, int buf, KExpr *index, KExpr *value) {
+    store(b, buf, index, value, true, false);
+}
+
+void kb_store2(KBuilder *b, int buf, KExpr *row, KExpr *col, KExpr *value, bool accumulate) {
+    store(b, buf, flat2(b, buf, row, col), value, accumulate, true);
+}
+
+/* Opens a block whose statements chain from *first (the builder's sink when
+ * memory ran out, so that kb_end still balances). */
+static void open_block(KBuilder *b, KStmt *s, KStmt **first) {
+    if (b->depth + 1 >= KB_MAX_DEPTH) {
+        b->misuse = true;
+        return;
+    }
+    b->depth++;
+    b->open[b->depth] = s;
+    b->first[b->depth] = first ? first : &sink;
+    b->tail[b->depth] = b->first[b->depth];
+}
+
+void kb_for_var(KBuilder *b, int var, KExpr *lo, KExpr *hi, KExpr *step, unsigned flags) {
+    KStmt *s = append(b, KS_FOR);
+    if (s) {
+        s->var = var;
+        s->lo = lo;
+        s->hi = hi;
+        s->step = step;
+        s->flags = flags;
+    }
+    open_block(b, s, s ? &s->body : NULL);
+}
+
+int kb_for(KBuilder *b, const char *name, KType t, KExpr *lo, KExpr *hi, KExpr *step, unsigned flags) {
+    int var = kb_new_var(b, name, t);
+    kb_for_var(b, var, lo, hi, step, flags);
+    return var;
+}
+
+void kb_if(KBuilder *b, KExpr *cond) {
+    KStmt *s = append(b, KS_IF);
+    if (s)
+        s->a = cond;
+    open_block(b, s, s ? &s->body : NULL);
+}
+
+void kb_scope(KBuilder *b) {
+    KStmt *s = append(b, KS_BLOCK);
+    open_block(b, s, s ? &s->body : NULL);
+}
+
+void kb_else(KBuilder *b) {
+    KStmt *s = b->open[b->depth];
+    if (b->depth == 0 || (s && s->kind != KS_IF)) {
+        b->misuse = true;
+        return;
+    }
+    b->tail[b->depth] = s ? &s->orelse : &sink;
+}
+
+void kb_end(KBuilder *b) {
+    if (b->depth == 0) {
+        b->misuse = true;
+        return;
+    }
+    b->depth--;
+}
+
+static KStmt *with_stmt_args(KBuilder *b, KStmtKind kind, const char *fn, int n, KExpr **args) {
+    KStmt *s = append(b, kind);
+    if (!s)
+        return NULL;
+    s->name = fn;
+    s->n_args = n;
+    s->args = alloc(b, (size_t)(n ? n : 1) * sizeof *s->args);
+    if (s->args)
+        for (int i = 0; i < n; i++)
+            s->args[i] = args[i];
+    return s;
+}
+
+void kb_call(KBuilder *b, const char *fn, int n, KExpr **args) {
+    with_stmt_args(b, KS_CALL, fn, n, args);
+}
+
+void kb_barrier(KBuilder *b) {
+    append(b, KS_BARRIER);
+}
+
+void kb_text(KBuilder *b, const char *text) {
+    char *copy = b->oom ? NULL : arena_strdup(b->arena, text ? text : "");
+    KStmt *s = copy ? append(b, KS_TEXT) : NULL;
+    if (!copy)
+        b->oom = true;
+    if (s)
+        s->name = copy;
+}
+
+void kb_begin_block(KBuilder *b) {
+    open_block(b, NULL, alloc(b, sizeof(KStmt *)));
+}
+
+KStmt *kb_take(KBuilder *b) {
+    if (b->depth == 0 || b->open[b->depth]) {
+        b->misuse = true;
+        return NULL;
+    }
+    b->depth--;
+    return b->oom ? NULL : *b->first[b->depth + 1];
+}
+
+/* A copy of statement list s: its statements and nested blocks (expressions,
+ * which nothing changes after building, are shared). */
+static KStmt *copy_list(KBuilder *b, const KStmt *s) {
+    KStmt *head = NULL, **tail = &head;
+    for (; s; s = s->next) {
+        KStmt *c = alloc(b, sizeof *c);
+        if (!c)
+            return NULL;
+        *c = *s;
+        c->next = NULL;
+        c->body = copy_list(b, s->body);
+        c->orelse = copy_list(b, s->orelse);
+        *tail = c;
+        tail = &c->next;
+    }
+    return head;
+}
+
+void kb_splice(KBuilder *b, const KStmt *s) {
+    KStmt *c = copy_list(b, s);
+    if (!c)
+        return;
+    *b->tail[b->depth] = c;
+    while (c->next)
+        c = c->next;
+    b->tail[b->depth] = &c->next;
+}
+
+/* ---- Views ---- */
+
+KView kview_of(const Type *t) {
+    KView v = {.rank = t->rank};
+    int64_t s = 1;
+    for (int j = t->rank - 1; j >= 0; j--) {
+        v.dims[j] = t->dims[j];
+        v.strides[j] = s;
+        s *= t->dims[j];
+    }
+    return v;
+}
+
+KView kview_broadcast(const Type *t, const Type *to) {
+    KView own = kview_of(t), v = {.rank = to->rank};
+    for (int j = 0; j < to->rank; j++) {
+        int k = j - (to->rank - t->rank);
+        v.dims[j] = to->dims[j];
+        v.strides[j] = k >= 0 && t->dims[k] != 1 ? own.strides[k] : 0;
+    }
+    return v;
+}
+
+KExpr *kview_index(KBuilder *b, const KView *v, KExpr *const *idx) {
+    KExpr *e = NULL;
+    for (int j = 0; j < v->rank; j++)
+        if (v->dims[j] != 1 && v->strides[j] != 0)
+            e = e ? k_madd(b, idx[j], v->strides[j], e) : k_mul(b, idx[j], k_int(b, v->strides[j]));
+    if (!e)
+        return k_int(b, v->offset);
+    return v->offset ? k_add(b, k_int(b, v->offset), e) : e;
+}
+
+void kb_unravel(KBuilder *b, KExpr *flat, const Type *t, const char *prefix, KExpr **idx) {
+    int64_t inner = 1;
+    for (int j = t->rank - 1; j >= 0; j--) {
+        if (t->dims[j] == 1) {
+            idx[j] = k_int(b, 0);
+            continue;
+        }
+        KExpr *e = k_div(b, flat, k_int(b, inner));
+        bool outermost = true;
+        for (int o = 0; o < j; o++)
+            outermost &= t->dims[o] == 1;
+        if (!outermost)
+            e = k_mod(b, e, k_int(b, t->dims[j]));
+        char *name = alloc(b, strlen(prefix) + 4);
+        if (name)
+            snprintf(name, strlen(prefix) + 4, "%s%d", prefix, j);
+        idx[j] = k_var(b, kb_let(b, name ? name : "", KT_I64, e));
+        inner *= t->dims[j];
+    }
+}
+
+/* ---- Dead lets ---- */
+
+static void count_expr(const KExpr *e, int *uses) {
+    if (!e)
+        return;
+    if (e->kind == KE_VAR)
+        uses[e->var]++;
+    count_expr(e->a, uses);
+    count_expr(e->b, uses);
+    count_expr(e->c, uses);
+    for (int i = 0; i < e->n_args && e->kind >= KE_CALL; i++)
+        count_expr(e->args[i], uses);
+}
+
+static void count_list(const KStmt *s, int *uses) {
+    for (; s; s = s->next) {
+        count_expr(s->a, uses);
+        count_expr(s->index, uses);
+        count_expr(s->lo, uses);
+        count_expr(s->hi, uses);
+        count_expr(s->step, uses);
+        for (int i = 0; i < s->n_args && s->kind == KS_CALL; i++)
+            count_expr(s->args[i], uses);
+        if (s->kind == KS_ASSIGN)
+            uses[s->var]++; /* a variable assigned to is kept with its declaration */
+        count_list(s->body, uses);
+        count_list(s->orelse, uses);
+    }
+}
+
+static bool drop_dead(KStmt **list, const int *uses) {
+    bool dropped = false;
+    for (KStmt **at = list; *at;) {
+        KStmt *s = *at;
+        if ((s->kind == KS_LET || s->kind == KS_DECL) && uses[s->var] == 0) {
+            *at = s->next;
+            dropped = true;
+            continue;
+        }
+        dropped |= drop_dead(&s->body, uses);
+        dropped |= drop_dead(&s->orelse, uses);
+        at = &s->next;
+    }
+    return dropped;
+}
+
+bool kir_has_text(const KStmt *s) {
+    for (; s; s = s->next)
+        if (s->kind == KS_TEXT || kir_has_text(s->body) || kir_has_text(s->orelse))
+            return true;
+    return false;
+}
+
+void kir_simplify(KBody *kb) {
+    if (kir_has_text(kb->body))
+        return; /* text may name any variable */
+    int uses_small[256], *uses = kb->n_vars <= 256 ? uses_small : ir_calloc((size_t)kb->n_vars, sizeof *uses);
+    if (!uses)
+        return; /* the body stays as built, which is correct, only longer */
+    do
+        memset(uses, 0, (size_t)kb->n_vars * sizeof *uses), count_list(kb->body, uses);
+    while (drop_dead(&kb->body, uses));
+    if (uses != uses_small)
+        ir_free(uses);
+}
+
+/* ---- Verification ---- */
+
+typedef struct {
+    const KBody *kb;
+    KirTarget target;
+    signed char *state; /* per variable: 0 unseen, 1 in scope, 2 out of scope again */
+    char *err;
+    size_t errlen;
+} Verifier;
+
+static int fail(Verifier *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Verifier *v, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->err, v->errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static bool identifier(const char *s) {
+    if (!s || !(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+        return false;
+    for (; *s; s++)
+        if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')))
+            return false;
+    return true;
+}
+
+static const char *var_name(const Verifier *v, int var) {
+    return var >= 0 && var < v->kb->n_vars ? v->kb->vars[var].name : "?";
+}
+
+static int check_buf(Verifier *v, int buf) {
+    if (buf < 0 || buf >= v->kb->n_bufs)
+        return fail(v, "buffer %d does not exist", buf);
+    if (v->kb->bufs[buf].kind == KB_SHARED && v->target != KIR_CUDA)
+        return fail(v, "shared array %s outside CUDA", v->kb->bufs[buf].name);
+    return 0;
+}
+
+static int check_expr(Verifier *v, const KExpr *e) {
+    if (!e)
+        return fail(v, "a missing operand");
+    switch (e->kind) {
+    case KE_INT:
+    case KE_FLOAT:
+    case KE_SYMBOL: return 0;
+    case KE_VAR:
+        if (e->var < 0 || e->var >= v->kb->n_vars || v->state[e->var] != 1)
+            return fail(v, "variable %s read outside its scope", var_name(v, e->var));
+        return 0;
+    case KE_SPECIAL: return v->target == KIR_CUDA ? 0 : fail(v, "a thread index outside CUDA");
+    case KE_LOAD:
+    case KE_ADDR:
+        if (check_buf(v, e->buf) || check_expr(v, e->a))
+            return -1;
+        return integral(e->a->type) ? 0 : fail(v, "a non-integer index");
+    case KE_NEG:
+    case KE_NOT:
+    case KE_CAST: return check_expr(v, e->a);
+    case KE_SELECT:
+        if (check_expr(v, e->a) || check_expr(v, e->b) || check_expr(v, e->c))
+            return -1;
+        if (e->a->type != KT_BOOL)
+            return fail(v, "a select whose condition is not a comparison");
+        return e->b->type == e->c->type ? 0 : fail(v, "a select of two types");
+    case KE_CALL:
+    case KE_FORMULA:
+        for (int i = 0; i < e->n_args; i++)
+            if (check_expr(v, e->args[i]))
+                return -1;
+        return identifier(e->name) || e->kind == KE_FORMULA ? 0 : fail(v, "a call of a non-identifier");
+    default:
+        if (check_expr(v, e->a) || check_expr(v, e->b))
+            return -1;
+        if (e->a->type != e->b->type)
+            return fail(v, "an operator (kind %d) applied to two types", (int)e->kind);
+        if ((e->kind == KE_MOD || e->kind == KE_AND || e->kind == KE_OR) &&
+            !(integral(e->a->type) || e->a->type == KT_BOOL))
+            return fail(v, "%% or a logical operator on floats");
+        return 0;
+    }
+}
+
+static int check_list(Verifier *v, const KStmt *s);
+
+static int enter(Verifier *v, int var) {
+    if (var < 0 || var >= v->kb->n_vars)
+        return fail(v, "variable %d does not exist", var);
+    if (!identifier(v->kb->vars[var].name))
+        return fail(v, "variable name '%s' is not an identifier", v->kb->vars[var].name);
+    if (v->state[var] != 0)
+        return fail(v, "variable %s defined twice", var_name(v, var));
+    for (int o = 0; o < v->kb->n_vars; o++)
+        if (o != var && v->state[o] == 1 && strcmp(v->kb->vars[o].name, v->kb->vars[var].name) == 0)
+            return fail(v, "variable %s shadows another", var_name(v, var));
+    v->state[var] = 1;
+    return 0;
+}
+
+static int check_stmt(Verifier *v, const KStmt *s) {
+    switch (s->kind) {
+    case KS_LET:
+    case KS_DECL:
+        if (check_expr(v, s->a))
+            return -1;
+        if (s->a->type != v->kb->vars[s->var].type && s->a->kind != KE_INT && s->a->kind != KE_FLOAT)
+            return fail(v, "%s initialized with another type", var_name(v, s->var));
+        return enter(v, s->var);
+    case KS_ASSIGN:
+        if (check_expr(v, s->a))
+            return -1;
+        if (s->var < 0 || s->var >= v->kb->n_vars || v->state[s->var] != 1)
+            return fail(v, "variable %s assigned outside its scope", var_name(v, s->var));
+        return 0;
+    case KS_STORE:
+        if (check_buf(v, s->buf) || check_expr(v, s->index) || check_expr(v, s->a))
+            return -1;
+        if (!v->kb->bufs[s->buf].writable)
+            return fail(v, "a store to a buffer the kernel only reads");
+        return 0;
+    case KS_FOR: {
+        if (check_expr(v, s->lo) || check_expr(v, s->hi) || (s->step && check_expr(v, s->step)))
+            return -1;
+        if (enter(v, s->var))
+            return -1;
+        int r = check_list(v, s->body);
+        v->state[s->var] = 0; /* a sibling loop may reuse it */
+        return r;
+    }
+    case KS_IF:
+        if (check_expr(v, s->a))
+            return -1;
+        if (s->a->type != KT_BOOL)
+            return fail(v, "an if whose condition is not a comparison");
+        return check_list(v, s->body) || check_list(v, s->orelse) ? -1 : 0;
+    case KS_CALL:
+        for (int i = 0; i < s->n_args; i++)
+            if (check_expr(v, s->args[i]))
+                return -1;
+        return identifier(s->name) ? 0 : fail(v, "a call of a non-identifier");
+    case KS_BARRIER: return v->target == KIR_CUDA ? 0 : fail(v, "a barrier outside CUDA");
+    case KS_ARRAY: return check_buf(v, s->buf);
+    case KS_TEXT: return 0;
+    case KS_BLOCK: return check_list(v, s->body);
+    }
+    return fail(v, "a statement of unknown kind %d", (int)s->kind);
+}
+
+/* Checks a block; the variables it defines go out of scope at its end. */
+static int check_list(Verifier *v, const KStmt *s) {
+    const KStmt *first = s;
+    for (; s; s = s->next)
+        if (check_stmt(v, s))
+            return -1;
+    for (s = first; s; s = s->next)
+        if (s->kind == KS_LET || s->kind == KS_DECL)
+            v->state[s->var] = 0;
+    return 0;
+}
+
+int kir_verify(const KBody *kb, KirTarget t, char *err, size_t errlen) {
+    Verifier v = {kb, t, ir_calloc((size_t)kb->n_vars + 1, 1), err, errlen};
+    if (!v.state)
+        return fail(&v, "out of memory verifying a kernel");
+    int r = check_list(&v, kb->body);
+    ir_free(v.state);
+    return r;
+}
