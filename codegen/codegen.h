@@ -298,6 +298,7 @@ typedef struct {
     const char *parallel_open; /* a PARALLEL loop over `i`, before its block */
     const char *call_open;     /* before a CALL kernel's body */
     const char *barrier;       /* a barrier statement, where there is one */
+    const char *unroll_hint;   /* before an UNROLL loop, or NULL */
     const char *vector_hint;   /* before a VECTOR loop, or NULL */
     const char *launch_bounds; /* CUDA: the attribute giving a GEMM kernel's block size */
 } Lang;
@@ -338,6 +339,9 @@ void gemm_schedule(const Program *p, Kernel *k);
 
 /* A kernel body as source in language l, indented. */
 void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int indent);
+/* A body whose buffers and sizes are all parameters (kb_param_buf, kb_param_var)
+ * as a function `void NAME(params)` of language l. */
+void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *out);
 /* A kernel body as text for people (kiln compile --dump-dir). */
 void kir_dump(const Program *p, const KBody *kb, Str *out);
 /* Whether the body names value id (or KIR_SCRATCH, KIR_TABLE). */
@@ -383,6 +387,7 @@ bool cc_cpu_valid(const char *cpu);
 typedef struct {
     Str host;      /* the C translation unit of the shared object */
     Str kernels;   /* CUDA: the kernels' source (in host as a string, or, emulated, C++ compiled beside it) */
+    Str kir;       /* the kernels as kernel IR, for people (--dump-dir) */
     bool emulated; /* CUDA kernels for the CPU (KILN_CUDA=emulate) */
 } Source;
 

@@ -30,7 +30,7 @@ const Lang lang_c = {
     .restrict_kw = "restrict ",
     .parallel_open = "for (int64_t i = begin; i < end; i++)",
     .call_open = "(void)begin, (void)end;",
-    .vector_hint = "#pragma clang loop vectorize(enable)",
+    .unroll_hint = "#pragma GCC unroll 16", /* GCC's spelling, which Clang reads too */
 };
 
 /* The expression for a value's buffer, as a float pointer. */

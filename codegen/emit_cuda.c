@@ -31,6 +31,7 @@ const Lang lang_cuda = {
     .parallel_open = "int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < count)",
     .call_open = "(void)count;",
     .barrier = "__syncthreads();",
+    .unroll_hint = "#pragma unroll",
     .launch_bounds = "__launch_bounds__",
 };
 
@@ -175,6 +176,7 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
 
 int program_source(const Program *p, Source *src, Diag *d) {
     *src = (Source){0};
+    program_dump_kir(p, &src->kir);
     if (p->target == TARGET_C)
         return emit_c_model(p, &src->host, d);
     const char *how = getenv("KILN_CUDA");
@@ -188,4 +190,5 @@ int program_source(const Program *p, Source *src, Diag *d) {
 void source_free(Source *src) {
     str_free(&src->host);
     str_free(&src->kernels);
+    str_free(&src->kir);
 }

@@ -135,7 +135,10 @@ static int dump_source(const char *dir, const Program *p, const Source *src, Dia
     bool cuda = p->target == TARGET_CUDA;
     snprintf(path, sizeof path, "%s/model.%s", dir, cuda ? "cu" : "c");
     const Str *shown = cuda ? &src->kernels : &src->host;
-    return write_file_atomic(path, shown->s, shown->len, d);
+    if (write_file_atomic(path, shown->s, shown->len, d))
+        return -1;
+    snprintf(path, sizeof path, "%s/model.kir", dir);
+    return write_file_atomic(path, src->kir.s ? src->kir.s : "", src->kir.len, d);
 }
 
 /* Makes path a good cache entry (codegen/cache.c) for the shared object of src: kept

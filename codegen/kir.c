@@ -72,6 +72,10 @@ int kb_table(KBuilder *b) {
     return add_buf(b, (KBuf){KB_TABLE, 0, false, KT_F32, 0, 0, NULL});
 }
 
+int kb_param_buf(KBuilder *b, const char *name, bool writable) {
+    return add_buf(b, (KBuf){KB_PARAM, -2 - b->kb->n_bufs, writable, KT_F32, 0, 0, name});
+}
+
 static KStmt *append(KBuilder *b, KStmtKind kind) {
     KStmt *s = alloc(b, sizeof *s);
     if (!s)
@@ -105,8 +109,15 @@ int kb_new_var(KBuilder *b, const char *name, KType t) {
         kb->vars = nv;
         kb->cap_vars = cap;
     }
-    kb->vars[kb->n_vars] = (KVarInfo){name, t};
+    kb->vars[kb->n_vars] = (KVarInfo){name, t, false};
     return kb->n_vars++;
+}
+
+int kb_param_var(KBuilder *b, const char *name, KType t) {
+    int var = kb_new_var(b, name, t);
+    if (!b->oom)
+        b->kb->vars[var].param = true;
+    return var;
 }
 
 /* ---- Expressions ---- */
@@ -851,6 +862,8 @@ int kir_verify(const KBody *kb, KirTarget t, char *err, size_t errlen) {
     Verifier v = {kb, t, ir_calloc((size_t)kb->n_vars + 1, 1), err, errlen};
     if (!v.state)
         return fail(&v, "out of memory verifying a kernel");
+    for (int i = 0; i < kb->n_vars; i++)
+        v.state[i] = kb->vars[i].param;
     int r = check_list(&v, kb->body);
     ir_free(v.state);
     return r;

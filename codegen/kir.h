@@ -6,7 +6,8 @@
  * calls and the elementwise tables' formulas). Index expressions come from views
  * (shape, strides, offset), so no lowering writes index arithmetic by hand. A loop
  * carries annotations: PARALLEL (the kernel's iterations, which C spreads over the
- * runtime's threads and CUDA over its threads), VECTOR and UNROLL (hints).
+ * runtime's threads and CUDA over its threads), UNROLL and VECTOR (hints, printed
+ * where the language has a spelling both its compilers read).
  *
  * The constructors simplify as they build: integer constants fold, `x * 1`,
  * `x * 0`, `x / 1`, `x % 1`, `x + 0` and `x - 0` vanish (for integers only: float
@@ -106,7 +107,7 @@ struct KStmt {
 
 /* A kernel's buffers: the values it reads and writes, its scratch and table, and
  * local arrays (registers, or CUDA shared memory). */
-typedef enum { KB_VALUE, KB_OUTPUT, KB_SCRATCH, KB_TABLE, KB_LOCAL, KB_SHARED } KBufKind;
+typedef enum { KB_VALUE, KB_OUTPUT, KB_SCRATCH, KB_TABLE, KB_LOCAL, KB_SHARED, KB_PARAM } KBufKind;
 
 typedef struct {
     KBufKind kind;
@@ -114,12 +115,13 @@ typedef struct {
     bool writable;      /* the kernel may store into it */
     KType type;         /* element type (local arrays) */
     int64_t size, cols; /* local arrays: elements, and the row length of a 2-D one (0: 1-D) */
-    const char *name;   /* local arrays */
+    const char *name;   /* local arrays and parameters */
 } KBuf;
 
 typedef struct {
     const char *name;
     KType type;
+    bool param; /* a parameter of the function the body is (kir_print_function) */
 } KVarInfo;
 
 /* A kernel body and what it names. */
@@ -157,6 +159,12 @@ int kb_table(KBuilder *b);
 /* A local array of `rows` x `cols` elements (cols 0: 1-D of rows), declared at this
  * point of the body; shared: CUDA shared memory. */
 int kb_array(KBuilder *b, const char *name, KType t, int64_t rows, int64_t cols, bool shared, bool zero);
+
+/* Parameters of a body printed as a function of its own (kir_print_function): a
+ * float array, and an integer scalar such as a size the kernel is not specialized
+ * for. In scope everywhere in the body. */
+int kb_param_buf(KBuilder *b, const char *name, bool writable);
+int kb_param_var(KBuilder *b, const char *name, KType t);
 
 /* ---- Expressions ---- */
 

@@ -89,7 +89,8 @@ static const char *buf_name(const Printer *pr, int buf, char *tmp, size_t n) {
     case KB_SCRATCH: return "scratch";
     case KB_TABLE: return "table";
     case KB_LOCAL:
-    case KB_SHARED: return b->name;
+    case KB_SHARED:
+    case KB_PARAM: return b->name;
     }
     return "?";
 }
@@ -173,7 +174,7 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
     case KE_SELECT:
         print_expr(pr, e->a, PREC_OR);
         str_printf(o, " ? ");
-        print_expr(pr, e->b, 0);
+        print_expr(pr, e->b, PREC_SELECT + 1);
         str_printf(o, " : ");
         print_expr(pr, e->c, PREC_SELECT);
         break;
@@ -227,8 +228,8 @@ static void print_for(Printer *pr, const KStmt *s, int indent) {
         print_block(pr, s->body, indent);
         return;
     }
-    if (s->flags & K_UNROLL)
-        str_printf(o, "%*s#pragma unroll\n", indent, "");
+    if ((s->flags & K_UNROLL) && pr->l->unroll_hint)
+        str_printf(o, "%*s%s\n", indent, "", pr->l->unroll_hint);
     if ((s->flags & K_VECTOR) && pr->l->vector_hint)
         str_printf(o, "%*s%s\n", indent, "", pr->l->vector_hint);
     str_printf(o, "%*sfor (%s %s = ", indent, "", type_name(pr->l, pr->kb->vars[s->var].type), v);
@@ -376,7 +377,45 @@ void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int i
     print_list(&pr, kb->body, indent);
 }
 
+void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *out) {
+    Printer pr = {NULL, l, kb, out, false};
+    str_printf(out, "void %s(", name);
+    int n = 0;
+    for (int i = 0; i < kb->n_bufs; i++)
+        if (kb->bufs[i].kind == KB_PARAM)
+            str_printf(out, "%s%sfloat *%s%s", n++ ? ", " : "", kb->bufs[i].writable ? "" : "const ",
+                       l->restrict_kw, kb->bufs[i].name);
+    for (int i = 0; i < kb->n_vars; i++)
+        if (kb->vars[i].param)
+            str_printf(out, "%s%s %s", n++ ? ", " : "", type_name(l, kb->vars[i].type), kb->vars[i].name);
+    str_printf(out, "%s) {\n", n ? "" : "void");
+    print_list(&pr, kb->body, 4);
+    str_printf(out, "}\n");
+}
+
 void kir_dump(const Program *p, const KBody *kb, Str *out) {
     Printer pr = {p, &lang_c, kb, out, true};
     print_list(&pr, kb->body, 4);
+}
+
+static const char *const kind_names[] = {[K_LOOP] = "loop", [K_CALL] = "call", [K_GEMM] = "gemm"};
+
+void program_dump_kir(const Program *p, Str *out) {
+    c_comment(out, "The kernels of model '%s' as kernel IR (%s target).", p->g->name,
+              p->target == TARGET_CUDA ? "cuda" : "c");
+    str_printf(out, "\n");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const Kernel *kn = &p->kernels[k];
+        str_printf(out, "\n");
+        c_comment(out, "%s", kn->comment);
+        str_printf(out, "\nkernel %s %s", kn->name, kind_names[kn->kind]);
+        if (kn->kind == K_LOOP)
+            str_printf(out, " count %lld grain %lld", (long long)kn->count, (long long)kn->grain);
+        if (kn->kind == K_GEMM)
+            str_printf(out, " batch %lld m %lld n %lld depth %lld", (long long)kn->batch, (long long)kn->m,
+                       (long long)kn->n, (long long)kn->depth);
+        str_printf(out, " {\n");
+        kir_dump(p, kn->ir, out);
+        str_printf(out, "}\n");
+    }
 }

@@ -310,9 +310,9 @@ static int copy_kernel(Program *p, const Node *n, const char *what, int src, int
     k->grain = 16384;
     kernel_writes(k, dst);
     kernel_reads(k, src);
-    char out[32];
-    snprintf(out, sizeof out, "out%d", -1 - dst);
-    str_printf(&k->body, "%s[i] = %s[i];\n", dst < 0 ? out : value_name(p, dst), value_name(p, src));
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    kb_store(b, kb_value(b, dst, true), i, k_load(b, kb_value(b, src, false), i));
     return 0;
 }
 
@@ -423,11 +423,15 @@ static int lower_updates(Program *p, Diag *d) {
                 kernel_reads(stage, u->value);
             else
                 kernel_writes(stage, u->param);
-            char aside[64], value[160];
-            snprintf(aside, sizeof aside, "scratch[%lld + j]", (long long)at);
-            snprintf(value, sizeof value, "%s[j]", value_name(p, pass == 0 ? u->value : u->param));
-            str_printf(&stage->body, "for (int64_t j = 0; j < %lld; j++) %s = %s;\n", (long long)count,
-                       pass == 0 ? aside : value, pass == 0 ? value : aside);
+            KBuilder *b = &stage->b;
+            int scratch = kb_scratch(b), value = kb_value(b, pass == 0 ? u->value : u->param, pass == 1);
+            KExpr *j = k_var(b, kb_for(b, "j", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0));
+            KExpr *aside = k_add(b, k_int(b, at), j);
+            if (pass == 0)
+                kb_store(b, scratch, aside, k_load(b, value, j));
+            else
+                kb_store(b, value, j, k_load(b, scratch, aside));
+            kb_end(b);
             at += count;
         }
         stage->scratch_bytes = at * 4;

@@ -86,14 +86,18 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
  * header, and the shared object last (the compiler writes it to its temporary). */
 static int write_all(const Options *o, const Source *c, const Program *p, const Graph *g, const Str *h,
                      Outputs *outs, const Check *check, Diag *d) {
-    /* the source people read: the C, or the CUDA kernels */
+    /* the source people read: the C, or the CUDA kernels; the kernel IR beside it */
     const Str *shown = p->target == TARGET_CUDA ? &c->kernels : &c->host;
     for (int i = 1; i < outs->n; i++) {
         const Output *out = &outs->items[i];
         bool header = o->header && strcmp(out->what, "--header") == 0;
-        if (header && h->oom)
+        size_t len = strlen(out->path);
+        const Str *text = header                                                       ? h
+                          : len > 4 && strcmp(out->path + len - 4, ".kir") == 0 ? &c->kir
+                                                                                        : shown;
+        if (text->oom)
             return diag_error(d, (Loc){0}, "out of memory writing '%s'", out->path);
-        if (outputs_write(outs, i, header ? h->s : shown->s, header ? h->len : shown->len, d))
+        if (outputs_write(outs, i, text->s ? text->s : "", text->len, d))
             return -1;
     }
     const char *so = outputs_temp(outs, 0, d);
@@ -120,15 +124,19 @@ int cmd_compile(int argc, char **argv) {
         return EXIT_USER;
     }
     JitOptions jo = jit_options(&o);
-    char dump_path[4200] = "";
-    if (o.pipeline.dump_dir)
+    char dump_path[4200] = "", kir_path[4200] = "";
+    if (o.pipeline.dump_dir) {
         snprintf(dump_path, sizeof dump_path, "%s/model.%s", o.pipeline.dump_dir,
                  jo.target == TARGET_CUDA ? "cu" : "c");
+        snprintf(kir_path, sizeof kir_path, "%s/model.kir", o.pipeline.dump_dir);
+    }
     static Outputs outs;
     outputs_init(&outs);
     outputs_add(&outs, o.out, "-o");
-    if (*dump_path)
+    if (*dump_path) {
         outputs_add(&outs, dump_path, "--dump-dir");
+        outputs_add(&outs, kir_path, "--dump-dir");
+    }
     if (o.emit_source)
         outputs_add(&outs, o.emit_source, "--emit-source");
     if (o.header)
