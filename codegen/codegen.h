@@ -206,6 +206,11 @@ void float_literal(double v, char *buf, size_t n);
  * $0, $1, ...), each call as its op's own kernel computes it, and writes into r the
  * C expression of the result: a variable tN (*next counts them), an xK or a literal. */
 void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap);
+/* f'(x) of unary op `op` as a float expression of `x`, its attributes read from n (a
+ * unary_grad node), into e; and d f(a, b) / d a (or / d b) of binary op `op` over
+ * `a` and `b`: the rows' C derivative columns. */
+void unary_derivative_expr(OpId op, const Node *n, char *e, size_t cap);
+const char *binary_derivative_expr(OpId op, bool wrt_b);
 
 /* Emits the loop finishing a tile of `rows` x `cols` elements of fused op n's result
  * at the float pointer `tile`, element (r, q) at tile[r * ld + q * step]: adds

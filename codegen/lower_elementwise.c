@@ -1,18 +1,19 @@
 /* Lowering of the elementwise ops: one LOOP kernel over the output's elements.
  *
- * The scalar expression of each op is written once, here, in the C subset that C
- * and CUDA share; it computes in float, as the targets do. Binary ops with equal
- * shapes index both operands with `i`; with broadcasting, the output index is
- * unraveled and each operand gets its own offset with constant strides. A fused
- * `elementwise` node reads each input once per element, then computes its
- * expression as one statement per call, each written with the expression of that
- * op's own kernel; where its inputs are contiguous or constant over blocks of the
- * output's trailing dims (a per-channel scale, a bias), it loops over blocks so
- * that offsets are computed once per block and the inner loop vectorizes. Every
- * kernel here reads an operand of the result's type only at the element it writes,
- * so all are marked in_place. The copy ops (reshape, flatten, squeeze, unsqueeze,
- * identity) are a plain copy, or nothing when the memory plan makes the result a
- * view of its input (view_of). */
+ * The scalar expression of each op is its row's C column in ir/unary.def or
+ * ir/binary.def, in the C subset that C and CUDA share; it computes in float, as
+ * the targets do (the derivative columns are read here too, for lower_grad.c).
+ * Binary ops with equal shapes index both operands with `i`; with broadcasting,
+ * the output index is unraveled and each operand gets its own offset with
+ * constant strides. A fused `elementwise` node reads each input once per element,
+ * then computes its expression as one statement per call, each written with the
+ * expression of that op's own kernel; where its inputs are contiguous or constant
+ * over blocks of the output's trailing dims (a per-channel scale, a bias), it loops
+ * over blocks so that offsets are computed once per block and the inner loop
+ * vectorizes. Every kernel here reads an operand of the result's type only at the
+ * element it writes, so all are marked in_place. The copy ops (reshape, flatten,
+ * squeeze, unsqueeze, identity) are a plain copy, or nothing when the memory plan
+ * makes the result a view of its input (view_of). */
 #include "codegen.h"
 
 #include <string.h>
@@ -26,53 +27,54 @@ static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     return k;
 }
 
-/* The expression of a unary op applied to `x` (a float). Clamps are written as
- * comparisons and selects rather than fminf/fmaxf, whose NaN rules keep GCC from
- * vectorizing them; a NaN passes through every op, as in the interpreter (a NaN
- * that hardsigmoid's alpha x + beta makes from a finite x clamps to 1, as fmin does). */
+/* A C column of unary.def into e, each $k replaced by the float
+ * literal of attribute value p[k]. */
+static void fill_row(const char *text, const double *p, char *e, size_t cap) {
+    size_t len = 0;
+    for (; *text; text++) {
+        char lit[48] = {*text, 0};
+        if (*text == '$' && text[1] >= '0' && text[1] < '0' + UNARY_MAX_PARAMS)
+            float_literal(p[*++text - '0'], lit, sizeof lit);
+        size_t n = strlen(lit);
+        KILN_ASSERT(len + n < cap);
+        memcpy(e + len, lit, n);
+        len += n;
+    }
+    e[len] = 0;
+}
+
+/* The float expression of unary op `op` applied to `x`, its attributes read from n
+ * (a node of op): its row's C column. */
 static void unary_expr(const Node *n, char *e, size_t cap) {
-    char a[48], b[48], h[128];
+    double p[UNARY_MAX_PARAMS];
+    unary_params(n->op, n, p);
+    const char *text = NULL;
     switch (n->op) {
-    case OP_RELU: snprintf(e, cap, "x > 0.0f ? x : (x == x ? 0.0f : x)"); break;
-    case OP_SIGMOID: snprintf(e, cap, "1.0f / (1.0f + expf(-x))"); break;
-    case OP_TANH: snprintf(e, cap, "tanhf(x)"); break;
-    case OP_EXP: snprintf(e, cap, "expf(x)"); break;
-    case OP_LOG: snprintf(e, cap, "logf(x)"); break;
-    case OP_SQRT: snprintf(e, cap, "sqrtf(x)"); break;
-    case OP_NEG: snprintf(e, cap, "-x"); break;
-    case OP_ABS: snprintf(e, cap, "fabsf(x)"); break;
-    case OP_ERF: snprintf(e, cap, "erff(x)"); break;
-    case OP_LEAKY_RELU:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        snprintf(e, cap, "x < 0.0f ? %s * x : x", a);
+#define UNARY(id, name, attrs, reference, c, ...)                                                            \
+    case OP_##id:                                                                                            \
+        text = c;                                                                                            \
         break;
-    case OP_CLIP:
-        /* NaN passes through, as in the interpreter; min > max gives max */
-        float_literal(node_float(n, "min"), a, sizeof a);
-        float_literal(node_float(n, "max"), b, sizeof b);
-        if (node_float(n, "min") > node_float(n, "max"))
-            snprintf(e, cap, "x != x ? x : %s", b);
-        else
-            snprintf(e, cap, "x < %s ? %s : (x > %s ? %s : x)", a, a, b, b);
-        break;
-    case OP_GELU:
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
-            snprintf(e, cap, "0.5f * x * (1.0f + tanhf(0.797884561f * (x + 0.044715f * x * x * x)))");
-        else
-            snprintf(e, cap, "0.5f * x * (1.0f + erff(x * 0.707106781f))");
-        break;
-    case OP_HARDSIGMOID:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        float_literal(node_float(n, "beta"), b, sizeof b);
-        snprintf(h, sizeof h, "%s * x + %s", a, b);
-        snprintf(e, cap, "x != x ? x : (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
-        break;
-    case OP_HARDSWISH:
-        snprintf(h, sizeof h, "x / 6.0f + 0.5f");
-        snprintf(e, cap, "x != x ? x : x * (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
-        break;
+#include "../ir/unary.def"
+#undef UNARY
     default: KILN_ASSERT(!"not a unary op");
     }
+    fill_row(text, p, e, cap);
+}
+
+void unary_derivative_expr(OpId op, const Node *n, char *e, size_t cap) {
+    double p[UNARY_MAX_PARAMS];
+    unary_params(op, n, p);
+    const char *text = NULL;
+    switch (op) {
+#define UNARY(id, name, attrs, reference, c, derivative, c_derivative)                                       \
+    case OP_##id:                                                                                            \
+        text = c_derivative;                                                                                 \
+        break;
+#include "../ir/unary.def"
+#undef UNARY
+    default: KILN_ASSERT(!"not a unary op");
+    }
+    fill_row(text, p, e, cap);
 }
 
 int lower_unary(Program *p, const Node *n, Diag *d) {
@@ -86,15 +88,26 @@ int lower_unary(Program *p, const Node *n, Diag *d) {
     return 0;
 }
 
+/* The float expression of binary op `op` over `a` and `b`: its row's C column. */
 static const char *binary_expr(OpId op) {
     switch (op) {
-    case OP_ADD: return "a + b";
-    case OP_SUB: return "a - b";
-    case OP_MUL: return "a * b";
-    case OP_DIV: return "a / b";
-    case OP_POW: return "powf(a, b)";
-    case OP_MAX: return "a != a ? a : (a > b ? a : b)";
-    case OP_MIN: return "a != a ? a : (a < b ? a : b)";
+#define BINARY(id, name, reference, c, ...)                                                                  \
+    case OP_##id:                                                                                            \
+        return c;
+#include "../ir/binary.def"
+#undef BINARY
+    default: KILN_ASSERT(!"not a binary op");
+    }
+    return NULL;
+}
+
+const char *binary_derivative_expr(OpId op, bool wrt_b) {
+    switch (op) {
+#define BINARY(id, name, reference, c, d_da, d_db, c_da, c_db)                                               \
+    case OP_##id:                                                                                            \
+        return wrt_b ? c_db : c_da;
+#include "../ir/binary.def"
+#undef BINARY
     default: KILN_ASSERT(!"not a binary op");
     }
     return NULL;
