@@ -7,9 +7,9 @@
  * functions the table names (a unary op is inferred, evaluated and lowered as one, a
  * view is a copy, a layout op has a layout attribute). Every unary and binary row has
  * a reference, C expressions that name only attributes the op has, and derivatives
- * that agree with central differences of the reference at smooth points, for every
- * choice of an enum attribute; the gradient ops accept each row's op and carry its
- * attributes; and autodiff has a rule for each elementwise op. */
+ * that agree with central differences of the reference at smooth points, with the
+ * default attributes and others, for every choice of an enum attribute; the gradient ops accept each row's op
+ * and carry its attributes; and autodiff has a rule for each elementwise op. */
 /* cmocka needs these first, in this order */
 /* clang-format off */
 #include <stdarg.h>
@@ -236,10 +236,8 @@ static void test_unary_rows(void **state) {
                 fail_msg("unary_grad lacks %s's attribute '%s' (the end of ir/unary.def)", r->name, s->name);
             assert_true(s->kind == A_FLOAT || s->kind == A_ENUM);
             assert_true(s->def == DEF_VALUE);
-            if (s->kind == A_FLOAT) {
-                p[k] = s->dflt;
+            if (s->kind == A_FLOAT)
                 continue;
-            }
             assert_int_equal(enum_attr, -1); /* the loop below tries one enum's choices */
             enum_attr = k;
             for (const char *c = strchr(s->choices, '|'); c; c = strchr(c + 1, '|'))
@@ -252,11 +250,17 @@ static void test_unary_rows(void **state) {
                         fail_msg("unary_grad's '%s' lacks %s's choice '%s'", s->name, r->name, word);
                 }
         }
-        for (int choice = 0; choice < choices; choice++) {
-            if (enum_attr >= 0)
-                p[enum_attr] = choice;
-            check_unary_row(r, p);
-        }
+        /* the defaults, then other values (default 1.5 + 0.25, away from every row's
+           kinks at the smooth points), for each choice of the enum */
+        for (int varied = 0; varied < 2; varied++)
+            for (int choice = 0; choice < choices; choice++) {
+                for (int k = 0; k < o->n_attrs; k++)
+                    if (o->attrs[k].kind == A_FLOAT)
+                        p[k] = varied ? o->attrs[k].dflt * 1.5 + 0.25 : o->attrs[k].dflt;
+                if (enum_attr >= 0)
+                    p[enum_attr] = choice;
+                check_unary_row(r, p);
+            }
     }
 }
 
