@@ -215,10 +215,13 @@ void append_term(char *e, size_t cap, const char *var, int64_t stride);
 /* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
 void float_literal(double v, char *buf, size_t n);
 
-/* The formula of unary op node n (or an expression's call of one) over $0. */
+/* The formula (kir.h) of unary op node n (or an expression's call of one) over
+ * $0, and of its derivative (its attributes read from n, a node of op or a
+ * unary_grad); of binary op `op` (wrt 0), or its derivative by a (1) or b (2), over
+ * $0 and $1: the C columns of ir/unary.def and ir/binary.def. */
 void unary_formula(const Node *n, char *e, size_t cap);
-/* The formula of a binary op over $0 and $1. */
-const char *binary_formula(OpId op);
+void unary_derivative_formula(OpId op, const Node *n, char *e, size_t cap);
+void binary_formula(OpId op, int wrt, char *e, size_t cap);
 
 /* Text forms of kb_tile_epilogue and kb_gemm_store, for lowerings that print C
  * (lower_text.c): bias and bias_at are text, rows and cols expressions, `tile` a

@@ -19,7 +19,7 @@
 #include <string.h>
 
 static const LowerFn lowerings[OP_COUNT] = {
-#define OP(id, name, inputs, attrs, infer, eval, lower) [OP_##id] = lower,
+#define OP(id, name, inputs, attrs, infer, eval, lower, flags) [OP_##id] = lower,
 #include "../ir/ops.def"
 #undef OP
 };
@@ -458,8 +458,7 @@ static int mark_views(Program *p) {
         p->view_of[v] = -1;
     for (int i = 0; i < g->n_nodes; i++) { /* in order: a view's input is resolved first */
         const Node *n = g->nodes[i];
-        if (lowerings[n->op] != lower_copy || n->n_in < 1 || n->in[0] < 0 ||
-            p->buf[n->out[0]].kind != BUF_NONE)
+        if (!op_has(n->op, F_VIEW) || n->n_in < 1 || n->in[0] < 0 || p->buf[n->out[0]].kind != BUF_NONE)
             continue;
         int x = n->in[0], y = n->out[0];
         p->view_of[y] = x;

@@ -1,23 +1,28 @@
 /* Lowering of the elementwise ops: one LOOP kernel over the output's elements.
  *
- * The scalar expression of each op is written once, here, in the C subset that C
- * and CUDA share; it computes in float, as the targets do. Binary ops with equal
- * shapes index both operands with `i`; with broadcasting, the output index is
- * unraveled and each operand gets its own offset with constant strides. A fused
- * `elementwise` node reads each input once per element, then computes its
- * expression as one statement per call, each written with the expression of that
- * op's own kernel; where its inputs are contiguous or constant over blocks of the
- * output's trailing dims (a per-channel scale, a bias), it loops over blocks so
- * that offsets are computed once per block and the inner loop vectorizes. Every
- * kernel here reads an operand of the result's type only at the element it writes,
- * so all are marked in_place. The copy ops (reshape, flatten, squeeze, unsqueeze,
- * identity) are a plain copy, or nothing when the memory plan makes the result a
- * view of its input (view_of). */
+ * The scalar expression of each op is its row's C column in ir/unary.def or
+ * ir/binary.def, in the C subset that C and CUDA share; it computes in float, as
+ * the targets do (the derivative columns are read here too, for lower_grad.c).
+ * Binary ops with equal shapes index both operands with `i`; with broadcasting,
+ * the output index is unraveled and each operand gets its own offset with
+ * constant strides. A fused `elementwise` node reads each input once per element,
+ * then computes its expression as one statement per call, each written with the
+ * expression of that op's own kernel; where its inputs are contiguous or constant
+ * over blocks of the output's trailing dims (a per-channel scale, a bias), it loops
+ * over blocks so that offsets are computed once per block and the inner loop
+ * vectorizes. Every kernel here reads an operand of the result's type only at the
+ * element it writes, so all are marked in_place. The copy ops (reshape, flatten,
+ * squeeze, unsqueeze, identity) are a plain copy, or nothing when the memory plan
+ * makes the result a view of its input (view_of). */
 #include "codegen.h"
 
 #include <string.h>
 
 enum { ELEMENTWISE_GRAIN = 16384 };
+
+static bool ident_start(char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     Kernel *k = kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), ELEMENTWISE_GRAIN, d);
@@ -26,53 +31,68 @@ static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     return k;
 }
 
-/* The formula of a unary op over its operand $0 (a float). Clamps are written as
- * comparisons and selects rather than fminf/fmaxf, whose NaN rules keep GCC from
- * vectorizing them; a NaN passes through every op, as in the interpreter (a NaN
- * that hardsigmoid's alpha x + beta makes from a finite x clamps to 1, as fmin does). */
+/* A C column of unary.def or binary.def as a formula: each $k replaced by the
+ * float literal of attribute value p[k], and the operands, the identifiers
+ * operands[0], operands[1] (`x`, or `a` and `b`), by $0 and $1 (kir.h). */
+static void row_formula(const char *text, const double *p, const char *const *operands, char *e, size_t cap) {
+    size_t len = 0;
+    while (*text) {
+        char piece[48] = {*text, 0};
+        const char *next = text + 1;
+        if (*text == '$' && text[1] >= '0' && text[1] < '0' + UNARY_MAX_PARAMS) {
+            float_literal(p[text[1] - '0'], piece, sizeof piece);
+            next = text + 2;
+        } else if (ident_start(*text)) {
+            size_t n = 1;
+            while (ident_start(text[n]) || (text[n] >= '0' && text[n] <= '9'))
+                n++;
+            snprintf(piece, sizeof piece, "%.*s", (int)n, text);
+            for (int k = 0; k < 2 && operands[k]; k++)
+                if (strcmp(piece, operands[k]) == 0)
+                    snprintf(piece, sizeof piece, "$%d", k);
+            next = text + n;
+        }
+        size_t n = strlen(piece);
+        KILN_ASSERT(len + n < cap);
+        memcpy(e + len, piece, n);
+        len += n;
+        text = next;
+    }
+    e[len] = 0;
+}
+
+static const char *const unary_operand[] = {"x", NULL}, *const binary_operands[] = {"a", "b"};
+
 void unary_formula(const Node *n, char *e, size_t cap) {
-    char a[48], b[48], h[128];
+    double p[UNARY_MAX_PARAMS];
+    unary_params(n->op, n, p);
+    const char *text = NULL;
     switch (n->op) {
-    case OP_RELU: snprintf(e, cap, "$0 > 0.0f ? $0 : ($0 == $0 ? 0.0f : $0)"); break;
-    case OP_SIGMOID: snprintf(e, cap, "1.0f / (1.0f + expf(-$0))"); break;
-    case OP_TANH: snprintf(e, cap, "tanhf($0)"); break;
-    case OP_EXP: snprintf(e, cap, "expf($0)"); break;
-    case OP_LOG: snprintf(e, cap, "logf($0)"); break;
-    case OP_SQRT: snprintf(e, cap, "sqrtf($0)"); break;
-    case OP_NEG: snprintf(e, cap, "-$0"); break;
-    case OP_ABS: snprintf(e, cap, "fabsf($0)"); break;
-    case OP_ERF: snprintf(e, cap, "erff($0)"); break;
-    case OP_LEAKY_RELU:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        snprintf(e, cap, "$0 < 0.0f ? %s * $0 : $0", a);
+#define UNARY(id, name, attrs, reference, c, ...)                                                            \
+    case OP_##id:                                                                                            \
+        text = c;                                                                                            \
         break;
-    case OP_CLIP:
-        /* NaN passes through, as in the interpreter; min > max gives max */
-        float_literal(node_float(n, "min"), a, sizeof a);
-        float_literal(node_float(n, "max"), b, sizeof b);
-        if (node_float(n, "min") > node_float(n, "max"))
-            snprintf(e, cap, "$0 != $0 ? $0 : %s", b);
-        else
-            snprintf(e, cap, "$0 < %s ? %s : ($0 > %s ? %s : $0)", a, a, b, b);
-        break;
-    case OP_GELU:
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
-            snprintf(e, cap, "0.5f * $0 * (1.0f + tanhf(0.797884561f * ($0 + 0.044715f * $0 * $0 * $0)))");
-        else
-            snprintf(e, cap, "0.5f * $0 * (1.0f + erff($0 * 0.707106781f))");
-        break;
-    case OP_HARDSIGMOID:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        float_literal(node_float(n, "beta"), b, sizeof b);
-        snprintf(h, sizeof h, "%s * $0 + %s", a, b);
-        snprintf(e, cap, "$0 != $0 ? $0 : (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
-        break;
-    case OP_HARDSWISH:
-        snprintf(h, sizeof h, "$0 / 6.0f + 0.5f");
-        snprintf(e, cap, "$0 != $0 ? $0 : $0 * (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
-        break;
+#include "../ir/unary.def"
+#undef UNARY
     default: KILN_ASSERT(!"not a unary op");
     }
+    row_formula(text, p, unary_operand, e, cap);
+}
+
+void unary_derivative_formula(OpId op, const Node *n, char *e, size_t cap) {
+    double p[UNARY_MAX_PARAMS];
+    unary_params(op, n, p);
+    const char *text = NULL;
+    switch (op) {
+#define UNARY(id, name, attrs, reference, c, derivative, c_derivative)                                       \
+    case OP_##id:                                                                                            \
+        text = c_derivative;                                                                                 \
+        break;
+#include "../ir/unary.def"
+#undef UNARY
+    default: KILN_ASSERT(!"not a unary op");
+    }
+    row_formula(text, p, unary_operand, e, cap);
 }
 
 int lower_unary(Program *p, const Node *n, Diag *d) {
@@ -88,19 +108,19 @@ int lower_unary(Program *p, const Node *n, Diag *d) {
     return 0;
 }
 
-/* The formula of a binary op over its operands $0 and $1. */
-const char *binary_formula(OpId op) {
+/* The C column of a binary op's row (wrt: 0 its value, 1 d/da, 2 d/db) as a formula. */
+void binary_formula(OpId op, int wrt, char *e, size_t cap) {
+    const char *text = NULL;
     switch (op) {
-    case OP_ADD: return "$0 + $1";
-    case OP_SUB: return "$0 - $1";
-    case OP_MUL: return "$0 * $1";
-    case OP_DIV: return "$0 / $1";
-    case OP_POW: return "powf($0, $1)";
-    case OP_MAX: return "$0 != $0 ? $0 : ($0 > $1 ? $0 : $1)";
-    case OP_MIN: return "$0 != $0 ? $0 : ($0 < $1 ? $0 : $1)";
+#define BINARY(id, name, reference, c, d_da, d_db, c_da, c_db)                                               \
+    case OP_##id:                                                                                            \
+        text = wrt == 0 ? c : wrt == 1 ? c_da : c_db;                                                        \
+        break;
+#include "../ir/binary.def"
+#undef BINARY
     default: KILN_ASSERT(!"not a binary op");
     }
-    return NULL;
+    row_formula(text, NULL, binary_operands, e, cap);
 }
 
 int lower_binary(Program *p, const Node *n, Diag *d) {
@@ -124,7 +144,9 @@ int lower_binary(Program *p, const Node *n, Diag *d) {
     KExpr *x[2];
     x[0] = k_var(b, kb_let(b, "a", KT_F32, k_load(b, kb_value(b, n->in[0], false), at[0])));
     x[1] = k_var(b, kb_let(b, "b", KT_F32, k_load(b, kb_value(b, n->in[1], false), at[1])));
-    kb_store(b, kb_value(b, n->out[0], true), i, k_formula(b, KT_F32, binary_formula(n->op), 2, x));
+    char f[512];
+    binary_formula(n->op, 0, f, sizeof f);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_formula(b, KT_F32, f, 2, x));
     return 0;
 }
 
@@ -161,8 +183,9 @@ KExpr *kb_expr(KBuilder *b, const Expr *e, KExpr *const *inputs, int *next) {
     }
     if (e->call.n_in == 1)
         unary_formula(&e->call, f, sizeof f);
-    KExpr *value =
-        k_formula(b, KT_F32, e->call.n_in == 1 ? f : binary_formula(e->call.op), e->call.n_in, args);
+    else
+        binary_formula(e->call.op, 0, f, sizeof f);
+    KExpr *value = k_formula(b, KT_F32, f, e->call.n_in, args);
     return k_var(b, kb_let(b, kept, KT_F32, value));
 }
 

@@ -1,7 +1,8 @@
 /* Lowering of the backward graph's own ops (ir/op_grad.c): one LOOP kernel over the
  * output's elements each, or for the pools' gradients (ir/op_pool.c) over the
- * (batch, channel) planes. The derivative expressions are those of the reference
- * kernels, in float, with the same conventions at the kinks. */
+ * (batch, channel) planes. The derivative expressions are the C derivative columns
+ * of ir/unary.def and ir/binary.def, in float, with the reference's conventions at
+ * the kinks. */
 #include "codegen.h"
 
 #include <string.h>
@@ -20,70 +21,32 @@ int lower_expand(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    const Type *tx = &p->g->values[n->in[0]].type, *to = &p->g->values[n->out[0]].type;
-    char at[512];
-    emit_unravel(&k->body, "i", to, "o");
-    broadcast_offset(tx, to, "o", at, sizeof at);
-    str_printf(&k->body, "%s[i] = %s[%s];\n", value_name(p, n->out[0]), value_name(p, n->in[0]), at);
+    KBuilder *b = &k->b;
+    const Type *to = &p->g->values[n->out[0]].type;
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK];
+    kb_unravel(b, i, to, "o", o);
+    KView x = kview_broadcast(&p->g->values[n->in[0]].type, to);
+    kb_store(b, kb_value(b, n->out[0], true), i,
+             k_load(b, kb_value(b, n->in[0], false), kview_index(b, &x, o)));
     return 0;
 }
 
-/* f'(x) of unary_grad's op, as a float expression of x. */
-static void derivative_expr(const Node *n, char *e, size_t cap) {
-    const char *op = node_enum(n, "op");
-    char a[48], b[48];
-    if (strcmp(op, "relu") == 0)
-        snprintf(e, cap, "x > 0.0f ? 1.0f : 0.0f");
-    else if (strcmp(op, "sigmoid") == 0)
-        snprintf(e, cap, "(1.0f / (1.0f + expf(-x))) * (1.0f - 1.0f / (1.0f + expf(-x)))");
-    else if (strcmp(op, "tanh") == 0)
-        snprintf(e, cap, "1.0f - tanhf(x) * tanhf(x)");
-    else if (strcmp(op, "exp") == 0)
-        snprintf(e, cap, "expf(x)");
-    else if (strcmp(op, "log") == 0)
-        snprintf(e, cap, "1.0f / x");
-    else if (strcmp(op, "sqrt") == 0)
-        snprintf(e, cap, "0.5f / sqrtf(x)");
-    else if (strcmp(op, "neg") == 0)
-        snprintf(e, cap, "-1.0f");
-    else if (strcmp(op, "abs") == 0)
-        snprintf(e, cap, "(float)((x > 0.0f) - (x < 0.0f))");
-    else if (strcmp(op, "erf") == 0)
-        snprintf(e, cap, "1.12837917f * expf(-x * x)");
-    else if (strcmp(op, "leaky_relu") == 0) {
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        snprintf(e, cap, "x > 0.0f ? 1.0f : %s", a);
-    } else if (strcmp(op, "clip") == 0) {
-        float_literal(node_float(n, "min"), a, sizeof a);
-        float_literal(node_float(n, "max"), b, sizeof b);
-        snprintf(e, cap, "x >= %s && x <= %s ? 1.0f : 0.0f", a, b);
-    } else if (strcmp(op, "gelu") == 0) {
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
-            snprintf(e, cap,
-                     "0.5f * (1.0f + tanhf(0.797884561f * (x + 0.044715f * x * x * x))) + 0.5f * x * "
-                     "(1.0f - tanhf(0.797884561f * (x + 0.044715f * x * x * x)) * tanhf(0.797884561f * (x + "
-                     "0.044715f * x * x * x))) * 0.797884561f * (1.0f + 0.134145f * x * x)");
-        else
-            snprintf(e, cap,
-                     "0.5f * (1.0f + erff(x * 0.707106781f)) + x * 0.398942280f * expf(-0.5f * x * x)");
-    } else if (strcmp(op, "hardsigmoid") == 0) {
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        float_literal(node_float(n, "beta"), b, sizeof b);
-        snprintf(e, cap, "%s * x + %s > 0.0f && %s * x + %s < 1.0f ? %s : 0.0f", a, b, a, b, a);
-    } else if (strcmp(op, "hardswish") == 0)
-        snprintf(e, cap, "x < -3.0f ? 0.0f : x <= 3.0f ? x / 3.0f + 0.5f : 1.0f");
-    else
-        KILN_ASSERT(!"not a unary op");
+/* dy[i] * the derivative formula f over operands (each a let of the element it reads). */
+static void store_scaled(KBuilder *b, const Node *n, KExpr *i, const char *f, int count, KExpr **operands) {
+    KExpr *dy = k_load(b, kb_value(b, n->in[0], false), i);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_mul(b, dy, k_formula(b, KT_F32, f, count, operands)));
 }
 
 int lower_unary_grad(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    char e[768];
-    derivative_expr(n, e, sizeof e);
-    str_printf(&k->body, "float x = %s[i];\n%s[i] = %s[i] * (%s);\n", value_name(p, n->in[1]),
-               value_name(p, n->out[0]), value_name(p, n->in[0]), e);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    char f[768];
+    unary_derivative_formula(differentiated_op(n), n, f, sizeof f);
+    KExpr *x = k_var(b, kb_let(b, "x", KT_F32, k_load(b, kb_value(b, n->in[1], false), i)));
+    store_scaled(b, n, i, f, 1, &x);
     return 0;
 }
 
@@ -91,28 +54,26 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    const Type *ta = &p->g->values[n->in[1]].type, *tb = &p->g->values[n->in[2]].type;
+    KBuilder *b = &k->b;
     const Type *to = &p->g->values[n->out[0]].type;
-    char ia[512] = "i", ib[512] = "i";
-    if (!type_equal(ta, to) || !type_equal(tb, to)) {
-        emit_unravel(&k->body, "i", to, "o");
-        if (!type_equal(ta, to))
-            broadcast_offset(ta, to, "o", ia, sizeof ia);
-        if (!type_equal(tb, to))
-            broadcast_offset(tb, to, "o", ib, sizeof ib);
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *at[2] = {i, i}, *x[2];
+    bool broadcast = false;
+    for (int j = 0; j < 2; j++)
+        broadcast |= !type_equal(&p->g->values[n->in[1 + j]].type, to);
+    if (broadcast)
+        kb_unravel(b, i, to, "o", o);
+    for (int j = 0; j < 2; j++) {
+        const Type *t = &p->g->values[n->in[1 + j]].type;
+        if (!type_equal(t, to)) {
+            KView v = kview_broadcast(t, to);
+            at[j] = kview_index(b, &v, o);
+        }
     }
-    const char *op = node_enum(n, "op");
-    bool wrt_b = strcmp(node_enum(n, "wrt"), "b") == 0;
-    const char *e;
-    if (strcmp(op, "pow") == 0)
-        e = wrt_b ? "a == 0.0f && b >= 0.0f ? 0.0f : powf(a, b) * logf(a)"
-                  : "b == 0.0f ? 0.0f : b * powf(a, b - 1.0f)";
-    else if (strcmp(op, "max") == 0)
-        e = wrt_b ? "a == b ? 0.5f : (b > a ? 1.0f : 0.0f)" : "a == b ? 0.5f : (a > b ? 1.0f : 0.0f)";
-    else
-        e = wrt_b ? "a == b ? 0.5f : (b < a ? 1.0f : 0.0f)" : "a == b ? 0.5f : (a < b ? 1.0f : 0.0f)";
-    str_printf(&k->body, "float a = %s[%s], b = %s[%s];\n%s[i] = %s[i] * (%s);\n", value_name(p, n->in[1]),
-               ia, value_name(p, n->in[2]), ib, value_name(p, n->out[0]), value_name(p, n->in[0]), e);
+    x[0] = k_var(b, kb_let(b, "a", KT_F32, k_load(b, kb_value(b, n->in[1], false), at[0])));
+    x[1] = k_var(b, kb_let(b, "b", KT_F32, k_load(b, kb_value(b, n->in[2], false), at[1])));
+    char f[512];
+    binary_formula(differentiated_op(n), strcmp(node_enum(n, "wrt"), "b") == 0 ? 2 : 1, f, sizeof f);
+    store_scaled(b, n, i, f, 2, x);
     return 0;
 }
 
@@ -143,8 +104,8 @@ static void offset_expr(char *e, size_t cap, const char *var, const int64_t *str
  * planes' pointers dxp and dyp (and xp, with x), the plane of dx zeroed, and the
  * loops over dy's positions p opened; *at and *yat are the offsets of q in x and of
  * p in dy. The caller emits the body and closes the loops. */
-static Kernel *plane_grad_loop(Program *p, const Node *n, const View *xv, const View *yv, bool with_x, char *at,
-                               char *yat, size_t cap, Diag *d) {
+static Kernel *plane_grad_loop(Program *p, const Node *n, const View *xv, const View *yv, bool with_x,
+                               char *at, char *yat, size_t cap, Diag *d) {
     int ns = xv->ns;
     int64_t plane = 1;
     for (int j = 0; j < ns; j++)
@@ -159,8 +120,8 @@ static Kernel *plane_grad_loop(Program *p, const Node *n, const View *xv, const 
     if (with_x)
         str_printf(s, "const float *xp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[1]),
                    (long long)xv->sn, (long long)xv->sc);
-    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]), (long long)yv->sn,
-               (long long)yv->sc);
+    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]),
+               (long long)yv->sn, (long long)yv->sc);
     at[0] = yat[0] = 0;
     offset_expr(at, cap, "q", xv->ss, ns);
     open_loops(s, "q", xv->sp, ns);

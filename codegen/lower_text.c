@@ -38,7 +38,9 @@ static void emit_expr(Str *s, const Expr *e, int *next, char *r, size_t cap) {
         with_operands(f, "x", "x", body, sizeof body);
         str_printf(s, "float %s;\n{\n    float x = %s;\n    %s = %s;\n}\n", r, a, r, body);
     } else {
-        with_operands(binary_formula(e->call.op), "a", "b", body, sizeof body);
+        char f[512];
+        binary_formula(e->call.op, 0, f, sizeof f);
+        with_operands(f, "a", "b", body, sizeof body);
         str_printf(s, "float %s;\n{\n    float a = %s, b = %s;\n    %s = %s;\n}\n", r, a, b, r, body);
     }
 }

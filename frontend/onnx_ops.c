@@ -8,7 +8,7 @@
  * become kiln attributes. Integer tensors never flow at run time: ops on constants
  * that compute shapes (Shape, Gather, Concat, Unsqueeze, Cast, arithmetic, ...) are
  * folded here. A few ops kiln has no op for are written with kiln ops (Elu, PRelu,
- * Softplus, ReduceMin, DepthToSpace, Tile, ...), each by its ONNX definition.
+ * Softsign, ReduceMin, DepthToSpace, Tile, ...), each by its ONNX definition.
  *
  * This file holds what the families share, the elementwise and linear-algebra ops,
  * and the lookup over the families' tables; onnx_ops_nn.c has convolution, pooling,
@@ -139,6 +139,7 @@ UNARY(imp_neg, OP_NEG)
 UNARY(imp_abs, OP_ABS)
 UNARY(imp_erf, OP_ERF)
 UNARY(imp_hardswish, OP_HARDSWISH)
+UNARY(imp_softplus, OP_SOFTPLUS)
 
 /* Identity, Dropout in inference: the value under its new name (constants stay
  * constants). */
@@ -276,15 +277,6 @@ static int imp_prelu(Importer *im) {
         (m = im_binary(im, OP_MUL, slope, m, -1)) < 0)
         return -1;
     return im_binary(im, OP_ADD, r, m, 0) < 0 ? -1 : 0;
-}
-
-/* Softplus: log(exp(x) + 1). */
-static int imp_softplus(Importer *im) {
-    int x, t;
-    if (im_input(im, 0, &x) || (t = im_unary(im, OP_EXP, x, -1)) < 0 ||
-        (t = im_binary(im, OP_ADD, t, im_scalar(im, 1), -1)) < 0)
-        return -1;
-    return im_unary(im, OP_LOG, t, 0) < 0 ? -1 : 0;
 }
 
 /* Softsign: x / (1 + |x|). */

@@ -186,7 +186,7 @@ typedef struct {
 /* ---- The op table (ir/ops.def) ---- */
 
 typedef enum {
-#define OP(id, name, inputs, attrs, infer, eval, lower) OP_##id,
+#define OP(id, name, inputs, attrs, infer, eval, lower, flags) OP_##id,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -202,6 +202,23 @@ typedef int (*InferFn)(struct Graph *g, struct Node *n, Diag *d);
  * (NULL for an absent optional input). */
 typedef int (*EvalFn)(const struct Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 
+/* The classes of ops that passes treat alike: the flags column of ops.def. */
+typedef enum {
+    F_DECL = 1 << 0,        /* a declaration (input, param, const): not callable, no kernel */
+    F_UNARY = 1 << 1,       /* a row of unary.def */
+    F_BINARY = 1 << 2,      /* a row of binary.def */
+    F_ELEMENTWISE = 1 << 3, /* each result element from the inputs' (broadcast) elements at its
+                               index: the unary and binary ops and their fusion, `elementwise` */
+    F_VIEW = 1 << 4,        /* the result is the input's data under another type (reshape, ...):
+                               a copy, or no code where the memory plan shares the buffer */
+    F_LAYOUT = 1 << 5,      /* has a `layout` attribute the layout pass may turn to nhwc */
+    F_LAYOUT_FREE = 1 << 6, /* computes the same on channels-last inputs, so the layout pass
+                               may move it past the transposes (resize with its lists permuted) */
+    F_GRAD_OP = 1 << 7,     /* one of the backward graph's own ops: kiln takes no second
+                               derivatives */
+    F_NO_KERNEL = 1 << 8,   /* replaced before code generation (grad): no kernel, no lowering */
+} OpFlag;
+
 typedef struct {
     const char *name;
     const char *inputs;    /* "x, w, b?" or "x1, ..." (variadic) */
@@ -209,6 +226,7 @@ typedef struct {
     int n_attrs;
     InferFn infer;
     EvalFn eval;
+    unsigned flags; /* OpFlag */
 } OpInfo;
 
 extern const OpInfo op_table[OP_COUNT];
@@ -219,6 +237,8 @@ void op_arity(OpId op, int *min, int *max);
 /* Whether input i of op may be absent (`_`): its name in the op table ends in '?'. */
 bool op_input_optional(OpId op, int i);
 bool op_is_decl(OpId op);
+/* Whether op has every flag in `flags`. */
+bool op_has(OpId op, unsigned flags);
 /* "conv(x, w, b?, strides: ints = 1, ...)" into buf. */
 void op_signature(OpId op, char *buf, size_t n);
 
@@ -320,6 +340,12 @@ const char *node_enum(const Node *n, const char *name);
  * `count` copies of the default. Returns the number of entries. */
 int node_ints(const Node *n, const char *name, int64_t *out, int cap, int count);
 int node_floats(const Node *n, const char *name, double *out, int cap, int count);
+/* The attribute values a unary op's row (unary.def) reads as p[0], p[1], ...: op's
+ * attributes in schema order, read by name from n (a node of op, or a unary_grad
+ * node, which carries them under the same names), a float as it is, an enum as the
+ * index of its word among the choices. Returns their count (at most UNARY_MAX_PARAMS). */
+enum { UNARY_MAX_PARAMS = 4 };
+int unary_params(OpId op, const Node *n, double *p);
 
 /* Expands single-number lists to their full length and drops attributes equal to
  * their default, so that equal graphs print the same. Needs the input types. */

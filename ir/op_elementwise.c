@@ -1,4 +1,6 @@
-/* Elementwise ops: the unary activations and the broadcasting binary ops.
+/* Elementwise ops: the unary activations and the broadcasting binary ops, whose
+ * reference values are the rows of unary.def and binary.def, and the fused
+ * `elementwise` op, which calls them.
  *
  * Kernels compute each element in double and round once to float, which makes the
  * reference at least as exact as any target. Binary ops follow numpy broadcasting:
@@ -6,7 +8,6 @@
 #include "ops_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 int infer_unary(Graph *g, Node *n, Diag *d) {
     (void)d;
@@ -24,26 +25,14 @@ int infer_broadcast(Graph *g, Node *n, Diag *d) {
     return 0;
 }
 
-static double unary(const Node *n, double x) {
-    switch (n->op) {
-    case OP_RELU: return x > 0 ? x : (x == x ? 0 : x);
-    case OP_SIGMOID: return 1 / (1 + exp(-x));
-    case OP_TANH: return tanh(x);
-    case OP_EXP: return exp(x);
-    case OP_LOG: return log(x);
-    case OP_SQRT: return sqrt(x);
-    case OP_NEG: return -x;
-    case OP_ABS: return fabs(x);
-    case OP_ERF: return erf(x);
-    case OP_LEAKY_RELU: return x < 0 ? node_float(n, "alpha") * x : x;
-    case OP_CLIP: return fmin(fmax(x, node_float(n, "min")), node_float(n, "max"));
-    case OP_GELU:
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
-            return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        return 0.5 * x * (1 + erf(x / sqrt(2)));
-    case OP_HARDSIGMOID: return fmax(0, fmin(1, node_float(n, "alpha") * x + node_float(n, "beta")));
-    case OP_HARDSWISH: return x * fmax(0, fmin(1, x / 6 + 0.5));
-    case OP_IDENTITY: return x;
+/* f(x) for the unary op with attributes p: its row's reference. */
+static double unary(OpId op, const double *p, double x) {
+    switch (op) {
+#define UNARY(id, name, attrs, reference, ...)                                                               \
+    case OP_##id:                                                                                            \
+        return reference;
+#include "unary.def"
+#undef UNARY
     default: KILN_ASSERT(!"not a unary op");
     }
     return 0;
@@ -51,24 +40,25 @@ static double unary(const Node *n, double x) {
 
 int eval_unary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
+    double p[UNARY_MAX_PARAMS];
+    unary_params(n->op, n, p);
     int64_t count = type_numel(&in[0]->type);
     const float *x = in[0]->data;
     float *y = out[0]->data;
     /* clip passes NaN through, as fmin/fmax alone would not */
     for (int64_t i = 0; i < count; i++)
-        y[i] = isnan(x[i]) ? x[i] : (float)unary(n, x[i]);
+        y[i] = isnan(x[i]) ? x[i] : (float)unary(n->op, p, x[i]);
     return 0;
 }
 
+/* f(a, b) for the binary op: its row's reference. */
 static double binary(OpId op, double a, double b) {
     switch (op) {
-    case OP_ADD: return a + b;
-    case OP_SUB: return a - b;
-    case OP_MUL: return a * b;
-    case OP_DIV: return a / b;
-    case OP_POW: return pow(a, b);
-    case OP_MAX: return isnan(a) || isnan(b) ? NAN : fmax(a, b);
-    case OP_MIN: return isnan(a) || isnan(b) ? NAN : fmin(a, b);
+#define BINARY(id, name, reference, ...)                                                                     \
+    case OP_##id:                                                                                            \
+        return reference;
+#include "binary.def"
+#undef BINARY
     default: KILN_ASSERT(!"not a binary op");
     }
     return 0;
@@ -126,9 +116,11 @@ static double eval_expr(const Expr *e, const double *in) {
     case EXPR_CALL: break;
     }
     double a = eval_expr(e->arg[0], in);
-    if (e->call.n_in == 1)
-        return isnan(a) ? a : (float)unary(&e->call, a);
-    return (float)binary(e->call.op, a, eval_expr(e->arg[1], in));
+    if (e->call.n_in == 2)
+        return (float)binary(e->call.op, a, eval_expr(e->arg[1], in));
+    double p[UNARY_MAX_PARAMS];
+    unary_params(e->call.op, &e->call, p);
+    return isnan(a) ? a : (float)unary(e->call.op, p, a);
 }
 
 int expr_eval(const Expr *e, int n_in, const Tensor *const *in, Tensor *out) {

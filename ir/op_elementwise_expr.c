@@ -21,7 +21,7 @@
 enum { EXPR_MAX_DEPTH = 200 };
 
 bool expr_callable(OpId op) {
-    return op_table[op].eval == eval_unary || op_table[op].eval == eval_binary;
+    return op_has(op, F_UNARY) || op_has(op, F_BINARY);
 }
 
 typedef struct {

@@ -3,13 +3,11 @@
  *   expand(x, shape)            x broadcast to `shape` (numpy broadcast_to)
  *   unary_grad(dy, x, op, ...)  dy * f'(x) for the unary op f, with f's attributes
  *   binary_grad(dy, a, b, op, wrt)
- *                               dy * d f(a, b) / d a (or b) for pow, max, min,
+ *                               dy * d f(a, b) / d a (or b) for the binary op f,
  *                               at the broadcast shape of a and b
  *
- * Where f is not differentiable the derivative is PyTorch's: relu' and the step
- * of leaky_relu at 0 take the x <= 0 side; clip passes the gradient on [min, max]
- * inclusive (torch.clamp); hardswish' is 0 below -3 and x/3 + 1/2 up to 3 inclusive;
- * abs' (0) = 0; max and min split the gradient evenly on ties (torch.maximum). */
+ * The derivatives are the rows of unary.def and binary.def, where f is not
+ * differentiable PyTorch's choice (each row says which). */
 #include "ops_impl.h"
 
 #include <math.h>
@@ -73,80 +71,52 @@ int infer_binary_grad(Graph *g, Node *n, Diag *d) {
     return 0;
 }
 
-/* The standard normal density and distribution. */
-static double normal_pdf(double x) {
-    return exp(-0.5 * x * x) / sqrt(2 * M_PI);
+/* f'(x) for the unary op with attributes p: its row's derivative. */
+static double unary_derivative(OpId op, const double *p, double x) {
+    switch (op) {
+#define UNARY(id, name, attrs, reference, c, derivative, ...)                                                \
+    case OP_##id:                                                                                            \
+        return derivative;
+#include "unary.def"
+#undef UNARY
+    default: KILN_ASSERT(!"not a unary op");
+    }
+    return 0;
 }
 
-double unary_derivative(const char *op, const Node *n, double x) {
-    if (strcmp(op, "relu") == 0)
-        return x > 0;
-    if (strcmp(op, "sigmoid") == 0) {
-        double s = 1 / (1 + exp(-x));
-        return s * (1 - s);
-    }
-    if (strcmp(op, "tanh") == 0)
-        return 1 - tanh(x) * tanh(x);
-    if (strcmp(op, "exp") == 0)
-        return exp(x);
-    if (strcmp(op, "log") == 0)
-        return 1 / x;
-    if (strcmp(op, "sqrt") == 0)
-        return 0.5 / sqrt(x);
-    if (strcmp(op, "neg") == 0)
-        return -1;
-    if (strcmp(op, "abs") == 0)
-        return (x > 0) - (x < 0);
-    if (strcmp(op, "erf") == 0)
-        return 2 / sqrt(M_PI) * exp(-x * x);
-    if (strcmp(op, "leaky_relu") == 0)
-        return x > 0 ? 1 : node_float(n, "alpha");
-    if (strcmp(op, "clip") == 0)
-        return x >= node_float(n, "min") && x <= node_float(n, "max");
-    if (strcmp(op, "gelu") == 0) {
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0) {
-            double k = sqrt(2 / M_PI), inner = k * (x + 0.044715 * x * x * x), t = tanh(inner);
-            return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-        }
-        return 0.5 * (1 + erf(x / sqrt(2))) + x * normal_pdf(x);
-    }
-    if (strcmp(op, "hardsigmoid") == 0) {
-        double v = node_float(n, "alpha") * x + node_float(n, "beta");
-        return v > 0 && v < 1 ? node_float(n, "alpha") : 0;
-    }
-    if (strcmp(op, "hardswish") == 0)
-        return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1;
-    KILN_ASSERT(!"not a unary op");
-    return 0;
+OpId differentiated_op(const Node *n) {
+    int op = op_lookup(node_enum(n, "op"));
+    KILN_ASSERT(op >= 0);
+    return (OpId)op;
 }
 
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
-    const char *op = node_enum(n, "op");
+    OpId op = differentiated_op(n);
+    double p[UNARY_MAX_PARAMS];
+    unary_params(op, n, p);
     int64_t count = type_numel(&in[0]->type);
     for (int64_t i = 0; i < count; i++)
-        out[0]->data[i] = (float)(in[0]->data[i] * unary_derivative(op, n, in[1]->data[i]));
+        out[0]->data[i] = (float)(in[0]->data[i] * unary_derivative(op, p, in[1]->data[i]));
     return 0;
 }
 
-/* d f(a, b) / d a, or / d b when wrt_b. */
-double binary_derivative(const char *op, bool wrt_b, double a, double b) {
-    if (strcmp(op, "pow") == 0) {
-        if (!wrt_b)
-            return b == 0 ? 0 : b * pow(a, b - 1);
-        return a == 0 && b >= 0 ? 0 : pow(a, b) * log(a);
+/* d f(a, b) / d a, or / d b when wrt_b: the binary op's row. */
+static double binary_derivative(OpId op, bool wrt_b, double a, double b) {
+    switch (op) {
+#define BINARY(id, name, reference, c, d_da, d_db, ...)                                                      \
+    case OP_##id:                                                                                            \
+        return wrt_b ? (double)(d_db) : (double)(d_da);
+#include "binary.def"
+#undef BINARY
+    default: KILN_ASSERT(!"not a binary op");
     }
-    bool is_max = strcmp(op, "max") == 0;
-    KILN_ASSERT(is_max || strcmp(op, "min") == 0);
-    double mine = wrt_b ? b : a, other = wrt_b ? a : b;
-    if (mine == other)
-        return 0.5;
-    return is_max ? mine > other : mine < other;
+    return 0;
 }
 
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
-    const char *op = node_enum(n, "op");
+    OpId op = differentiated_op(n);
     bool wrt_b = strcmp(node_enum(n, "wrt"), "b") == 0;
     const Type *to = &out[0]->type;
     int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};

@@ -1,9 +1,12 @@
-/* The op table and everything read off it: attribute schemas, arity, signatures
- * for error messages, attribute access with defaults, and the normalization that
- * makes equal graphs print the same.
+/* The op table and everything read off it: attribute schemas, flags, arity,
+ * signatures for error messages, attribute access with defaults (and the attribute
+ * values of a unary op as its row in unary.def reads them), and the normalization
+ * that makes equal graphs print the same.
  *
  * Each attribute schema is an array terminated by an entry with a NULL name; its
- * order is the order the printer writes attributes in. */
+ * order is the order the printer writes attributes in. The elementwise ops' schemas,
+ * and the op choices of their gradient ops, come from the rows of unary.def and
+ * binary.def. */
 #include "ops_impl.h"
 
 #include <math.h>
@@ -24,11 +27,13 @@
 #define LAYOUT ENUM("layout", "nchw", "nchw|nhwc")
 #define END {NULL, 0, 0, 0, NULL, NULL, 0}
 
+#define UNPAREN(...) __VA_ARGS__
+
 static const AttrSpec NO_ATTRS[] = {END};
-static const AttrSpec attrs_leaky_relu[] = {FLOAT("alpha", 0.01), END};
-static const AttrSpec attrs_clip[] = {FLOAT("min", -INFINITY), FLOAT("max", INFINITY), END};
-static const AttrSpec attrs_gelu[] = {ENUM("approximate", "none", "none|tanh"), END};
-static const AttrSpec attrs_hardsigmoid[] = {FLOAT("alpha", 0.2), FLOAT("beta", 0.5), END};
+/* attrs_RELU, attrs_LEAKY_RELU, ...: the attribute columns of unary.def */
+#define UNARY(id, name, attrs, ...) static const AttrSpec attrs_##id[] = {UNPAREN attrs};
+#include "unary.def"
+#undef UNARY
 static const AttrSpec attrs_elementwise[] = {STRING_REQ("expr"), END};
 static const AttrSpec attrs_reduce[] = {INTS_OPT("axes", "all", LEN_ANY), BOOL("keepdims", 0), END};
 static const AttrSpec attrs_softmax[] = {INT("axis", -1), END};
@@ -90,13 +95,28 @@ static const AttrSpec attrs_pad[] = {INTS_REQ("pads", LEN_RANK2),
                                      ENUM("mode", "constant", "constant|reflect|edge"),
                                      FLOAT("value", 0), END};
 static const AttrSpec attrs_expand[] = {INTS_REQ("shape", LEN_ANY), END};
-static const AttrSpec attrs_unary_grad[] = {
-    {"op", A_ENUM, DEF_REQUIRED, 0, NULL,
-     "relu|sigmoid|tanh|exp|log|sqrt|neg|abs|erf|leaky_relu|clip|gelu|hardsigmoid|hardswish", LEN_ANY},
-    FLOAT("alpha", 0.01), FLOAT("beta", 0.5), FLOAT("min", -INFINITY), FLOAT("max", INFINITY),
-    ENUM("approximate", "none", "none|tanh"), END};
+/* The gradient ops name the op they differentiate: "relu|sigmoid|...", the rows'
+ * names, joined as "|relu|sigmoid|..." and read from their second character. */
+static const char unary_names[] =
+#define UNARY(id, name, ...) "|" name
+#include "unary.def"
+#undef UNARY
+    ;
+static const char binary_names[] =
+#define BINARY(id, name, ...) "|" name
+#include "binary.def"
+#undef BINARY
+    ;
+/* unary_grad's schema: the op, then the union of the rows' attributes that the last
+ * line of unary.def lists */
+#define UNARY(id, name, ...)
+#define UNARY_GRAD_ATTRS(attrs)                                                                   \
+    static const AttrSpec attrs_unary_grad[] = {                                                  \
+        {"op", A_ENUM, DEF_REQUIRED, 0, NULL, unary_names + 1, LEN_ANY}, UNPAREN attrs};
+#include "unary.def"
+#undef UNARY
 static const AttrSpec attrs_binary_grad[] = {
-    {"op", A_ENUM, DEF_REQUIRED, 0, NULL, "pow|max|min", LEN_ANY}, ENUM("wrt", "a", "a|b"), END};
+    {"op", A_ENUM, DEF_REQUIRED, 0, NULL, binary_names + 1, LEN_ANY}, ENUM("wrt", "a", "a|b"), END};
 static const AttrSpec attrs_squeeze[] = {INTS_OPT("axes", "size-1 dims", LEN_ANY), END};
 static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
 
@@ -105,13 +125,18 @@ static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
 #define N_ATTRS(a) ((int)(sizeof(a) / sizeof(a[0])) - 1)
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(id, nm, inputs, attrs, infer, eval, lower) [OP_##id] = {nm, inputs, attrs, N_ATTRS(attrs), infer, eval},
+#define OP(id, nm, inputs, attrs, infer, eval, lower, flags)                                                 \
+    [OP_##id] = {nm, inputs, attrs, N_ATTRS(attrs), infer, eval, flags},
 #include "ops.def"
 #undef OP
 };
 
 bool op_is_decl(OpId op) {
-    return op == OP_INPUT || op == OP_PARAM || op == OP_CONST;
+    return op_has(op, F_DECL);
+}
+
+bool op_has(OpId op, unsigned flags) {
+    return (op_table[op].flags & flags) == flags;
 }
 
 int op_lookup(const char *name) {
@@ -264,6 +289,29 @@ int node_floats(const Node *n, const char *name, double *out, int cap, int count
     for (int k = 0; k < m; k++)
         out[k] = a->set ? a->floats[k] : s->dflt;
     return m;
+}
+
+int unary_params(OpId op, const Node *n, double *p) {
+    const OpInfo *o = &op_table[op];
+    KILN_ASSERT(op_has(op, F_UNARY) && o->n_attrs <= UNARY_MAX_PARAMS);
+    for (int k = 0; k < o->n_attrs; k++) {
+        const AttrSpec *s = &o->attrs[k];
+        if (s->kind == A_FLOAT) {
+            p[k] = node_float(n, s->name);
+            continue;
+        }
+        KILN_ASSERT(s->kind == A_ENUM);
+        const char *word = node_enum(n, s->name), *c = s->choices;
+        size_t len = strlen(word);
+        p[k] = 0;
+        while (strncmp(c, word, len) != 0 || (c[len] != '|' && c[len] != 0)) {
+            c = strchr(c, '|');
+            KILN_ASSERT(c != NULL);
+            c++;
+            p[k]++;
+        }
+    }
+    return o->n_attrs;
 }
 
 /* ---- Normalization ---- */

@@ -7,7 +7,7 @@
 
 #include "ir.h"
 
-#define OP(id, name, inputs, attrs, infer, eval, lower) int infer(Graph *g, Node *n, Diag *d);
+#define OP(id, name, inputs, attrs, infer, eval, lower, flags) int infer(Graph *g, Node *n, Diag *d);
 #include "ops.def"
 #undef OP
 /* The reference kernels (NULL in the table has no prototype to declare). */
@@ -46,9 +46,8 @@ int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Dia
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
-/* The derivatives unary_grad and binary_grad multiply by (ir/op_grad.c). */
-double unary_derivative(const char *op, const Node *n, double x);
-double binary_derivative(const char *op, bool wrt_b, double a, double b);
+/* The op a unary_grad or binary_grad node differentiates (its `op`). */
+OpId differentiated_op(const Node *n);
 
 const char *attr_kind_name(AttrKind k);
 

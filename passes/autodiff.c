@@ -117,6 +117,9 @@ static int accumulate(AD *a, int x, int g) {
 
 /* ---- The rules, one per op family: contributions to the inputs' adjoints ---- */
 
+/* unary_grad(dy, x) with the op's name and its attributes (unary_grad has each
+ * under the same name); neg's derivative is the constant -1, so its adjoint is
+ * -dy, which fuses. */
 static int unary_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0];
     if (n->op == OP_NEG)
@@ -124,12 +127,14 @@ static int unary_rule(AD *a, const Node *n, int dy) {
     Node *m = start(a, OP_UNARY_GRAD, x, 2, (int[]){dy, x});
     if (!m || pass_set_enum(a->c, m, "op", op_table[n->op].name))
         return -1;
-    static const char *const copied[] = {"alpha", "beta", "min", "max"};
-    for (size_t k = 0; k < sizeof copied / sizeof *copied; k++)
-        if (op_attr_index(n->op, copied[k]) >= 0)
-            pass_set_float(m, copied[k], node_float(n, copied[k]));
-    if (n->op == OP_GELU && pass_set_enum(a->c, m, "approximate", node_enum(n, "approximate")))
-        return -1;
+    const OpInfo *o = &op_table[n->op];
+    for (int k = 0; k < o->n_attrs; k++) {
+        const char *name = o->attrs[k].name;
+        if (o->attrs[k].kind == A_FLOAT)
+            pass_set_float(m, name, node_float(n, name));
+        else if (pass_set_enum(a->c, m, name, node_enum(n, name)))
+            return -1;
+    }
     return accumulate(a, x, pass_finish(a->c, m));
 }
 
@@ -147,7 +152,7 @@ static int binary_rule(AD *a, const Node *n, int dy) {
         gx = a->wanted[x] ? binary(a, OP_DIV, x, dy, y) : -1;
         gy = a->wanted[y] ? unary(a, OP_NEG, y, binary(a, OP_DIV, y, binary(a, OP_MUL, y, dy, out), y)) : -1;
         break;
-    default: /* pow, max, min */
+    default: /* binary_grad, from the op's row */
         for (int k = 0; k < 2; k++) {
             Node *m = a->wanted[n->in[k]] ? start(a, OP_BINARY_GRAD, n->in[k], 3, (int[]){dy, x, y}) : NULL;
             if (!m)
@@ -765,28 +770,15 @@ static int fused_rule(AD *a, const Node *n, int dy) {
 }
 
 static int backprop(AD *a, const Node *n, int dy) {
-    switch (n->op) {
-    case OP_RELU:
-    case OP_SIGMOID:
-    case OP_TANH:
-    case OP_EXP:
-    case OP_LOG:
-    case OP_SQRT:
-    case OP_NEG:
-    case OP_ABS:
-    case OP_ERF:
-    case OP_LEAKY_RELU:
-    case OP_CLIP:
-    case OP_GELU:
-    case OP_HARDSIGMOID:
-    case OP_HARDSWISH: return unary_rule(a, n, dy);
-    case OP_ADD:
-    case OP_SUB:
-    case OP_MUL:
-    case OP_DIV:
-    case OP_POW:
-    case OP_MAX:
-    case OP_MIN: return binary_rule(a, n, dy);
+    switch (n->op) { /* every op, no default: -Wswitch names one left out */
+#define UNARY(id, ...) case OP_##id:
+#include "../ir/unary.def"
+#undef UNARY
+        return unary_rule(a, n, dy);
+#define BINARY(id, ...) case OP_##id:
+#include "../ir/binary.def"
+#undef BINARY
+        return binary_rule(a, n, dy);
     case OP_SUM:
     case OP_MEAN: return reduce_rule(a, n, dy);
     case OP_REDUCE_MAX: return reduce_max_rule(a, n, dy);
@@ -834,10 +826,16 @@ static int backprop(AD *a, const Node *n, int dy) {
                           "autodiff: no gradient for '%s' (needed for value '%s'): it is a gradient op, and "
                           "kiln does not take second derivatives",
                           op_table[n->op].name, a->c->g->values[n->out[0]].name);
-    default:
-        return diag_error(a->c->d, n->loc, "autodiff: no gradient for '%s' yet (needed for value '%s')",
+    case OP_INPUT:
+    case OP_PARAM:
+    case OP_CONST:
+    case OP_GRAD:
+        return diag_error(a->c->d, n->loc, "autodiff: no gradient for '%s' (needed for value '%s')",
                           op_table[n->op].name, a->c->g->values[n->out[0]].name);
+    case OP_COUNT: break;
     }
+    KILN_ASSERT(!"an op id outside the table");
+    return -1;
 }
 
 /* ---- Expanding one grad ---- */

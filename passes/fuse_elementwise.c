@@ -42,7 +42,7 @@ typedef struct {
 } Fuser;
 
 static bool fusable(const Node *n) {
-    return expr_callable(n->op) || n->op == OP_ELEMENTWISE;
+    return op_has(n->op, F_ELEMENTWISE);
 }
 
 /* An `elementwise` node's expression, parsed (it was checked by inference). */

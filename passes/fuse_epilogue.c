@@ -142,7 +142,7 @@ int pass_fuse_epilogue(PassContext *c) {
     }
     for (int i = 0; rc == 0 && i < n_nodes; i++) {
         Node *u = g->nodes[i];
-        if (!expr_callable(u->op) && u->op != OP_ELEMENTWISE)
+        if (!op_has(u->op, F_ELEMENTWISE))
             continue;
         int k = fusable_head_input(g, u, uses, is_output);
         if (k >= 0)

@@ -156,15 +156,17 @@ static bool has_nchw_layout(const Node *n) {
     return a >= 0 && strcmp(node_enum(n, "layout"), "nchw") == 0;
 }
 
-/* conv, conv_transpose, pools, batch_norm, and the gradient ops of pools and of
- * conv's weight, whose every input is an activation. */
+/* The ops with a layout attribute (F_LAYOUT): conv, conv_transpose, pools,
+ * batch_norm, and the gradient ops of pools and of conv's weight, whose every input
+ * is an activation. */
 static int convert_layout_op(Layout *l, int i) {
     Node *n = l->c->g->nodes[i];
     int in[5];
     KILN_ASSERT(n->n_in <= 5);
     memcpy(in, n->in, sizeof *in * (size_t)n->n_in);
-    bool two_activations = n->op == OP_MAX_POOL_GRAD || n->op == OP_AVG_POOL_GRAD || n->op == OP_CONV_WEIGHT_GRAD;
-    if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0 || (two_activations && (in[1] = to_nhwc(l, n->in[1], n->loc)) < 0))
+    bool two_activations = op_has(n->op, F_GRAD_OP);
+    if ((in[0] = to_nhwc(l, n->in[0], n->loc)) < 0 ||
+        (two_activations && (in[1] = to_nhwc(l, n->in[1], n->loc)) < 0))
         return -1;
     /* one transpose per weight, however many convs read it (a training step's
        forward conv and the conv_transpose of its backward pass) */
@@ -209,7 +211,7 @@ static int permute_resize(Layout *l, Node *m, int rank) {
  * them has a twin, and each other one has too or is smaller than the result. */
 static bool movable(const Layout *l, const Node *n) {
     const Graph *g = l->c->g;
-    if (!expr_callable(n->op) && n->op != OP_RESIZE && n->op != OP_UNARY_GRAD)
+    if (!op_has(n->op, F_LAYOUT_FREE))
         return false;
     const Type *y = &g->values[n->out[0]].type;
     bool any = false;
@@ -292,11 +294,9 @@ int pass_layout(PassContext *c) {
         Node *n = g->nodes[i];
         int rank = n->n_in > 0 && n->in[0] >= 0 ? g->values[n->in[0]].type.rank : 0;
         bool conv = n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE;
-        bool layout_op = conv || n->op == OP_MAX_POOL || n->op == OP_AVG_POOL || n->op == OP_GLOBAL_AVG_POOL ||
-                         n->op == OP_ADAPTIVE_AVG_POOL || n->op == OP_BATCH_NORM;
-        bool grad_op = n->op == OP_MAX_POOL_GRAD || n->op == OP_AVG_POOL_GRAD || n->op == OP_CONV_WEIGHT_GRAD;
+        bool layout_op = op_has(n->op, F_LAYOUT), grad_op = op_has(n->op, F_LAYOUT | F_GRAD_OP);
         bool twin_in = l.nhwc[n->in[0]] >= 0 || (grad_op && l.nhwc[n->in[1]] >= 0);
-        if ((layout_op || grad_op) && has_nchw_layout(n) && rank >= 3 && (conv || twin_in))
+        if (layout_op && has_nchw_layout(n) && rank >= 3 && (conv || twin_in))
             rc = convert_layout_op(&l, i);
         else if (movable(&l, n))
             rc = move_op(&l, i);

@@ -530,6 +530,19 @@ def gen_fused(b):
                 lambda x, w, s: F.linear(x, w) * F.linear(x, w) - s, expr=quoted("sub(mul($0, $0), $1)"))
 
 
+def gen_softplus(b):
+    """softplus: sigmoid(beta x), and 1 where beta x > threshold (a jump, kept away from
+    the smooth cases and taken by PyTorch's convention at it)."""
+    for beta, threshold in ((None, None), (2.0, 3.0), (-0.5, None), (0.5, 1.0)):
+        bt, th = 1.0 if beta is None else beta, 20.0 if threshold is None else threshold
+        b.grad_case(f"softplus beta={beta} threshold={threshold}", "softplus",
+                    [("x", away_from(b, (3, 4), [th / bt], lo=-6, hi=6))],
+                    lambda x, bt=bt, th=th: F.softplus(x, beta=bt, threshold=th), beta=beta, threshold=threshold)
+    at = np.array([1.5, 1.4999, 1.5001, 0.0, -40.0, 40.0, 3.0, -3.0], dtype=np.float32)
+    b.grad_case("softplus at its threshold and far out", "softplus", [("x", at)],
+                lambda x: F.softplus(x, beta=2.0, threshold=3.0), smooth=False, beta=2.0, threshold=3.0)
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
@@ -537,6 +550,7 @@ def main():
     gen_selections(b)
     gen_pools(b)
     gen_fused(b)
+    gen_softplus(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 

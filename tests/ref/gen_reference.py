@@ -179,6 +179,18 @@ def gen_unary(b):
     for x in (base, rand3):
         b.case("hardswish", "hardswish", [("x", x)], F.hardswish(T(x)))
 
+    # softplus reverts to x where beta x > threshold; past 88.7 exp overflows float32,
+    # which a threshold of 1000 shows a naive formula would; a negative beta flips it
+    wide = np.array([-100.0, -30.0, -20.0, -1e-3, 0.0, 1e-3, 10.0, 19.9, 20.0, 20.1, 30.0, 88.0, 89.0, 100.0,
+                     INF, -INF, NAN], dtype=np.float32)
+    for beta, threshold in ((None, None), (2.0, None), (0.5, 5.0), (None, 1000.0), (-1.5, None), (3.0, 0.0)):
+        for x in (base, wide):
+            b.case(f"softplus beta={beta} threshold={threshold}", "softplus", [("x", x)],
+                   F.softplus(T(x), beta=1.0 if beta is None else beta,
+                              threshold=20.0 if threshold is None else threshold),
+                   beta=beta, threshold=threshold)
+    b.case("softplus rank 3", "softplus", [("x", rand3)], F.softplus(T(rand3)))
+
 
 def gen_binary(b):
     pairs = [
@@ -311,6 +323,9 @@ def gen_fused(b):
            lambda y, e: torch.tanh(r(y + e)))
     linear("hardsigmoid of a scaled result, one row", "hardsigmoid(mul($0, $1))", (1, 7), 9, True, scalar,
            lambda y, s: torch.clamp(0.2 * r(y * s) + 0.5, 0.0, 1.0))  # ONNX HardSigmoid, alpha 0.2
+    case("softplus of a broadcast sum", "softplus(add($0, $1), beta=2, threshold=3)",
+         [b.rand(3, 4, lo=-4, hi=4), b.rand(4, lo=-1, hi=1)],
+         lambda x, y: F.softplus(r(x + y), beta=2.0, threshold=3.0))
 
 
 # ---- reductions, softmax, normalizations ----
