@@ -43,27 +43,27 @@ static void unary_expr(const Node *n, char *e, size_t cap) {
     case OP_ABS: snprintf(e, cap, "fabsf(x)"); break;
     case OP_ERF: snprintf(e, cap, "erff(x)"); break;
     case OP_LEAKY_RELU:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
+        float_literal(node_float(n, ATTR_ALPHA), a, sizeof a);
         snprintf(e, cap, "x < 0.0f ? %s * x : x", a);
         break;
     case OP_CLIP:
         /* NaN passes through, as in the interpreter; min > max gives max */
-        float_literal(node_float(n, "min"), a, sizeof a);
-        float_literal(node_float(n, "max"), b, sizeof b);
-        if (node_float(n, "min") > node_float(n, "max"))
+        float_literal(node_float(n, ATTR_MIN), a, sizeof a);
+        float_literal(node_float(n, ATTR_MAX), b, sizeof b);
+        if (node_float(n, ATTR_MIN) > node_float(n, ATTR_MAX))
             snprintf(e, cap, "x != x ? x : %s", b);
         else
             snprintf(e, cap, "x < %s ? %s : (x > %s ? %s : x)", a, a, b, b);
         break;
     case OP_GELU:
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
+        if (node_enum(n, ATTR_APPROXIMATE) == GELU_TANH)
             snprintf(e, cap, "0.5f * x * (1.0f + tanhf(0.797884561f * (x + 0.044715f * x * x * x)))");
         else
             snprintf(e, cap, "0.5f * x * (1.0f + erff(x * 0.707106781f))");
         break;
     case OP_HARDSIGMOID:
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        float_literal(node_float(n, "beta"), b, sizeof b);
+        float_literal(node_float(n, ATTR_ALPHA), a, sizeof a);
+        float_literal(node_float(n, ATTR_BETA), b, sizeof b);
         snprintf(h, sizeof h, "%s * x + %s", a, b);
         snprintf(e, cap, "x != x ? x : (%s < 1.0f ? (%s > 0.0f ? %s : 0.0f) : 1.0f)", h, h, h);
         break;
@@ -271,7 +271,7 @@ static void mark_used(const Expr *e, bool *used) {
 enum { ELEMENTWISE_BLOCK = 16 };
 
 int lower_elementwise(Program *p, const Node *n, Diag *d) {
-    const char *text = node_attr(n, "expr")->s;
+    const char *text = node_attr(n, ATTR_EXPR)->s;
     const Type *to = &p->g->values[n->out[0]].type;
     Arena arena = {0};
     Expr *e = node_expr(&arena, n, d);

@@ -30,35 +30,35 @@ int lower_expand(Program *p, const Node *n, Diag *d) {
 
 /* f'(x) of unary_grad's op, as a float expression of x. */
 static void derivative_expr(const Node *n, char *e, size_t cap) {
-    const char *op = node_enum(n, "op");
+    int op = node_enum(n, ATTR_OP);
     char a[48], b[48];
-    if (strcmp(op, "relu") == 0)
+    if (op == UNARY_GRAD_OP_RELU)
         snprintf(e, cap, "x > 0.0f ? 1.0f : 0.0f");
-    else if (strcmp(op, "sigmoid") == 0)
+    else if (op == UNARY_GRAD_OP_SIGMOID)
         snprintf(e, cap, "(1.0f / (1.0f + expf(-x))) * (1.0f - 1.0f / (1.0f + expf(-x)))");
-    else if (strcmp(op, "tanh") == 0)
+    else if (op == UNARY_GRAD_OP_TANH)
         snprintf(e, cap, "1.0f - tanhf(x) * tanhf(x)");
-    else if (strcmp(op, "exp") == 0)
+    else if (op == UNARY_GRAD_OP_EXP)
         snprintf(e, cap, "expf(x)");
-    else if (strcmp(op, "log") == 0)
+    else if (op == UNARY_GRAD_OP_LOG)
         snprintf(e, cap, "1.0f / x");
-    else if (strcmp(op, "sqrt") == 0)
+    else if (op == UNARY_GRAD_OP_SQRT)
         snprintf(e, cap, "0.5f / sqrtf(x)");
-    else if (strcmp(op, "neg") == 0)
+    else if (op == UNARY_GRAD_OP_NEG)
         snprintf(e, cap, "-1.0f");
-    else if (strcmp(op, "abs") == 0)
+    else if (op == UNARY_GRAD_OP_ABS)
         snprintf(e, cap, "(float)((x > 0.0f) - (x < 0.0f))");
-    else if (strcmp(op, "erf") == 0)
+    else if (op == UNARY_GRAD_OP_ERF)
         snprintf(e, cap, "1.12837917f * expf(-x * x)");
-    else if (strcmp(op, "leaky_relu") == 0) {
-        float_literal(node_float(n, "alpha"), a, sizeof a);
+    else if (op == UNARY_GRAD_OP_LEAKY_RELU) {
+        float_literal(node_float(n, ATTR_ALPHA), a, sizeof a);
         snprintf(e, cap, "x > 0.0f ? 1.0f : %s", a);
-    } else if (strcmp(op, "clip") == 0) {
-        float_literal(node_float(n, "min"), a, sizeof a);
-        float_literal(node_float(n, "max"), b, sizeof b);
+    } else if (op == UNARY_GRAD_OP_CLIP) {
+        float_literal(node_float(n, ATTR_MIN), a, sizeof a);
+        float_literal(node_float(n, ATTR_MAX), b, sizeof b);
         snprintf(e, cap, "x >= %s && x <= %s ? 1.0f : 0.0f", a, b);
-    } else if (strcmp(op, "gelu") == 0) {
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
+    } else if (op == UNARY_GRAD_OP_GELU) {
+        if (node_enum(n, ATTR_APPROXIMATE) == GELU_TANH)
             snprintf(e, cap,
                      "0.5f * (1.0f + tanhf(0.797884561f * (x + 0.044715f * x * x * x))) + 0.5f * x * "
                      "(1.0f - tanhf(0.797884561f * (x + 0.044715f * x * x * x)) * tanhf(0.797884561f * (x + "
@@ -66,11 +66,11 @@ static void derivative_expr(const Node *n, char *e, size_t cap) {
         else
             snprintf(e, cap,
                      "0.5f * (1.0f + erff(x * 0.707106781f)) + x * 0.398942280f * expf(-0.5f * x * x)");
-    } else if (strcmp(op, "hardsigmoid") == 0) {
-        float_literal(node_float(n, "alpha"), a, sizeof a);
-        float_literal(node_float(n, "beta"), b, sizeof b);
+    } else if (op == UNARY_GRAD_OP_HARDSIGMOID) {
+        float_literal(node_float(n, ATTR_ALPHA), a, sizeof a);
+        float_literal(node_float(n, ATTR_BETA), b, sizeof b);
         snprintf(e, cap, "%s * x + %s > 0.0f && %s * x + %s < 1.0f ? %s : 0.0f", a, b, a, b, a);
-    } else if (strcmp(op, "hardswish") == 0)
+    } else if (op == UNARY_GRAD_OP_HARDSWISH)
         snprintf(e, cap, "x < -3.0f ? 0.0f : x <= 3.0f ? x / 3.0f + 0.5f : 1.0f");
     else
         KILN_ASSERT(!"not a unary op");
@@ -101,13 +101,13 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
         if (!type_equal(tb, to))
             broadcast_offset(tb, to, "o", ib, sizeof ib);
     }
-    const char *op = node_enum(n, "op");
-    bool wrt_b = strcmp(node_enum(n, "wrt"), "b") == 0;
+    int op = node_enum(n, ATTR_OP);
+    bool wrt_b = node_enum(n, ATTR_WRT) == WRT_B;
     const char *e;
-    if (strcmp(op, "pow") == 0)
+    if (op == BINARY_GRAD_OP_POW)
         e = wrt_b ? "a == 0.0f && b >= 0.0f ? 0.0f : powf(a, b) * logf(a)"
                   : "b == 0.0f ? 0.0f : b * powf(a, b - 1.0f)";
-    else if (strcmp(op, "max") == 0)
+    else if (op == BINARY_GRAD_OP_MAX)
         e = wrt_b ? "a == b ? 0.5f : (b > a ? 1.0f : 0.0f)" : "a == b ? 0.5f : (a > b ? 1.0f : 0.0f)";
     else
         e = wrt_b ? "a == b ? 0.5f : (b < a ? 1.0f : 0.0f)" : "a == b ? 0.5f : (a < b ? 1.0f : 0.0f)";
@@ -179,11 +179,11 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
     int ns = xv.ns;
     int64_t kernel[3], strides[3], pads[6], dilations[3] = {1, 1, 1};
-    node_ints(n, "kernel", kernel, 3, ns);
-    node_ints(n, "strides", strides, 3, ns);
-    node_ints(n, "pads", pads, 6, 2 * ns);
+    node_ints(n, ATTR_KERNEL, kernel, 3, ns);
+    node_ints(n, ATTR_STRIDES, strides, 3, ns);
+    node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
     if (is_max)
-        node_ints(n, "dilations", dilations, 3, ns);
+        node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
     char at[256], yat[256];
     Kernel *k = plane_grad_loop(p, n, &xv, &yv, true, at, yat, sizeof at, d);
     if (!k)
@@ -199,7 +199,7 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     } else {
         str_printf(s, "int64_t count = 1;\n");
         for (int j = 0; j < ns; j++)
-            if (node_bool(n, "count_include_pad"))
+            if (node_bool(n, ATTR_COUNT_INCLUDE_PAD))
                 str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - s%d;\n", j,
                            (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j,
                            (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j);

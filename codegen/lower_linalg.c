@@ -147,7 +147,7 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
 static int gemm_gemm(Program *p, const Node *n, const char *alpha, const char *beta, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     int c = n->n_in > 2 ? n->in[2] : -1;
     Kernel *k = kernel_gemm(p, n, NULL, 1, yt->dims[0], yt->dims[1], at->dims[!ta], d);
     if (!k)
@@ -179,11 +179,11 @@ static int gemm_gemm(Program *p, const Node *n, const char *alpha, const char *b
 int lower_gemm(Program *p, const Node *n, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     int c = n->n_in > 2 ? n->in[2] : -1;
     char alpha[32], beta[32], y[80];
-    float_literal(node_float(n, "alpha"), alpha, sizeof alpha);
-    float_literal(node_float(n, "beta"), beta, sizeof beta);
+    float_literal(node_float(n, ATTR_ALPHA), alpha, sizeof alpha);
+    float_literal(node_float(n, ATTR_BETA), beta, sizeof beta);
     snprintf(y, sizeof y, "%s", value_name(p, n->out[0]));
     if (!p->blas)
         return gemm_gemm(p, n, alpha, beta, d);
@@ -203,7 +203,7 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
             emit_unravel(&fill, "i", yt, "o");
             broadcast_offset(ct, yt, "o", off, sizeof off);
         }
-        if (node_float(n, "beta") != 1)
+        if (node_float(n, ATTR_BETA) != 1)
             snprintf(scaled, sizeof scaled, "%s * ", beta);
         str_printf(&fill, "%s[i] = %s%s[%s];\n", y, scaled, value_name(p, c), off);
         str_printf(&k->body, "for (int64_t i = 0; i < %lld; i++) {\n", (long long)type_numel(yt));
@@ -241,7 +241,7 @@ static int linear_gemm(Program *p, const Node *n, long long rows, long long in_l
         snprintf(at, sizeof at, "r * %lld + q", out_len);
         emit_gemm_store(&k->body, p, n, epilogue, n->n_in > 2 && n->in[2] >= 0 ? bias : NULL, at);
         if (epilogue)
-            kernel_annotate(k, node_attr(n, "expr")->s);
+            kernel_annotate(k, node_attr(n, ATTR_EXPR)->s);
     }
     arena_free(&arena);
     return k ? 0 : -1;
@@ -297,7 +297,7 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     emit_tile_epilogue(&k->body, p, n, epilogue, b >= 0 ? value_name(p, b) : "", gemv ? "r0 + q" : "q",
                        gemv ? "1" : "m", gemv ? "m" : cols_text, out_len, 1);
     if (epilogue)
-        kernel_annotate(k, node_attr(n, "expr")->s);
+        kernel_annotate(k, node_attr(n, ATTR_EXPR)->s);
     arena_free(&arena);
     return 0;
 }

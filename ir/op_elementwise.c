@@ -35,13 +35,13 @@ static double unary(const Node *n, double x) {
     case OP_NEG: return -x;
     case OP_ABS: return fabs(x);
     case OP_ERF: return erf(x);
-    case OP_LEAKY_RELU: return x < 0 ? node_float(n, "alpha") * x : x;
-    case OP_CLIP: return fmin(fmax(x, node_float(n, "min")), node_float(n, "max"));
+    case OP_LEAKY_RELU: return x < 0 ? node_float(n, ATTR_ALPHA) * x : x;
+    case OP_CLIP: return fmin(fmax(x, node_float(n, ATTR_MIN)), node_float(n, ATTR_MAX));
     case OP_GELU:
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0)
+        if (node_enum(n, ATTR_APPROXIMATE) == GELU_TANH)
             return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
         return 0.5 * x * (1 + erf(x / sqrt(2)));
-    case OP_HARDSIGMOID: return fmax(0, fmin(1, node_float(n, "alpha") * x + node_float(n, "beta")));
+    case OP_HARDSIGMOID: return fmax(0, fmin(1, node_float(n, ATTR_ALPHA) * x + node_float(n, ATTR_BETA)));
     case OP_HARDSWISH: return x * fmax(0, fmin(1, x / 6 + 0.5));
     case OP_IDENTITY: return x;
     default: KILN_ASSERT(!"not a unary op");
@@ -96,7 +96,7 @@ int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 /* ---- elementwise: a fused expression over broadcast inputs ---- */
 
 int infer_elementwise(Graph *g, Node *n, Diag *d) {
-    const Attr *a = node_attr(n, "expr");
+    const Attr *a = node_attr(n, ATTR_EXPR);
     if (!a->set)
         return diag_error(d, n->loc, "elementwise needs the attribute 'expr'");
     Type out = *in_type(g, n, 0);

@@ -18,17 +18,18 @@
 int infer_expand(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
     int64_t dims[KILN_MAX_RANK];
-    int rank = node_attr(n, "shape")->n; /* counted before reading it into dims */
+    int rank = node_attr(n, ATTR_SHAPE)->n; /* counted before reading it into dims */
     if (rank > KILN_MAX_RANK)
-        return diag_error(d, attr_loc(n, "shape"), "expand: shape has %d dims; at most %d", rank,
+        return diag_error(d, attr_loc(n, ATTR_SHAPE), "expand: shape has %d dims; at most %d", rank,
                           KILN_MAX_RANK);
-    node_ints(n, "shape", dims, KILN_MAX_RANK, 0);
-    if (check_size_attr(n, "shape", dims, rank, 0, d))
+    node_ints(n, ATTR_SHAPE, dims, KILN_MAX_RANK, 0);
+    if (check_size_attr(n, ATTR_SHAPE, dims, rank, 0, d))
         return -1;
     Type to = type_make(rank, dims);
     to.dtype = x->dtype;
     if (!broadcasts_to(x, &to))
-        return diag_error(d, attr_loc(n, "shape"), "expand: %s does not broadcast to %s", tstr(x), tstr(&to));
+        return diag_error(d, attr_loc(n, ATTR_SHAPE), "expand: %s does not broadcast to %s", tstr(x),
+                          tstr(&to));
     if (check_size(n, &to, d))
         return -1;
     set_out_type(g, n, 0, to);
@@ -78,43 +79,43 @@ static double normal_pdf(double x) {
     return exp(-0.5 * x * x) / sqrt(2 * M_PI);
 }
 
-double unary_derivative(const char *op, const Node *n, double x) {
-    if (strcmp(op, "relu") == 0)
+double unary_derivative(int op, const Node *n, double x) {
+    if (op == UNARY_GRAD_OP_RELU)
         return x > 0;
-    if (strcmp(op, "sigmoid") == 0) {
+    if (op == UNARY_GRAD_OP_SIGMOID) {
         double s = 1 / (1 + exp(-x));
         return s * (1 - s);
     }
-    if (strcmp(op, "tanh") == 0)
+    if (op == UNARY_GRAD_OP_TANH)
         return 1 - tanh(x) * tanh(x);
-    if (strcmp(op, "exp") == 0)
+    if (op == UNARY_GRAD_OP_EXP)
         return exp(x);
-    if (strcmp(op, "log") == 0)
+    if (op == UNARY_GRAD_OP_LOG)
         return 1 / x;
-    if (strcmp(op, "sqrt") == 0)
+    if (op == UNARY_GRAD_OP_SQRT)
         return 0.5 / sqrt(x);
-    if (strcmp(op, "neg") == 0)
+    if (op == UNARY_GRAD_OP_NEG)
         return -1;
-    if (strcmp(op, "abs") == 0)
+    if (op == UNARY_GRAD_OP_ABS)
         return (x > 0) - (x < 0);
-    if (strcmp(op, "erf") == 0)
+    if (op == UNARY_GRAD_OP_ERF)
         return 2 / sqrt(M_PI) * exp(-x * x);
-    if (strcmp(op, "leaky_relu") == 0)
-        return x > 0 ? 1 : node_float(n, "alpha");
-    if (strcmp(op, "clip") == 0)
-        return x >= node_float(n, "min") && x <= node_float(n, "max");
-    if (strcmp(op, "gelu") == 0) {
-        if (strcmp(node_enum(n, "approximate"), "tanh") == 0) {
+    if (op == UNARY_GRAD_OP_LEAKY_RELU)
+        return x > 0 ? 1 : node_float(n, ATTR_ALPHA);
+    if (op == UNARY_GRAD_OP_CLIP)
+        return x >= node_float(n, ATTR_MIN) && x <= node_float(n, ATTR_MAX);
+    if (op == UNARY_GRAD_OP_GELU) {
+        if (node_enum(n, ATTR_APPROXIMATE) == GELU_TANH) {
             double k = sqrt(2 / M_PI), inner = k * (x + 0.044715 * x * x * x), t = tanh(inner);
             return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
         }
         return 0.5 * (1 + erf(x / sqrt(2))) + x * normal_pdf(x);
     }
-    if (strcmp(op, "hardsigmoid") == 0) {
-        double v = node_float(n, "alpha") * x + node_float(n, "beta");
-        return v > 0 && v < 1 ? node_float(n, "alpha") : 0;
+    if (op == UNARY_GRAD_OP_HARDSIGMOID) {
+        double v = node_float(n, ATTR_ALPHA) * x + node_float(n, ATTR_BETA);
+        return v > 0 && v < 1 ? node_float(n, ATTR_ALPHA) : 0;
     }
-    if (strcmp(op, "hardswish") == 0)
+    if (op == UNARY_GRAD_OP_HARDSWISH)
         return x < -3 ? 0 : x <= 3 ? x / 3 + 0.5 : 1;
     KILN_ASSERT(!"not a unary op");
     return 0;
@@ -122,7 +123,7 @@ double unary_derivative(const char *op, const Node *n, double x) {
 
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
-    const char *op = node_enum(n, "op");
+    int op = node_enum(n, ATTR_OP);
     int64_t count = type_numel(&in[0]->type);
     for (int64_t i = 0; i < count; i++)
         out[0]->data[i] = (float)(in[0]->data[i] * unary_derivative(op, n, in[1]->data[i]));
@@ -130,14 +131,14 @@ int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *
 }
 
 /* d f(a, b) / d a, or / d b when wrt_b. */
-double binary_derivative(const char *op, bool wrt_b, double a, double b) {
-    if (strcmp(op, "pow") == 0) {
+double binary_derivative(int op, bool wrt_b, double a, double b) {
+    if (op == BINARY_GRAD_OP_POW) {
         if (!wrt_b)
             return b == 0 ? 0 : b * pow(a, b - 1);
         return a == 0 && b >= 0 ? 0 : pow(a, b) * log(a);
     }
-    bool is_max = strcmp(op, "max") == 0;
-    KILN_ASSERT(is_max || strcmp(op, "min") == 0);
+    bool is_max = op == BINARY_GRAD_OP_MAX;
+    KILN_ASSERT(is_max || op == BINARY_GRAD_OP_MIN);
     double mine = wrt_b ? b : a, other = wrt_b ? a : b;
     if (mine == other)
         return 0.5;
@@ -146,8 +147,8 @@ double binary_derivative(const char *op, bool wrt_b, double a, double b) {
 
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
-    const char *op = node_enum(n, "op");
-    bool wrt_b = strcmp(node_enum(n, "wrt"), "b") == 0;
+    int op = node_enum(n, ATTR_OP);
+    bool wrt_b = node_enum(n, ATTR_WRT) == WRT_B;
     const Type *to = &out[0]->type;
     int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
     broadcast_strides(&in[1]->type, to, sa);
