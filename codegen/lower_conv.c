@@ -55,10 +55,10 @@ static Conv conv_views(const Program *p, const Node *n, int x, int w, int y) {
     c.w = view_of(&g->values[w].type, c.nhwc);
     c.y = view_of(&g->values[y].type, c.nhwc);
     c.ns = c.x.ns;
-    node_ints(n, "strides", c.strides, MAX_SPATIAL, c.ns);
-    node_ints(n, "pads", c.pads, 2 * MAX_SPATIAL, 2 * c.ns);
-    node_ints(n, "dilations", c.dilations, MAX_SPATIAL, c.ns);
-    c.groups = node_int(n, "groups");
+    node_ints(n, ATTR_STRIDES, c.strides, MAX_SPATIAL, c.ns);
+    node_ints(n, ATTR_PADS, c.pads, 2 * MAX_SPATIAL, 2 * c.ns);
+    node_ints(n, ATTR_DILATIONS, c.dilations, MAX_SPATIAL, c.ns);
+    c.groups = node_int(n, ATTR_GROUPS);
     c.taps = c.positions = 1;
     for (int s = 0; s < c.ns; s++) {
         c.taps *= c.w.sp[s];
@@ -734,7 +734,7 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
     }
     if (!rc && c.epilogue) {
         /* the kernel that finishes the result names what it fused */
-        kernel_annotate(&p->kernels[p->n_kernels - 1], node_attr(n, "expr")->s);
+        kernel_annotate(&p->kernels[p->n_kernels - 1], node_attr(n, ATTR_EXPR)->s);
     }
     arena_free(&arena);
     return rc;

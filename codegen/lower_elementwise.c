@@ -301,7 +301,7 @@ static void mark_used(const Expr *e, bool *used) {
 enum { ELEMENTWISE_BLOCK = 16 };
 
 int lower_elementwise(Program *p, const Node *n, Diag *d) {
-    const char *text = node_attr(n, "expr")->s;
+    const char *text = node_attr(n, ATTR_EXPR)->s;
     const Type *to = &p->g->values[n->out[0]].type;
     Arena arena = {0};
     Expr *e = node_expr(&arena, n, d);

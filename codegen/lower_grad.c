@@ -72,7 +72,7 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
     x[0] = k_var(b, kb_let(b, "a", KT_F32, k_load(b, kb_value(b, n->in[1], false), at[0])));
     x[1] = k_var(b, kb_let(b, "b", KT_F32, k_load(b, kb_value(b, n->in[2], false), at[1])));
     char f[512];
-    binary_formula(differentiated_op(n), strcmp(node_enum(n, "wrt"), "b") == 0 ? 2 : 1, f, sizeof f);
+    binary_formula(differentiated_op(n), node_enum(n, ATTR_WRT) == WRT_B ? 2 : 1, f, sizeof f);
     store_scaled(b, n, i, f, 2, x);
     return 0;
 }
@@ -140,11 +140,11 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
     int ns = xv.ns;
     int64_t kernel[3], strides[3], pads[6], dilations[3] = {1, 1, 1};
-    node_ints(n, "kernel", kernel, 3, ns);
-    node_ints(n, "strides", strides, 3, ns);
-    node_ints(n, "pads", pads, 6, 2 * ns);
+    node_ints(n, ATTR_KERNEL, kernel, 3, ns);
+    node_ints(n, ATTR_STRIDES, strides, 3, ns);
+    node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
     if (is_max)
-        node_ints(n, "dilations", dilations, 3, ns);
+        node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
     char at[256], yat[256];
     Kernel *k = plane_grad_loop(p, n, &xv, &yv, true, at, yat, sizeof at, d);
     if (!k)
@@ -160,7 +160,7 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     } else {
         str_printf(s, "int64_t count = 1;\n");
         for (int j = 0; j < ns; j++)
-            if (node_bool(n, "count_include_pad"))
+            if (node_bool(n, ATTR_COUNT_INCLUDE_PAD))
                 str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - s%d;\n", j,
                            (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j,
                            (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j);

@@ -174,7 +174,7 @@ static KExpr *c_offset(KBuilder *b, const Type *ct, const Type *yt, KExpr *i) {
 static int gemm_gemm(Program *p, const Node *n, double alpha, double beta, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     int c = n->n_in > 2 ? n->in[2] : -1;
     Kernel *k = kernel_gemm(p, n, NULL, 1, yt->dims[0], yt->dims[1], at->dims[!ta], d);
     if (!k)
@@ -208,9 +208,9 @@ static int gemm_gemm(Program *p, const Node *n, double alpha, double beta, Diag 
 int lower_gemm(Program *p, const Node *n, Diag *d) {
     const Type *at = &p->g->values[n->in[0]].type, *bt = &p->g->values[n->in[1]].type;
     const Type *yt = &p->g->values[n->out[0]].type;
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     int c = n->n_in > 2 ? n->in[2] : -1;
-    double alpha = node_float(n, "alpha"), beta = node_float(n, "beta");
+    double alpha = node_float(n, ATTR_ALPHA), beta = node_float(n, ATTR_BETA);
     if (!p->blas)
         return gemm_gemm(p, n, alpha, beta, d);
     if (blas_too_large(n, yt->dims[0], yt->dims[1], at->dims[!ta], d))
@@ -265,7 +265,7 @@ static int linear_gemm(Program *p, const Node *n, long long rows, long long in_l
                       k_madd(b, r, out_len, q));
         k->store = kb_take(b);
         if (epilogue)
-            kernel_annotate(k, node_attr(n, "expr")->s);
+            kernel_annotate(k, node_attr(n, ATTR_EXPR)->s);
     }
     arena_free(&arena);
     return k ? 0 : -1;
@@ -341,7 +341,7 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
     kb_tile_epilogue(b, p, n, epilogue, bias, gemv ? gemv_bias_at : gemm_bias_at, &r0, y, tile_at,
                      gemv ? k_int(b, 1) : mm, gemv ? mm : k_int(b, out_len), out_len, 1);
     if (epilogue)
-        kernel_annotate(k, node_attr(n, "expr")->s);
+        kernel_annotate(k, node_attr(n, ATTR_EXPR)->s);
     arena_free(&arena);
     return 0;
 }

@@ -91,12 +91,12 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     View x = view_of(&p->g->values[n->in[0]].type, nhwc), y = view_of(&p->g->values[n->out[0]].type, nhwc);
     int ns = x.ns;
     int64_t kernel[MAX_SPATIAL], strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dil[MAX_SPATIAL] = {1, 1, 1};
-    node_ints(n, "kernel", kernel, MAX_SPATIAL, ns);
-    node_ints(n, "strides", strides, MAX_SPATIAL, ns);
-    node_ints(n, "pads", pads, 2 * MAX_SPATIAL, 2 * ns);
+    node_ints(n, ATTR_KERNEL, kernel, MAX_SPATIAL, ns);
+    node_ints(n, ATTR_STRIDES, strides, MAX_SPATIAL, ns);
+    node_ints(n, ATTR_PADS, pads, 2 * MAX_SPATIAL, 2 * ns);
     if (is_max)
-        node_ints(n, "dilations", dil, MAX_SPATIAL, ns);
-    bool count_pad = !is_max && node_bool(n, "count_include_pad");
+        node_ints(n, ATTR_DILATIONS, dil, MAX_SPATIAL, ns);
+    bool count_pad = !is_max && node_bool(n, ATTR_COUNT_INCLUDE_PAD);
     int64_t window = lower_flops(ns, kernel); /* at most KILN_MAX_NUMEL (infer_pool) */
     /* channels last: an iteration per output position, over all its channels */
     bool vec = nhwc && x.c > 1;

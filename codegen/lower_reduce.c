@@ -53,7 +53,7 @@ static int runs_of(const Type *x, const bool *reduced, Run *runs) {
 /* The dims `axes` reduces, as in ir/op_reduce.c (the verifier checked them): an
  * unset or empty list reduces them all. */
 static void reduced_dims(const Node *n, const Type *x, bool *reduced) {
-    const Attr *a = node_attr(n, "axes");
+    const Attr *a = node_attr(n, ATTR_AXES);
     bool all = !a->set || a->n == 0;
     for (int k = 0; k < x->rank; k++)
         reduced[k] = all;
@@ -146,7 +146,7 @@ static void row_pointer(Str *s, const char *decl, const char *v, int64_t outer, 
 
 int lower_softmax(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type;
-    int axis = norm_axis(node_int(n, "axis"), x->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
     int64_t outer, len = x->dims[axis], inner;
     split_at_axis(x, axis, &outer, &inner);
     Kernel *k = new_loop(p, n, outer * inner, len, d);
@@ -194,7 +194,7 @@ int lower_batch_norm(Program *p, const Node *n, Diag *d) {
         return -1;
     k->in_place = true; /* x is read at the element written; the others have another type */
     char eps[32];
-    float_literal(node_float(n, "epsilon"), eps, sizeof eps);
+    float_literal(node_float(n, ATTR_EPSILON), eps, sizeof eps);
     const char *y = value_name(p, n->out[0]), *xs = value_name(p, n->in[0]);
     const char *scale = value_name(p, n->in[1]), *bias = value_name(p, n->in[2]);
     const char *mean = value_name(p, n->in[3]), *var = value_name(p, n->in[4]);
@@ -224,7 +224,7 @@ static bool norm_operand(const Program *p, int v, const Type *norm, char *buf, s
 
 int lower_layer_norm(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type;
-    int axis = norm_axis(node_int(n, "axis"), x->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
     Type norm = type_make(x->rank - axis, x->dims + axis);
     int64_t size = type_numel(&norm), rows = type_numel(x) / size;
     int scale = n->n_in > 1 ? n->in[1] : -1, bias = n->n_in > 2 ? n->in[2] : -1;
@@ -240,7 +240,7 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d) {
     str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    var += (x[j] - mean) * (x[j] - mean);\n",
                (long long)size);
     str_printf(s, "float m = (float)mean, rstd = (float)(1.0 / sqrt(var / %lld.0 + %.17g));\n",
-               (long long)size, node_float(n, "epsilon"));
+               (long long)size, node_float(n, ATTR_EPSILON));
     char sc[320] = "", bi[320] = "";
     bool unravel = false;
     if (scale >= 0)

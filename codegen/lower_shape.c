@@ -89,7 +89,7 @@ static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *
 
 int lower_transpose(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
-    const Attr *a = node_attr(n, "perm");
+    const Attr *a = node_attr(n, ATTR_PERM);
     int64_t xs[KILN_MAX_RANK], coef[KILN_MAX_RANK];
     type_strides(x, xs);
     for (int j = 0; j < y->rank; j++) /* result dim j is x's dim perm[j]; no perm reverses them */
@@ -101,7 +101,7 @@ int lower_transpose(Program *p, const Node *n, Diag *d) {
 
 int lower_concat(Program *p, const Node *n, Diag *d) {
     const Type *y = &p->g->values[n->out[0]].type;
-    int axis = norm_axis(node_int(n, "axis"), y->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), y->rank);
     int64_t before, after;
     split_at_axis(y, axis, &before, &after);
     long long outer = before, along = y->dims[axis], inner = after; /* as the text prints them */
@@ -153,7 +153,8 @@ int lower_concat(Program *p, const Node *n, Diag *d) {
  * counts from the end, then a forward slice clamps it to [0, dim] and a backward
  * one to [0, dim - 1]. */
 static void slice_starts(const Node *n, const Type *x, int64_t *start, int64_t *step) {
-    const Attr *starts = node_attr(n, "starts"), *axes = node_attr(n, "axes"), *steps = node_attr(n, "steps");
+    const Attr *starts = node_attr(n, ATTR_STARTS), *axes = node_attr(n, ATTR_AXES),
+               *steps = node_attr(n, ATTR_STEPS);
     for (int k = 0; k < x->rank; k++)
         start[k] = 0, step[k] = 1;
     for (int i = 0; i < starts->n; i++) {
@@ -187,9 +188,8 @@ int lower_slice(Program *p, const Node *n, Diag *d) {
  * repeated), as ir/op_shape.c's pad_source does. */
 int lower_pad(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
-    const Attr *pads = node_attr(n, "pads");
-    const char *mode = node_enum(n, "mode");
-    bool constant = strcmp(mode, "reflect") != 0 && strcmp(mode, "edge") != 0;
+    const Attr *pads = node_attr(n, ATTR_PADS);
+    bool constant = node_enum(n, ATTR_MODE) == PAD_MODE_CONSTANT;
     int64_t xs[KILN_MAX_RANK], base = 0;
     type_strides(x, xs);
     Kernel *k = loop_over_output(p, n, d);
@@ -224,7 +224,7 @@ int lower_pad(Program *p, const Node *n, Diag *d) {
             continue;
         }
         char below[64] = "", above[80] = "";
-        if (strcmp(mode, "edge") == 0) {
+        if (node_enum(n, ATTR_MODE) == PAD_MODE_EDGE) {
             if (b > 0)
                 snprintf(below, sizeof below, "j%d < 0 ? 0 : ", j);
             if (e > 0)
@@ -244,7 +244,7 @@ int lower_pad(Program *p, const Node *n, Diag *d) {
     snprintf(yname, sizeof yname, "%s", value_name(p, n->out[0]));
     if (constant && in_len > 0) {
         char value[32];
-        float_literal(node_float(n, "value"), value, sizeof value);
+        float_literal(node_float(n, ATTR_VALUE), value, sizeof value);
         str_printf(s, "%s[i] = %s ? %s[%s] : %s;\n", yname, inside, value_name(p, n->in[0]), index, value);
     } else {
         str_printf(s, "%s[i] = %s[%s];\n", yname, value_name(p, n->in[0]), index);
@@ -273,9 +273,9 @@ static size_t add_bound(char *buf, size_t len, size_t cap, int k, const char *op
  * at all. The sum is in double, as in the reference. */
 int lower_pad_grad(Program *p, const Node *n, Diag *d) {
     const Type *y = &p->g->values[n->in[0]].type, *x = &p->g->values[n->in[1]].type;
-    const Attr *pads = node_attr(n, "pads");
-    const char *mode = node_enum(n, "mode");
-    bool edge = strcmp(mode, "edge") == 0, reflect = strcmp(mode, "reflect") == 0;
+    const Attr *pads = node_attr(n, ATTR_PADS);
+    int mode = node_enum(n, ATTR_MODE);
+    bool edge = mode == PAD_MODE_EDGE, reflect = mode == PAD_MODE_REFLECT;
     int64_t ys[KILN_MAX_RANK], base = 0;
     type_strides(y, ys);
     Kernel *k = loop_over_output(p, n, d);

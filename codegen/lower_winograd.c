@@ -47,16 +47,16 @@ enum { MIN_TILES = 32 };
  * most 2), and enough channels and tiles for the GEMMs to be worth it. */
 bool winograd_applies(const Program *p, const Node *n) {
     const Graph *g = p->g;
-    if (!p->blas || !layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, "groups") != 1)
+    if (!p->blas || !layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, ATTR_GROUPS) != 1)
         return false;
     bool transposed = n->op == OP_CONV_TRANSPOSE;
     const Type *w = &g->values[n->in[1]].type;
     int64_t strides[2], dil[2], pads[4], extra[2] = {0, 0};
-    node_ints(n, "strides", strides, 2, 2);
-    node_ints(n, "dilations", dil, 2, 2);
-    node_ints(n, "pads", pads, 4, 4);
+    node_ints(n, ATTR_STRIDES, strides, 2, 2);
+    node_ints(n, ATTR_DILATIONS, dil, 2, 2);
+    node_ints(n, ATTR_PADS, pads, 4, 4);
     if (transposed)
-        node_ints(n, "output_padding", extra, 2, 2);
+        node_ints(n, ATTR_OUTPUT_PADDING, extra, 2, 2);
     const Type *y = &g->values[n->out[0]].type;
     int64_t c = transposed ? w->dims[0] : w->dims[3], o = transposed ? w->dims[3] : w->dims[0];
     int64_t tiles = y->dims[0] * ((y->dims[1] + 1) / 2) * ((y->dims[2] + 1) / 2);
@@ -251,7 +251,7 @@ int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
               .y = view_of(&g->values[n->out[0]].type, true),
               .transposed = n->op == OP_CONV_TRANSPOSE};
     int64_t pads[4];
-    node_ints(n, "pads", pads, 4, 4);
+    node_ints(n, ATTR_PADS, pads, 4, 4);
     w.pad_top = w.transposed ? 2 - pads[0] : pads[0], w.pad_left = w.transposed ? 2 - pads[1] : pads[1];
     w.th = (w.y.sp[0] + 1) / 2, w.tw = (w.y.sp[1] + 1) / 2;
     w.tiles = w.x.n * w.th * w.tw;

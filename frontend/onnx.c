@@ -364,33 +364,34 @@ Node *im_node(Importer *im, OpId op, int n_in, const int *in) {
     return n;
 }
 
-static Attr *attr_of(Importer *im, Node *n, const char *name) {
-    int i = op_attr_index(n->op, name);
+static Attr *attr_of(Importer *im, Node *n, AttrId id) {
+    int i = op_attr_index(n->op, id);
     KILN_ASSERT(i >= 0);
     (void)im;
     n->attrs[i].set = true;
     return &n->attrs[i];
 }
 
-int im_set_int(Importer *im, Node *n, const char *attr, int64_t v) {
+int im_set_int(Importer *im, Node *n, AttrId attr, int64_t v) {
     attr_of(im, n, attr)->i = v;
     return 0;
 }
 
-int im_set_float(Importer *im, Node *n, const char *attr, double v) {
+int im_set_float(Importer *im, Node *n, AttrId attr, double v) {
     attr_of(im, n, attr)->f = v;
     return 0;
 }
 
-int im_set_word(Importer *im, Node *n, const char *attr, const char *word) {
-    const char *s = arena_strdup(&im->g->arena, word);
-    if (!s)
-        return im_error(im, "out of memory");
-    attr_of(im, n, attr)->s = s;
+int im_set_word(Importer *im, Node *n, AttrId attr, const char *word) {
+    EnumSet set = op_table[n->op].attrs[op_attr_index(n->op, attr)].set;
+    int choice = enum_lookup(set, word, strlen(word));
+    if (choice < 0)
+        return im_error(im, "%s must be one of %s, got '%s'", attr_name(attr), enum_choices[set].text, word);
+    attr_of(im, n, attr)->i = choice;
     return 0;
 }
 
-int im_set_ints(Importer *im, Node *n, const char *attr, const int64_t *v, int count) {
+int im_set_ints(Importer *im, Node *n, AttrId attr, const int64_t *v, int count) {
     Attr *a = attr_of(im, n, attr);
     a->n = count;
     a->ints = arena_alloc(&im->g->arena, sizeof(int64_t) * (size_t)(count + 1));
@@ -401,7 +402,7 @@ int im_set_ints(Importer *im, Node *n, const char *attr, const int64_t *v, int c
     return 0;
 }
 
-int im_set_floats(Importer *im, Node *n, const char *attr, const double *v, int count) {
+int im_set_floats(Importer *im, Node *n, AttrId attr, const double *v, int count) {
     Attr *a = attr_of(im, n, attr);
     a->n = count;
     a->floats = arena_alloc(&im->g->arena, sizeof(double) * (size_t)(count + 1));

@@ -83,11 +83,11 @@ void im_attr_ignore(Importer *im, const char *name);
  * value id, or -1 after an error. */
 Node *im_node(Importer *im, OpId op, int n_in, const int *in);
 int im_finish(Importer *im, Node *n, int out_k);
-int im_set_int(Importer *im, Node *n, const char *attr, int64_t v);
-int im_set_float(Importer *im, Node *n, const char *attr, double v);
-int im_set_word(Importer *im, Node *n, const char *attr, const char *word);
-int im_set_ints(Importer *im, Node *n, const char *attr, const int64_t *v, int count);
-int im_set_floats(Importer *im, Node *n, const char *attr, const double *v, int count);
+int im_set_int(Importer *im, Node *n, AttrId attr, int64_t v);
+int im_set_float(Importer *im, Node *n, AttrId attr, double v);
+int im_set_word(Importer *im, Node *n, AttrId attr, const char *word);
+int im_set_ints(Importer *im, Node *n, AttrId attr, const int64_t *v, int count);
+int im_set_floats(Importer *im, Node *n, AttrId attr, const double *v, int count);
 /* Shorthands: op(x) with no attributes, op(a, b). */
 int im_unary(Importer *im, OpId op, int x, int out_k);
 int im_binary(Importer *im, OpId op, int a, int b, int out_k);

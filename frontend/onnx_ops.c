@@ -178,7 +178,7 @@ static int imp_leaky_relu(Importer *im) {
     if (attr_float_or(im, "alpha", 0.01, &alpha) || im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_LEAKY_RELU, 1, &x);
-    return !n || im_set_float(im, n, "alpha", alpha) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || im_set_float(im, n, ATTR_ALPHA, alpha) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 static int imp_hardsigmoid(Importer *im) {
@@ -188,7 +188,7 @@ static int imp_hardsigmoid(Importer *im) {
         im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_HARDSIGMOID, 1, &x);
-    return !n || im_set_float(im, n, "alpha", alpha) || im_set_float(im, n, "beta", beta) ||
+    return !n || im_set_float(im, n, ATTR_ALPHA, alpha) || im_set_float(im, n, ATTR_BETA, beta) ||
                    im_finish(im, n, 0) < 0
                ? -1
                : 0;
@@ -218,7 +218,8 @@ static int imp_clip(Importer *im) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_CLIP, 1, &x);
-    return !n || im_set_float(im, n, "min", lo) || im_set_float(im, n, "max", hi) || im_finish(im, n, 0) < 0
+    return !n || im_set_float(im, n, ATTR_MIN, lo) || im_set_float(im, n, ATTR_MAX, hi) ||
+                   im_finish(im, n, 0) < 0
                ? -1
                : 0;
 }
@@ -422,8 +423,8 @@ static int imp_gemm(Importer *im) {
     if (im_has_input(im, 2) && im_input(im, 2, &in[n_in++]))
         return -1;
     Node *n = im_node(im, OP_GEMM, n_in, in);
-    return !n || im_set_float(im, n, "alpha", alpha) || im_set_float(im, n, "beta", beta) ||
-                   im_set_int(im, n, "trans_a", ta != 0) || im_set_int(im, n, "trans_b", tb != 0) ||
+    return !n || im_set_float(im, n, ATTR_ALPHA, alpha) || im_set_float(im, n, ATTR_BETA, beta) ||
+                   im_set_int(im, n, ATTR_TRANS_A, ta != 0) || im_set_int(im, n, ATTR_TRANS_B, tb != 0) ||
                    im_finish(im, n, 0) < 0
                ? -1
                : 0;

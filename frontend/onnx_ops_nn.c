@@ -108,10 +108,10 @@ static int read_window(Importer *im, const Type *x, const int64_t *kernel_from_w
 }
 
 static int set_window(Importer *im, Node *n, const Window *w, bool kernel, bool dilations) {
-    return (kernel && im_set_ints(im, n, "kernel", w->kernel, w->nsp)) ||
-           im_set_ints(im, n, "strides", w->strides, w->nsp) ||
-           im_set_ints(im, n, "pads", w->pads, 2 * w->nsp) ||
-           (dilations && im_set_ints(im, n, "dilations", w->dilations, w->nsp));
+    return (kernel && im_set_ints(im, n, ATTR_KERNEL, w->kernel, w->nsp)) ||
+           im_set_ints(im, n, ATTR_STRIDES, w->strides, w->nsp) ||
+           im_set_ints(im, n, ATTR_PADS, w->pads, 2 * w->nsp) ||
+           (dilations && im_set_ints(im, n, ATTR_DILATIONS, w->dilations, w->nsp));
 }
 
 static int imp_conv(Importer *im, bool transpose) {
@@ -170,10 +170,10 @@ static int imp_conv(Importer *im, bool transpose) {
                 w.pads[k + w.nsp] = total - w.pads[k];
             }
         }
-        if (im_set_ints(im, n, "output_padding", outpad, w.nsp))
+        if (im_set_ints(im, n, ATTR_OUTPUT_PADDING, outpad, w.nsp))
             return -1;
     }
-    if (set_window(im, n, &w, false, true) || im_set_int(im, n, "groups", group))
+    if (set_window(im, n, &w, false, true) || im_set_int(im, n, ATTR_GROUPS, group))
         return -1;
     return im_finish(im, n, 0) < 0 ? -1 : 0;
 }
@@ -201,9 +201,9 @@ static int imp_pool(Importer *im, bool max) {
     if (!max && im_attr_int(im, "count_include_pad", &count_pad) < 0)
         return -1;
     Node *n = im_node(im, max ? OP_MAX_POOL : OP_AVG_POOL, 1, &xv);
-    if (!n || set_window(im, n, &w, true, max) || im_set_int(im, n, "ceil_mode", ceil_mode != 0))
+    if (!n || set_window(im, n, &w, true, max) || im_set_int(im, n, ATTR_CEIL_MODE, ceil_mode != 0))
         return -1;
-    if (!max && im_set_int(im, n, "count_include_pad", count_pad != 0))
+    if (!max && im_set_int(im, n, ATTR_COUNT_INCLUDE_PAD, count_pad != 0))
         return -1;
     return im_finish(im, n, 0) < 0 ? -1 : 0;
 }
@@ -232,7 +232,7 @@ static int imp_global_max_pool(Importer *im) {
     for (int k = 2; k < t.rank; k++)
         axes[k - 2] = k;
     Node *n = im_node(im, OP_REDUCE_MAX, 1, &x);
-    return !n || im_set_ints(im, n, "axes", axes, t.rank - 2) || im_set_int(im, n, "keepdims", 1) ||
+    return !n || im_set_ints(im, n, ATTR_AXES, axes, t.rank - 2) || im_set_int(im, n, ATTR_KEEPDIMS, 1) ||
                    im_finish(im, n, 0) < 0
                ? -1
                : 0;
@@ -257,7 +257,7 @@ static int imp_batch_norm(Importer *im) {
         if (im_input(im, k, &in[k]))
             return -1;
     Node *n = im_node(im, OP_BATCH_NORM, 5, in);
-    return !n || im_set_float(im, n, "epsilon", eps) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || im_set_float(im, n, ATTR_EPSILON, eps) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 static int imp_layer_norm(Importer *im) {
@@ -272,7 +272,7 @@ static int imp_layer_norm(Importer *im) {
     if (im_has_input(im, 2) && im_input(im, 2, &in[n_in++]))
         return -1;
     Node *n = im_node(im, OP_LAYER_NORM, n_in, in);
-    if (!n || im_set_int(im, n, "axis", axis) || im_set_float(im, n, "epsilon", eps) ||
+    if (!n || im_set_int(im, n, ATTR_AXIS, axis) || im_set_float(im, n, ATTR_EPSILON, eps) ||
         im_finish(im, n, 0) < 0)
         return -1;
     bool want_mean = im_n_outputs(im) > 1 && *im->node->output[1];
@@ -289,14 +289,14 @@ static int imp_layer_norm(Importer *im) {
     for (int k = a; k < t.rank; k++)
         axes[k - a] = k;
     int mean, diff, var;
-    if (!(n = im_node(im, OP_MEAN, 1, in)) || im_set_ints(im, n, "axes", axes, t.rank - a) ||
-        im_set_int(im, n, "keepdims", 1) || (mean = im_finish(im, n, want_mean ? 1 : -1)) < 0)
+    if (!(n = im_node(im, OP_MEAN, 1, in)) || im_set_ints(im, n, ATTR_AXES, axes, t.rank - a) ||
+        im_set_int(im, n, ATTR_KEEPDIMS, 1) || (mean = im_finish(im, n, want_mean ? 1 : -1)) < 0)
         return -1;
     if (!want_inv)
         return 0;
     if ((diff = im_binary(im, OP_SUB, in[0], mean, -1)) < 0 ||
         (var = im_binary(im, OP_MUL, diff, diff, -1)) < 0 || !(n = im_node(im, OP_MEAN, 1, &var)) ||
-        im_set_ints(im, n, "axes", axes, t.rank - a) || im_set_int(im, n, "keepdims", 1) ||
+        im_set_ints(im, n, ATTR_AXES, axes, t.rank - a) || im_set_int(im, n, ATTR_KEEPDIMS, 1) ||
         (var = im_finish(im, n, -1)) < 0 || (var = im_binary(im, OP_ADD, var, im_scalar(im, eps), -1)) < 0 ||
         (var = im_unary(im, OP_SQRT, var, -1)) < 0)
         return -1;
@@ -321,10 +321,10 @@ static int imp_instance_norm(Importer *im) {
         cshape[k] = k == 0 ? t.dims[1] : 1;
     Node *n = im_node(im, OP_MEAN, 1, &x);
     int mean, diff, var, sd;
-    if (!n || im_set_ints(im, n, "axes", axes, t.rank - 2) || im_set_int(im, n, "keepdims", 1) ||
+    if (!n || im_set_ints(im, n, ATTR_AXES, axes, t.rank - 2) || im_set_int(im, n, ATTR_KEEPDIMS, 1) ||
         (mean = im_finish(im, n, -1)) < 0 || (diff = im_binary(im, OP_SUB, x, mean, -1)) < 0 ||
         (var = im_binary(im, OP_MUL, diff, diff, -1)) < 0 || !(n = im_node(im, OP_MEAN, 1, &var)) ||
-        im_set_ints(im, n, "axes", axes, t.rank - 2) || im_set_int(im, n, "keepdims", 1) ||
+        im_set_ints(im, n, ATTR_AXES, axes, t.rank - 2) || im_set_int(im, n, ATTR_KEEPDIMS, 1) ||
         (var = im_finish(im, n, -1)) < 0 || (sd = im_binary(im, OP_ADD, var, im_scalar(im, eps), -1)) < 0 ||
         (sd = im_unary(im, OP_SQRT, sd, -1)) < 0 || (diff = im_binary(im, OP_DIV, diff, sd, -1)) < 0 ||
         (scale = im_reshape(im, scale, cshape, t.rank - 1, -1)) < 0 ||
@@ -356,7 +356,7 @@ static int imp_softmax_op(Importer *im, OpId op) {
             return -1;
     }
     Node *n = im_node(im, op, 1, &x);
-    if (!n || im_set_int(im, n, "axis", flatten ? -1 : a))
+    if (!n || im_set_int(im, n, ATTR_AXIS, flatten ? -1 : a))
         return -1;
     int y = im_finish(im, n, flatten ? -1 : 0);
     if (y < 0)
@@ -400,8 +400,8 @@ static int reduce(Importer *im, Reduce kind) {
         return -1;
     bool last = kind == R_SUM || kind == R_MEAN || kind == R_MAX || kind == R_L1 || kind == R_SUMSQ;
     Node *n = im_node(im, op, 1, &x);
-    if (!n || (n_axes && im_set_ints(im, n, "axes", axes, n_axes)) ||
-        im_set_int(im, n, "keepdims", keep != 0))
+    if (!n || (n_axes && im_set_ints(im, n, ATTR_AXES, axes, n_axes)) ||
+        im_set_int(im, n, ATTR_KEEPDIMS, keep != 0))
         return -1;
     int y = im_finish(im, n, last ? 0 : -1);
     if (y < 0 || last)

@@ -12,7 +12,7 @@
 
 int im_reshape(Importer *im, int x, const int64_t *dims, int rank, int out_k) {
     Node *n = im_node(im, OP_RESHAPE, 1, &x);
-    return !n || im_set_ints(im, n, "shape", dims, rank) ? -1 : im_finish(im, n, out_k);
+    return !n || im_set_ints(im, n, ATTR_SHAPE, dims, rank) ? -1 : im_finish(im, n, out_k);
 }
 
 /* A constant with the same values and a new shape. */
@@ -97,7 +97,7 @@ static int imp_flatten(Importer *im) {
     if (im_attr_int(im, "axis", &axis) < 0 || im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_FLATTEN, 1, &x);
-    return !n || im_set_int(im, n, "axis", axis) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || im_set_int(im, n, ATTR_AXIS, axis) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 static int imp_transpose(Importer *im) {
@@ -106,7 +106,7 @@ static int imp_transpose(Importer *im) {
     if ((r = im_attr_ints(im, "perm", perm, ONNX_MAXL, &n_perm)) < 0 || im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_TRANSPOSE, 1, &x);
-    return !n || (r == 1 && im_set_ints(im, n, "perm", perm, n_perm)) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || (r == 1 && im_set_ints(im, n, ATTR_PERM, perm, n_perm)) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 /* Squeeze, Unsqueeze: axes an attribute before opset 13, an input from it. */
@@ -152,8 +152,9 @@ static int squeeze_like(Importer *im, bool un) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, un ? OP_UNSQUEEZE : OP_SQUEEZE, 1, &x);
-    return !n || ((un || n_axes) && im_set_ints(im, n, "axes", axes, n_axes)) || im_finish(im, n, 0) < 0 ? -1
-                                                                                                         : 0;
+    return !n || ((un || n_axes) && im_set_ints(im, n, ATTR_AXES, axes, n_axes)) || im_finish(im, n, 0) < 0
+               ? -1
+               : 0;
 }
 
 static int imp_squeeze(Importer *im) {
@@ -218,7 +219,7 @@ static int imp_concat(Importer *im) {
         if (im_input(im, k, &in[k]))
             return -1;
     Node *n = im_node(im, OP_CONCAT, n_in, in);
-    return !n || im_set_int(im, n, "axis", axis) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || im_set_int(im, n, ATTR_AXIS, axis) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 /* Slice's start/end along a dim of length len, clamped as ONNX defines. */
@@ -304,8 +305,8 @@ static int imp_slice(Importer *im) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_SLICE, 1, &x);
-    return !n || im_set_ints(im, n, "starts", starts, ns) || im_set_ints(im, n, "ends", ends, ns) ||
-                   im_set_ints(im, n, "axes", axes, ns) || im_set_ints(im, n, "steps", steps, ns) ||
+    return !n || im_set_ints(im, n, ATTR_STARTS, starts, ns) || im_set_ints(im, n, ATTR_ENDS, ends, ns) ||
+                   im_set_ints(im, n, ATTR_AXES, axes, ns) || im_set_ints(im, n, ATTR_STEPS, steps, ns) ||
                    im_finish(im, n, 0) < 0
                ? -1
                : 0;
@@ -335,8 +336,8 @@ static int imp_pad(Importer *im) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_PAD, 1, &x);
-    return !n || im_set_ints(im, n, "pads", pads, np) || im_set_word(im, n, "mode", mode) ||
-                   im_set_float(im, n, "value", value) || im_finish(im, n, 0) < 0
+    return !n || im_set_ints(im, n, ATTR_PADS, pads, np) || im_set_word(im, n, ATTR_MODE, mode) ||
+                   im_set_float(im, n, ATTR_VALUE, value) || im_finish(im, n, 0) < 0
                ? -1
                : 0;
 }
@@ -364,7 +365,7 @@ static int imp_expand(Importer *im) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_EXPAND, 1, &x);
-    return !n || im_set_ints(im, n, "shape", dims, rank) || im_finish(im, n, 0) < 0 ? -1 : 0;
+    return !n || im_set_ints(im, n, ATTR_SHAPE, dims, rank) || im_finish(im, n, 0) < 0 ? -1 : 0;
 }
 
 /* Split: one slice per output. */
@@ -404,8 +405,8 @@ static int imp_split(Importer *im) {
         if (!*(im->node->output[k] ? im->node->output[k] : ""))
             continue;
         Node *n = im_node(im, OP_SLICE, 1, &x);
-        if (!n || im_set_ints(im, n, "starts", &start, 1) || im_set_ints(im, n, "ends", &end, 1) ||
-            im_set_ints(im, n, "axes", &ax, 1) || im_set_ints(im, n, "steps", &one, 1) ||
+        if (!n || im_set_ints(im, n, ATTR_STARTS, &start, 1) || im_set_ints(im, n, ATTR_ENDS, &end, 1) ||
+            im_set_ints(im, n, ATTR_AXES, &ax, 1) || im_set_ints(im, n, ATTR_STEPS, &one, 1) ||
             im_finish(im, n, k) < 0)
             return -1;
     }
@@ -440,7 +441,7 @@ static int imp_tile(Importer *im) {
     int y;
     Node *n;
     if ((y = im_reshape(im, x, split, 2 * t.rank, -1)) < 0 || !(n = im_node(im, OP_EXPAND, 1, &y)) ||
-        im_set_ints(im, n, "shape", big, 2 * t.rank) || (y = im_finish(im, n, -1)) < 0)
+        im_set_ints(im, n, ATTR_SHAPE, big, 2 * t.rank) || (y = im_finish(im, n, -1)) < 0)
         return -1;
     return im_reshape(im, y, out, t.rank, 0) < 0 ? -1 : 0;
 }
@@ -485,7 +486,7 @@ static int space_depth(Importer *im, bool to_space) {
     int y;
     Node *n;
     if ((y = im_reshape(im, x, mid, 6, -1)) < 0 || !(n = im_node(im, OP_TRANSPOSE, 1, &y)) ||
-        im_set_ints(im, n, "perm", perm, 6) || (y = im_finish(im, n, -1)) < 0)
+        im_set_ints(im, n, ATTR_PERM, perm, 6) || (y = im_finish(im, n, -1)) < 0)
         return -1;
     return im_reshape(im, y, out, 4, 0) < 0 ? -1 : 0;
 }
@@ -543,19 +544,19 @@ static int imp_resize_op(Importer *im, bool upsample) {
     if (im_input(im, 0, &x))
         return -1;
     Node *n = im_node(im, OP_RESIZE, 1, &x);
-    if (!n || (n_scales && im_set_floats(im, n, "scales", scales, n_scales)) ||
-        (n_sizes && im_set_ints(im, n, "sizes", sizes, n_sizes)) || im_set_word(im, n, "mode", mode) ||
-        im_set_word(im, n, "coordinate_transformation_mode", coord) ||
-        im_set_word(im, n, "nearest_mode", nearest) || im_set_float(im, n, "cubic_coeff_a", cubic) ||
-        im_set_int(im, n, "exclude_outside", exclude != 0) ||
-        im_set_float(im, n, "extrapolation_value", extrap))
+    if (!n || (n_scales && im_set_floats(im, n, ATTR_SCALES, scales, n_scales)) ||
+        (n_sizes && im_set_ints(im, n, ATTR_SIZES, sizes, n_sizes)) || im_set_word(im, n, ATTR_MODE, mode) ||
+        im_set_word(im, n, ATTR_COORDINATE_TRANSFORMATION_MODE, coord) ||
+        im_set_word(im, n, ATTR_NEAREST_MODE, nearest) || im_set_float(im, n, ATTR_CUBIC_COEFF_A, cubic) ||
+        im_set_int(im, n, ATTR_EXCLUDE_OUTSIDE, exclude != 0) ||
+        im_set_float(im, n, ATTR_EXTRAPOLATION_VALUE, extrap))
         return -1;
     if (strcmp(coord, "tf_crop_and_resize") == 0) {
         double r[ONNX_MAXL];
         int nr = 0;
         if (!roi)
             return im_error(im, "tf_crop_and_resize needs the roi input");
-        if (im_const_floats(im, roi, "roi", r, &nr) || im_set_floats(im, n, "roi", r, nr))
+        if (im_const_floats(im, roi, "roi", r, &nr) || im_set_floats(im, n, ATTR_ROI, r, nr))
             return -1;
     }
     /* kiln checks the words against its choices and says which are allowed */
@@ -811,15 +812,15 @@ static int imp_gather(Importer *im) {
     for (int64_t i = 0; i < idx->numel; i++) {
         int64_t start = ids[i], end = ids[i] + 1, ax = a, one = 1;
         Node *n = im_node(im, OP_SLICE, 1, &x);
-        if (!n || im_set_ints(im, n, "starts", &start, 1) || im_set_ints(im, n, "ends", &end, 1) ||
-            im_set_ints(im, n, "axes", &ax, 1) || im_set_ints(im, n, "steps", &one, 1) ||
+        if (!n || im_set_ints(im, n, ATTR_STARTS, &start, 1) || im_set_ints(im, n, ATTR_ENDS, &end, 1) ||
+            im_set_ints(im, n, ATTR_AXES, &ax, 1) || im_set_ints(im, n, ATTR_STEPS, &one, 1) ||
             (parts[i] = im_finish(im, n, -1)) < 0)
             return -1;
     }
     int y = parts[0];
     if (idx->numel > 1) {
         Node *n = im_node(im, OP_CONCAT, (int)idx->numel, parts);
-        if (!n || im_set_int(im, n, "axis", a) || (y = im_finish(im, n, -1)) < 0)
+        if (!n || im_set_int(im, n, ATTR_AXIS, a) || (y = im_finish(im, n, -1)) < 0)
             return -1;
     }
     return im_reshape(im, y, dims, rank, 0) < 0 ? -1 : 0;

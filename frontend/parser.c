@@ -240,18 +240,6 @@ static const char *raw_kind_name(const RawValue *v) {
     return "?";
 }
 
-static bool enum_has(const char *choices, const char *word) {
-    size_t n = strlen(word);
-    for (const char *c = choices; c;) {
-        const char *bar = strchr(c, '|');
-        size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && memcmp(c, word, n) == 0)
-            return true;
-        c = bar ? bar + 1 : NULL;
-    }
-    return false;
-}
-
 static int signature_note(Parser *p, OpId op) {
     char sig[1024];
     op_signature(op, sig, sizeof sig);
@@ -279,14 +267,17 @@ static int convert_attr(Parser *p, OpId op, const AttrSpec *s, const RawValue *v
         a->i = (int64_t)v->num;
         break;
     case A_ENUM:
+        ok = v->kind == V_WORD || v->kind == V_STRING;
+        a->i = ok ? enum_lookup(s->set, v->s, strlen(v->s)) : 0;
+        if (ok && a->i < 0) {
+            diag_error(p->d, v->loc, "%s's '%s' must be one of %s, got '%s'", op_table[op].name,
+                       attr_name(s->id), enum_choices[s->set].text, v->s);
+            return signature_note(p, op);
+        }
+        break;
     case A_STRING:
         ok = v->kind == V_WORD || v->kind == V_STRING;
         a->s = v->s;
-        if (ok && s->kind == A_ENUM && !enum_has(s->choices, v->s)) {
-            diag_error(p->d, v->loc, "%s's '%s' must be one of %s, got '%s'", op_table[op].name, s->name,
-                       s->choices, v->s);
-            return signature_note(p, op);
-        }
         break;
     case A_INTS:
         ok = (v->kind == V_LIST || v->kind == V_NUM) && v->is_int;
@@ -314,7 +305,7 @@ static int convert_attr(Parser *p, OpId op, const AttrSpec *s, const RawValue *v
                            : s->kind == A_FLOAT  ? "a number"
                            : s->kind == A_BOOL   ? "true or false"
                                                  : "a word";
-        diag_error(p->d, v->loc, "%s's '%s' must be %s, got %s", op_table[op].name, s->name, want,
+        diag_error(p->d, v->loc, "%s's '%s' must be %s, got %s", op_table[op].name, attr_name(s->id), want,
                    raw_kind_name(v));
         return signature_note(p, op);
     }
@@ -405,7 +396,7 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
             if (next.kind == T_EQ) {
                 char key[64];
                 snprintf(key, sizeof key, "%.*s", p->tok.len < 63 ? p->tok.len : 63, p->tok.start);
-                int ai = op_attr_index((OpId)op, key);
+                int ai = op_attr_index_named((OpId)op, key);
                 if (ai < 0) {
                     diag_error(p->d, loc, "%s has no attribute '%s'", info->name, key);
                     return signature_note(p, (OpId)op);

@@ -34,10 +34,10 @@ static void put_escaped(const char *s, FILE *f) {
     put_escaped_n(s, (size_t)-1, f);
 }
 
-/* The printable value of attribute `name` of n, its default when unset; NULL when
+/* The printable value of attribute `id` of n, its default when unset; NULL when
  * the op has no such attribute or it is unset without a default. */
-static const char *attr_text(const Node *n, const char *name, char *buf, size_t cap) {
-    int i = op_attr_index(n->op, name);
+static const char *attr_text(const Node *n, AttrId id, char *buf, size_t cap) {
+    int i = op_attr_index(n->op, id);
     if (i < 0)
         return NULL;
     const AttrSpec *s = &op_table[n->op].attrs[i];
@@ -48,8 +48,8 @@ static const char *attr_text(const Node *n, const char *name, char *buf, size_t 
     case A_INT: snprintf(buf, cap, "%lld", (long long)(a->set ? a->i : (int64_t)s->dflt)); break;
     case A_BOOL: snprintf(buf, cap, "%s", (a->set ? a->i : s->dflt != 0) ? "true" : "false"); break;
     case A_FLOAT: format_double(a->set ? a->f : s->dflt, buf, cap); break;
-    case A_ENUM:
-    case A_STRING: snprintf(buf, cap, "%s", a->set ? a->s : (s->dflt_word ? s->dflt_word : "")); break;
+    case A_ENUM: snprintf(buf, cap, "%s", node_enum_word(n, id)); break;
+    case A_STRING: snprintf(buf, cap, "%s", a->s); break;
     case A_INTS:
     case A_FLOATS: {
         size_t len = (size_t)snprintf(buf, cap, "[");
@@ -101,8 +101,8 @@ static void emit_expr(const Expr *e, int *next, const char *prefix, const char *
         if (o->attrs[k].kind == A_FLOAT)
             format_double(a->f, num, sizeof num);
         else
-            snprintf(num, sizeof num, "%s", a->s ? a->s : "");
-        fprintf(f, "%s%s=%s", sep, o->attrs[k].name, num);
+            snprintf(num, sizeof num, "%s", node_enum_word(&e->call, o->attrs[k].id));
+        fprintf(f, "%s%s=%s", sep, attr_name(o->attrs[k].id), num);
         sep = ", ";
     }
     fputs("\"];\n", f);
@@ -168,9 +168,8 @@ static void node_results(FILE *f, const Graph *g, const Node *n) {
  * expression cannot be read. */
 static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
     const Node *n = g->nodes[i];
-    int a = op_attr_index(n->op, "expr");
-    AttrKind kind = a >= 0 ? op_table[n->op].attrs[a].kind : A_INT;
-    const char *expr = (kind == A_STRING || kind == A_ENUM) && n->attrs[a].set ? n->attrs[a].s : NULL;
+    int a = op_attr_index(n->op, ATTR_EXPR);
+    const char *expr = a >= 0 && n->attrs[a].set ? n->attrs[a].s : NULL;
     if (!expr || n->n_out != 1)
         return false;
     /* the expression's inputs are the dot nodes of the op's inputs */
@@ -212,10 +211,10 @@ static bool draw_expr(FILE *f, const Graph *g, int i, DotName *src) {
             fprintf(f, "    %s [label=\"%s", names[0], op_table[n->op].name + strlen("fused_"));
             for (int j = 0; j < op_table[n->op].n_attrs; j++) {
                 char val[256];
-                const char *name = op_table[n->op].attrs[j].name;
-                if (n->attrs[j].set && strcmp(name, "expr") != 0 && attr_text(n, name, val, sizeof val)) {
+                AttrId id = op_table[n->op].attrs[j].id;
+                if (n->attrs[j].set && id != ATTR_EXPR && attr_text(n, id, val, sizeof val)) {
                     fputs("\\n", f);
-                    put_escaped(name, f);
+                    put_escaped(attr_name(id), f);
                     fputc('=', f);
                     put_escaped(val, f);
                 }

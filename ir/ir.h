@@ -157,27 +157,72 @@ typedef enum {
 } AttrLen;
 
 typedef enum {
-    DEF_VALUE,    /* has the default `dflt` / `dflt_word` */
+    DEF_VALUE,    /* has the default `dflt` */
     DEF_REQUIRED, /* must be given */
     DEF_NONE,     /* may be absent, with no value */
 } AttrDefault;
 
+/* Attribute ids and enum choices, from ir/attrs.def. */
+typedef enum {
+#define ATTR(id, name) ATTR_##id,
+#include "attrs.def"
+#undef ATTR
+    ATTR_COUNT
+} AttrId;
+
+#define ENUM_BEGIN(set) enum {
+#define CHOICE(set, id, word) set##_##id,
+#define ENUM_END(set)                                                                                        \
+    set##_COUNT                                                                                              \
+    }                                                                                                        \
+    ;
+#include "attrs.def"
+#undef ENUM_BEGIN
+#undef CHOICE
+#undef ENUM_END
+
+typedef enum {
+#define ENUM_BEGIN(set) ENUM_##set,
+#define CHOICE(set, id, word)
+#define ENUM_END(set)
+#include "attrs.def"
+#undef ENUM_BEGIN
+#undef CHOICE
+#undef ENUM_END
+    ENUM_COUNT
+} EnumSet;
+
+/* An enum's choices: words[i] spells choice i; `text` is them all joined by '|'. */
 typedef struct {
-    const char *name;
+    const char *const *words;
+    int n;
+    const char *text;
+} EnumChoices;
+
+extern const EnumChoices enum_choices[ENUM_COUNT];
+/* The name attribute id has in the text. */
+const char *attr_name(AttrId id);
+/* The attribute called name, or -1. */
+int attr_lookup(const char *name);
+/* The index of `word` among set's choices, or -1. */
+int enum_lookup(EnumSet set, const char *word, size_t len);
+
+typedef struct {
+    AttrId id;
     AttrKind kind;
     AttrDefault def;
-    double dflt;           /* number, bool, and the fill value of list defaults */
-    const char *dflt_word; /* enum default (also the text shown in signatures) */
-    const char *choices;   /* enum words separated by '|' */
+    double dflt;       /* number, bool, enum choice, and the fill value of list defaults */
+    const char *shown; /* DEF_NONE: the text shown in signatures for no value */
+    EnumSet set;       /* A_ENUM: its choices */
     AttrLen len;
 } AttrSpec;
 
 typedef struct {
     bool set;
     int n;         /* list length */
-    int64_t i;     /* A_INT, A_BOOL */
+    int64_t i;     /* A_INT, A_BOOL, and A_ENUM's choice index */
     double f;      /* A_FLOAT */
-    const char *s; /* A_ENUM, A_STRING */
+    const char *s; /* A_STRING */
     int64_t *ints;
     double *floats;
     Loc loc;
@@ -222,7 +267,7 @@ typedef enum {
 typedef struct {
     const char *name;
     const char *inputs;    /* "x, w, b?" or "x1, ..." (variadic) */
-    const AttrSpec *attrs; /* terminated by an entry with a NULL name */
+    const AttrSpec *attrs; /* n_attrs entries, in the order the printer writes them */
     int n_attrs;
     InferFn infer;
     EvalFn eval;
@@ -328,22 +373,27 @@ const Update *graph_update_of(const Graph *g, int v);
 /* Inputs in declaration order. */
 int graph_inputs(const Graph *g, int *ids, int cap);
 
-/* Attribute access by name, with the table's default when unset. */
-int op_attr_index(OpId op, const char *name); /* -1 if the op has none */
-const Attr *node_attr(const Node *n, const char *name);
-bool node_has(const Node *n, const char *name);
-int64_t node_int(const Node *n, const char *name);
-double node_float(const Node *n, const char *name);
-bool node_bool(const Node *n, const char *name);
-const char *node_enum(const Node *n, const char *name);
+/* Attribute access by id, with the table's default when unset. */
+int op_attr_index(OpId op, AttrId id); /* -1 if the op has none */
+/* By the name in the text (for the parser and importers); -1 if the op has none. */
+int op_attr_index_named(OpId op, const char *name);
+const Attr *node_attr(const Node *n, AttrId id);
+bool node_has(const Node *n, AttrId id);
+int64_t node_int(const Node *n, AttrId id);
+double node_float(const Node *n, AttrId id);
+bool node_bool(const Node *n, AttrId id);
+/* The index of the chosen word among the attribute's choices (e.g. LAYOUT_NHWC). */
+int node_enum(const Node *n, AttrId id);
+/* The chosen word as written. */
+const char *node_enum_word(const Node *n, AttrId id);
 /* Copies a list attribute into out (cap entries); an unset list with a default is
  * `count` copies of the default. Returns the number of entries. */
-int node_ints(const Node *n, const char *name, int64_t *out, int cap, int count);
-int node_floats(const Node *n, const char *name, double *out, int cap, int count);
+int node_ints(const Node *n, AttrId id, int64_t *out, int cap, int count);
+int node_floats(const Node *n, AttrId id, double *out, int cap, int count);
 /* The attribute values a unary op's row (unary.def) reads as p[0], p[1], ...: op's
- * attributes in schema order, read by name from n (a node of op, or a unary_grad
- * node, which carries them under the same names), a float as it is, an enum as the
- * index of its word among the choices. Returns their count (at most UNARY_MAX_PARAMS). */
+ * attributes in schema order, read by id from n (a node of op, or a unary_grad
+ * node, which carries them under the same ids), a float as it is, an enum as the
+ * index of its choice. Returns their count (at most UNARY_MAX_PARAMS). */
 enum { UNARY_MAX_PARAMS = 4 };
 int unary_params(OpId op, const Node *n, double *p);
 

@@ -30,20 +30,20 @@ typedef struct {
 
 static ConvAttrs conv_attrs(const Node *n, int ns) {
     ConvAttrs a;
-    node_ints(n, "strides", a.strides, MAX_SPATIAL, ns);
-    node_ints(n, "pads", a.pads, 2 * MAX_SPATIAL, 2 * ns);
-    node_ints(n, "dilations", a.dilations, MAX_SPATIAL, ns);
-    a.groups = node_int(n, "groups");
+    node_ints(n, ATTR_STRIDES, a.strides, MAX_SPATIAL, ns);
+    node_ints(n, ATTR_PADS, a.pads, 2 * MAX_SPATIAL, 2 * ns);
+    node_ints(n, ATTR_DILATIONS, a.dilations, MAX_SPATIAL, ns);
+    a.groups = node_int(n, ATTR_GROUPS);
     return a;
 }
 
 static int check_conv_attrs(const Node *n, int ns, const ConvAttrs *a, Diag *d) {
-    if (check_size_attr(n, "strides", a->strides, ns, 1, d) ||
-        check_size_attr(n, "pads", a->pads, 2 * ns, 0, d) ||
-        check_size_attr(n, "dilations", a->dilations, ns, 1, d))
+    if (check_size_attr(n, ATTR_STRIDES, a->strides, ns, 1, d) ||
+        check_size_attr(n, ATTR_PADS, a->pads, 2 * ns, 0, d) ||
+        check_size_attr(n, ATTR_DILATIONS, a->dilations, ns, 1, d))
         return -1;
     if (a->groups < 1)
-        return diag_error(d, attr_loc(n, "groups"), "%s: groups must be at least 1, got %lld",
+        return diag_error(d, attr_loc(n, ATTR_GROUPS), "%s: groups must be at least 1, got %lld",
                           op_table[n->op].name, (long long)a->groups);
     return 0;
 }
@@ -51,16 +51,16 @@ static int check_conv_attrs(const Node *n, int ns, const ConvAttrs *a, Diag *d) 
 /* The dilated kernel's extent (k - 1) * dilation + 1 along spatial dim i. */
 static int kernel_extent(const Node *n, int i, int64_t k, int64_t dilation, int64_t *extent, Diag *d) {
     if (!ck_mul(k - 1, dilation, extent) || !ck_add(*extent, 1, extent))
-        return attr_too_large(n, "dilations", i, dilation, "makes the kernel extent overflow", d);
+        return attr_too_large(n, ATTR_DILATIONS, i, dilation, "makes the kernel extent overflow", d);
     return 0;
 }
 
 /* x's size along spatial dim i with both its pads. */
 static int padded_size(const Node *n, int i, int ns, int64_t x, const int64_t *pads, int64_t *r, Diag *d) {
     if (!ck_add(x, pads[i], r))
-        return attr_too_large(n, "pads", i, pads[i], NULL, d);
+        return attr_too_large(n, ATTR_PADS, i, pads[i], NULL, d);
     if (!ck_add(*r, pads[ns + i], r))
-        return attr_too_large(n, "pads", ns + i, pads[ns + i], NULL, d);
+        return attr_too_large(n, ATTR_PADS, ns + i, pads[ns + i], NULL, d);
     return 0;
 }
 
@@ -197,13 +197,13 @@ int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
     int64_t out_channels = wv.c * a.groups, opad[MAX_SPATIAL], sp[MAX_SPATIAL];
     if (check_bias(g, n, out_channels, d))
         return -1;
-    node_ints(n, "output_padding", opad, MAX_SPATIAL, xv.ns);
-    if (check_size_attr(n, "output_padding", opad, xv.ns, 0, d))
+    node_ints(n, ATTR_OUTPUT_PADDING, opad, MAX_SPATIAL, xv.ns);
+    if (check_size_attr(n, ATTR_OUTPUT_PADDING, opad, xv.ns, 0, d))
         return -1;
     for (int i = 0; i < xv.ns; i++) {
         /* torch's rule: past both, the extra outputs would see no input at all */
         if (opad[i] >= a.strides[i] && opad[i] >= a.dilations[i])
-            return diag_error(d, attr_loc(n, "output_padding"),
+            return diag_error(d, attr_loc(n, ATTR_OUTPUT_PADDING),
                               "conv_transpose: output_padding[%d] (%lld) must be smaller than the stride "
                               "(%lld) or the dilation (%lld)",
                               i, (long long)opad[i], (long long)a.strides[i], (long long)a.dilations[i]);
@@ -213,9 +213,9 @@ int infer_conv_transpose(Graph *g, Node *n, Diag *d) {
             return -1;
         if (!ck_mul(a.strides[i], xv.sp[i] - 1, &span) || !ck_add(span, opad[i], &span) ||
             !ck_add(span, extent, &span))
-            return attr_too_large(n, "strides", i, a.strides[i], "makes the output overflow", d);
+            return attr_too_large(n, ATTR_STRIDES, i, a.strides[i], "makes the output overflow", d);
         if (!ck_sub(span, a.pads[i], &sp[i]) || !ck_sub(sp[i], a.pads[xv.ns + i], &sp[i]))
-            return attr_too_large(n, "pads", i, a.pads[i], NULL, d);
+            return attr_too_large(n, ATTR_PADS, i, a.pads[i], NULL, d);
         if (sp[i] < 1)
             return diag_error(d, n->loc,
                               "conv_transpose: spatial dim %d of the output would be %lld (x %s, w %s, pads "
@@ -279,8 +279,8 @@ int infer_conv_weight_grad(Graph *g, Node *n, Diag *d) {
         return -1;
     const Type *x = in_type(g, n, 0), *dy = in_type(g, n, 1);
     int64_t k[MAX_SPATIAL];
-    node_ints(n, "kernel", k, MAX_SPATIAL, xv.ns);
-    if (check_size_attr(n, "kernel", k, xv.ns, 1, d))
+    node_ints(n, ATTR_KERNEL, k, MAX_SPATIAL, xv.ns);
+    if (check_size_attr(n, ATTR_KERNEL, k, xv.ns, 1, d))
         return -1;
     if (xv.c % a.groups != 0 || dv.c % a.groups != 0 || dv.n != xv.n)
         return diag_error(d, n->loc,

@@ -86,7 +86,7 @@ int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 /* ---- elementwise: a fused expression over broadcast inputs ---- */
 
 int infer_elementwise(Graph *g, Node *n, Diag *d) {
-    const Attr *a = node_attr(n, "expr");
+    const Attr *a = node_attr(n, ATTR_EXPR);
     if (!a->set)
         return diag_error(d, n->loc, "elementwise needs the attribute 'expr'");
     Type out = *in_type(g, n, 0);

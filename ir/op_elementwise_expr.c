@@ -170,17 +170,18 @@ static int parse_attr_value(ExprParser *ps, OpId op, const AttrSpec *s, Attr *a)
         else if (s->kind == A_INT && v == floor(v) && fabs(v) < 9e15)
             a->i = (int64_t)v;
         else if (s->kind == A_ENUM)
-            return error_at(ps, at, "%s's '%s' must be one of %s, got '%.*s'", name, s->name, s->choices,
-                            (int)(ps->p - at), at);
+            return error_at(ps, at, "%s's '%s' must be one of %s, got '%.*s'", name, attr_name(s->id),
+                            enum_choices[s->set].text, (int)(ps->p - at), at);
         else
-            return error_at(ps, at, "%s's '%s' must be %s, got '%.*s'", name, s->name,
+            return error_at(ps, at, "%s's '%s' must be %s, got '%.*s'", name, attr_name(s->id),
                             s->kind == A_INT ? "an integer" : "true or false", (int)(ps->p - at), at);
         a->set = s->def != DEF_VALUE || (s->kind == A_FLOAT ? a->f != s->dflt : (double)a->i != s->dflt);
         return 0;
     }
     int len = ident_len(at);
     if (!len)
-        return error_at(ps, at, "%s's '%s' needs a value, got %s", name, s->name, met(at, buf, sizeof buf));
+        return error_at(ps, at, "%s's '%s' needs a value, got %s", name, attr_name(s->id),
+                        met(at, buf, sizeof buf));
     ps->p += len;
     if (s->kind == A_BOOL && (word_is(at, len, "true") || word_is(at, len, "false"))) {
         a->i = at[0] == 't';
@@ -188,26 +189,20 @@ static int parse_attr_value(ExprParser *ps, OpId op, const AttrSpec *s, Attr *a)
         return 0;
     }
     if (s->kind == A_ENUM) {
-        for (const char *c = s->choices; c;) {
-            const char *bar = strchr(c, '|');
-            int clen = bar ? (int)(bar - c) : (int)strlen(c);
-            if (clen == len && memcmp(c, at, (size_t)len) == 0) {
-                a->s = arena_strndup(ps->a, at, (size_t)len);
-                if (!a->s)
-                    return diag_error(ps->d, ps->loc, "out of memory");
-                a->set = strcmp(a->s, s->dflt_word) != 0;
-                return 0;
-            }
-            c = bar ? bar + 1 : NULL;
+        int choice = enum_lookup(s->set, at, (size_t)len);
+        if (choice >= 0) {
+            a->i = choice;
+            a->set = s->def != DEF_VALUE || choice != (int)s->dflt;
+            return 0;
         }
-        return error_at(ps, at, "%s's '%s' must be one of %s, got '%.*s'", name, s->name, s->choices, len,
-                        at);
+        return error_at(ps, at, "%s's '%s' must be one of %s, got '%.*s'", name, attr_name(s->id),
+                        enum_choices[s->set].text, len, at);
     }
     const char *want = s->kind == A_FLOAT ? "a number" : s->kind == A_INT ? "an integer" : "true or false";
     if (s->kind != A_FLOAT && s->kind != A_INT && s->kind != A_BOOL)
-        return error_at(ps, at, "%s's '%s' (%s) cannot be written in an expression", name, s->name,
+        return error_at(ps, at, "%s's '%s' (%s) cannot be written in an expression", name, attr_name(s->id),
                         attr_kind_name(s->kind));
-    return error_at(ps, at, "%s's '%s' must be %s, got '%.*s'", name, s->name, want, len, at);
+    return error_at(ps, at, "%s's '%s' must be %s, got '%.*s'", name, attr_name(s->id), want, len, at);
 }
 
 static Expr *parse_expr(ExprParser *ps);
@@ -258,7 +253,7 @@ static Expr *parse_call(ExprParser *ps) {
         if (ilen && *after == '=') {
             char key[64];
             snprintf(key, sizeof key, "%.*s", ilen < 63 ? ilen : 63, item);
-            int k = op_attr_index((OpId)op, key);
+            int k = op_attr_index_named((OpId)op, key);
             if (k < 0) {
                 char sig[1024];
                 op_signature((OpId)op, sig, sizeof sig);
@@ -346,7 +341,7 @@ int expr_first_input(const Node *n) {
 Expr *node_expr(Arena *a, const Node *n, Diag *d) {
     int first = expr_first_input(n),
         n_inputs = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
-    return expr_parse(a, n->op, node_attr(n, "expr")->s, n_inputs, attr_loc(n, "expr"), d);
+    return expr_parse(a, n->op, node_attr(n, ATTR_EXPR)->s, n_inputs, attr_loc(n, ATTR_EXPR), d);
 }
 
 int expr_calls(const Expr *e) {
@@ -411,13 +406,13 @@ static void format_expr(Buf *b, const Expr *e) {
         if (!a->set)
             continue;
         put(b, ", ");
-        put(b, o->attrs[k].name);
+        put(b, attr_name(o->attrs[k].id));
         put(b, "=");
         switch (o->attrs[k].kind) {
         case A_FLOAT: format_double(a->f, num, sizeof num); break;
         case A_INT: snprintf(num, sizeof num, "%lld", (long long)a->i); break;
         case A_BOOL: snprintf(num, sizeof num, "%s", a->i ? "true" : "false"); break;
-        case A_ENUM: snprintf(num, sizeof num, "%s", a->s); break;
+        case A_ENUM: snprintf(num, sizeof num, "%s", enum_choices[o->attrs[k].set].words[a->i]); break;
         default: KILN_ASSERT(!"an attribute kind expressions cannot hold");
         }
         put(b, num);

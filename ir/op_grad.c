@@ -16,17 +16,18 @@
 int infer_expand(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
     int64_t dims[KILN_MAX_RANK];
-    int rank = node_attr(n, "shape")->n; /* counted before reading it into dims */
+    int rank = node_attr(n, ATTR_SHAPE)->n; /* counted before reading it into dims */
     if (rank > KILN_MAX_RANK)
-        return diag_error(d, attr_loc(n, "shape"), "expand: shape has %d dims; at most %d", rank,
+        return diag_error(d, attr_loc(n, ATTR_SHAPE), "expand: shape has %d dims; at most %d", rank,
                           KILN_MAX_RANK);
-    node_ints(n, "shape", dims, KILN_MAX_RANK, 0);
-    if (check_size_attr(n, "shape", dims, rank, 0, d))
+    node_ints(n, ATTR_SHAPE, dims, KILN_MAX_RANK, 0);
+    if (check_size_attr(n, ATTR_SHAPE, dims, rank, 0, d))
         return -1;
     Type to = type_make(rank, dims);
     to.dtype = x->dtype;
     if (!broadcasts_to(x, &to))
-        return diag_error(d, attr_loc(n, "shape"), "expand: %s does not broadcast to %s", tstr(x), tstr(&to));
+        return diag_error(d, attr_loc(n, ATTR_SHAPE), "expand: %s does not broadcast to %s", tstr(x),
+                          tstr(&to));
     if (check_size(n, &to, d))
         return -1;
     set_out_type(g, n, 0, to);
@@ -84,12 +85,6 @@ static double unary_derivative(OpId op, const double *p, double x) {
     return 0;
 }
 
-OpId differentiated_op(const Node *n) {
-    int op = op_lookup(node_enum(n, "op"));
-    KILN_ASSERT(op >= 0);
-    return (OpId)op;
-}
-
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     OpId op = differentiated_op(n);
@@ -117,7 +112,7 @@ static double binary_derivative(OpId op, bool wrt_b, double a, double b) {
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     OpId op = differentiated_op(n);
-    bool wrt_b = strcmp(node_enum(n, "wrt"), "b") == 0;
+    bool wrt_b = node_enum(n, ATTR_WRT) == WRT_B;
     const Type *to = &out[0]->type;
     int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
     broadcast_strides(&in[1]->type, to, sa);

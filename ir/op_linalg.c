@@ -86,7 +86,7 @@ int infer_gemm(Graph *g, Node *n, Diag *d) {
     const Type *a = in_type(g, n, 0), *b = in_type(g, n, 1), *c = in_type(g, n, 2);
     if (a->rank != 2 || b->rank != 2)
         return diag_error(d, n->loc, "gemm: a and b must be 2-D, got a %s and b %s", tstr(a), tstr(b));
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     int64_t m_len = a->dims[ta], k_a = a->dims[!ta], k_b = b->dims[tb], n_len = b->dims[!tb];
     if (k_a != k_b)
         return diag_error(d, n->loc, "gemm: op(a) is %lld x %lld but op(b) is %lld x %lld (a %s%s, b %s%s)",
@@ -103,8 +103,8 @@ int infer_gemm(Graph *g, Node *n, Diag *d) {
 int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     const Type *at = &in[0]->type, *bt = &in[1]->type, *ty = &out[0]->type;
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
-    double alpha = node_float(n, "alpha"), beta = node_float(n, "beta");
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
+    double alpha = node_float(n, ATTR_ALPHA), beta = node_float(n, ATTR_BETA);
     int64_t m_len = ty->dims[0], n_len = ty->dims[1], k_len = at->dims[!ta];
     /* op(a)[r, k] = a[r * a_row + k * a_k]; op(b)[k, c] = b[k * b_k + c * b_col] */
     int64_t a_row = ta ? 1 : at->dims[1], a_k = ta ? at->dims[1] : 1;

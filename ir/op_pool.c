@@ -39,13 +39,13 @@ typedef struct {
 
 static PoolAttrs pool_attrs(const Node *n, int ns) {
     PoolAttrs a;
-    node_ints(n, "kernel", a.kernel, MAX_SPATIAL, ns);
-    node_ints(n, "strides", a.strides, MAX_SPATIAL, ns);
-    node_ints(n, "pads", a.pads, 2 * MAX_SPATIAL, 2 * ns);
+    node_ints(n, ATTR_KERNEL, a.kernel, MAX_SPATIAL, ns);
+    node_ints(n, ATTR_STRIDES, a.strides, MAX_SPATIAL, ns);
+    node_ints(n, ATTR_PADS, a.pads, 2 * MAX_SPATIAL, 2 * ns);
     for (int i = 0; i < ns; i++)
         a.dilations[i] = 1;
-    if (op_attr_index(n->op, "dilations") >= 0)
-        node_ints(n, "dilations", a.dilations, MAX_SPATIAL, ns);
+    if (op_attr_index(n->op, ATTR_DILATIONS) >= 0)
+        node_ints(n, ATTR_DILATIONS, a.dilations, MAX_SPATIAL, ns);
     return a;
 }
 
@@ -67,27 +67,28 @@ static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View v = view_of(x, nhwc);
     PoolAttrs a = pool_attrs(n, v.ns);
-    if (check_size_attr(n, "kernel", a.kernel, v.ns, 1, d) ||
-        check_size_attr(n, "strides", a.strides, v.ns, 1, d) ||
-        check_size_attr(n, "pads", a.pads, 2 * v.ns, 0, d) ||
-        check_size_attr(n, "dilations", a.dilations, v.ns, 1, d))
+    if (check_size_attr(n, ATTR_KERNEL, a.kernel, v.ns, 1, d) ||
+        check_size_attr(n, ATTR_STRIDES, a.strides, v.ns, 1, d) ||
+        check_size_attr(n, ATTR_PADS, a.pads, 2 * v.ns, 0, d) ||
+        check_size_attr(n, ATTR_DILATIONS, a.dilations, v.ns, 1, d))
         return -1;
     /* a window of more taps than any tensor has elements: its tap count (the divisor
        of avg_pool with count_include_pad) would overflow */
     int64_t taps = 1;
     for (int i = 0; i < v.ns; i++)
         if (!ck_mul(taps, a.kernel[i], &taps) || taps > KILN_MAX_NUMEL)
-            return attr_too_large(n, "kernel", i, a.kernel[i], "makes the window too large", d);
+            return attr_too_large(n, ATTR_KERNEL, i, a.kernel[i], "makes the window too large", d);
     int64_t sp[MAX_SPATIAL];
     for (int i = 0; i < v.ns; i++) {
         /* the other sums stay within a few KILN_MAX_NUMEL, which check_size_attr bounds them by */
         int64_t extent;
         if (!ck_mul(a.kernel[i] - 1, a.dilations[i], &extent) || !ck_add(extent, 1, &extent))
-            return attr_too_large(n, "dilations", i, a.dilations[i], "makes the kernel extent overflow", d);
+            return attr_too_large(n, ATTR_DILATIONS, i, a.dilations[i], "makes the kernel extent overflow",
+                                  d);
         int64_t pb = a.pads[i], pe = a.pads[v.ns + i];
         /* pads within one window extent keep an undilated window off wholly padding */
         if (pb >= extent || pe >= extent)
-            return diag_error(d, attr_loc(n, "pads"),
+            return diag_error(d, attr_loc(n, ATTR_PADS),
                               "%s: the pads of spatial dim %d (%lld, %lld) must be smaller than the "
                               "kernel extent (%lld)",
                               op, i, (long long)pb, (long long)pe, (long long)extent);
@@ -96,7 +97,7 @@ static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
                               "%s: spatial dim %d of x is %lld with pads %lld + %lld, smaller than the "
                               "kernel extent (%lld)",
                               op, i, (long long)v.sp[i], (long long)pb, (long long)pe, (long long)extent);
-        sp[i] = pool_out_size(v.sp[i], extent, a.strides[i], pb, pe, node_bool(n, "ceil_mode"));
+        sp[i] = pool_out_size(v.sp[i], extent, a.strides[i], pb, pe, node_bool(n, ATTR_CEIL_MODE));
     }
     *y = with_spatial(x, nhwc, sp);
     return 0;
@@ -198,7 +199,7 @@ int eval_pool(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View xv = view_of(&in[0]->type, nhwc), yv = view_of(&out[0]->type, nhwc);
     PoolAttrs a = pool_attrs(n, xv.ns);
-    bool count_pad = n->op == OP_AVG_POOL && node_bool(n, "count_include_pad");
+    bool count_pad = n->op == OP_AVG_POOL && node_bool(n, ATTR_COUNT_INCLUDE_PAD);
     const float *x = in[0]->data;
     for (int64_t b = 0; b < yv.n; b++)
         for (int64_t c = 0; c < yv.c; c++) {
@@ -228,7 +229,7 @@ int eval_pool_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
     bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL_GRAD;
     View yv = view_of(&in[0]->type, nhwc), xv = view_of(&in[1]->type, nhwc);
     PoolAttrs a = pool_attrs(n, xv.ns);
-    bool count_pad = !is_max && node_bool(n, "count_include_pad");
+    bool count_pad = !is_max && node_bool(n, ATTR_COUNT_INCLUDE_PAD);
     float *dx = out[0]->data;
     for (int64_t i = 0; i < type_numel(&out[0]->type); i++)
         dx[i] = 0;
@@ -293,15 +294,15 @@ static int adaptive_type(const Node *n, const Type *x, Type *y, Diag *d) {
     if (check_x(n, x, d))
         return -1;
     int64_t sp[MAX_SPATIAL];
-    node_ints(n, "output_size", sp, MAX_SPATIAL, x->rank - 2);
-    if (check_size_attr(n, "output_size", sp, x->rank - 2, 1, d))
+    node_ints(n, ATTR_OUTPUT_SIZE, sp, MAX_SPATIAL, x->rank - 2);
+    if (check_size_attr(n, ATTR_OUTPUT_SIZE, sp, x->rank - 2, 1, d))
         return -1;
     /* the windows' bounds take (i + 1) * in + out - 1 for every output index i < out */
     View v = view_of(x, layout_is_nhwc(n));
     for (int i = 0; i < v.ns; i++) {
         int64_t bound;
         if (!ck_mul(sp[i], v.sp[i], &bound) || !ck_add(bound, sp[i], &bound))
-            return attr_too_large(n, "output_size", i, sp[i], "is too large for x", d);
+            return attr_too_large(n, ATTR_OUTPUT_SIZE, i, sp[i], "is too large for x", d);
     }
     *y = with_spatial(x, layout_is_nhwc(n), sp);
     return 0;

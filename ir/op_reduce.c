@@ -18,7 +18,7 @@
 /* Marks the dims of x that `axes` reduces; an unset or empty list reduces them all,
  * as ONNX does with noop_with_empty_axes = 0. */
 static int reduce_axes(const Node *n, const Type *x, bool *reduced, Diag *d) {
-    const Attr *a = node_attr(n, "axes");
+    const Attr *a = node_attr(n, ATTR_AXES);
     const char *op = op_table[n->op].name;
     bool all = !a->set || a->n == 0;
     for (int k = 0; k < x->rank; k++)
@@ -40,7 +40,7 @@ int infer_reduce(Graph *g, Node *n, Diag *d) {
     bool reduced[KILN_MAX_RANK];
     if (reduce_axes(n, x, reduced, d))
         return -1;
-    bool keep = node_bool(n, "keepdims");
+    bool keep = node_bool(n, ATTR_KEEPDIMS);
     Type out = {DT_F32, 0, {0}};
     for (int k = 0; k < x->rank; k++)
         if (!reduced[k] || keep)
@@ -95,9 +95,9 @@ int eval_reduce(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 
 int infer_softmax(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    int64_t axis = node_int(n, "axis");
+    int64_t axis = node_int(n, ATTR_AXIS);
     if (norm_axis(axis, x->rank) < 0)
-        return diag_error(d, attr_loc(n, "axis"), "%s: axis %lld is out of range for x of type %s",
+        return diag_error(d, attr_loc(n, ATTR_AXIS), "%s: axis %lld is out of range for x of type %s",
                           op_table[n->op].name, (long long)axis, tstr(x));
     set_out_type(g, n, 0, *x);
     return 0;
@@ -106,7 +106,7 @@ int infer_softmax(Graph *g, Node *n, Diag *d) {
 int eval_softmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     const Type *x = &in[0]->type;
-    int axis = norm_axis(node_int(n, "axis"), x->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
     int64_t outer, len = x->dims[axis], inner;
     split_at_axis(x, axis, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
@@ -143,7 +143,8 @@ int infer_batch_norm(Graph *g, Node *n, Diag *d) {
             return diag_error(d, n->loc,
                               "batch_norm: %s must be f32[%lld], one value per channel of x %s "
                               "(layout %s), got %s",
-                              names[i], (long long)x->dims[c], tstr(x), node_enum(n, "layout"), tstr(t));
+                              names[i], (long long)x->dims[c], tstr(x), node_enum_word(n, ATTR_LAYOUT),
+                              tstr(t));
     }
     set_out_type(g, n, 0, *x);
     return 0;
@@ -157,7 +158,7 @@ int eval_batch_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *
     for (int k = c + 1; k < x->rank; k++)
         inner *= x->dims[k];
     const float *scale = in[1]->data, *bias = in[2]->data, *mean = in[3]->data, *var = in[4]->data;
-    double eps = node_float(n, "epsilon");
+    double eps = node_float(n, ATTR_EPSILON);
     int64_t count = type_numel(x);
     for (int64_t i = 0; i < count; i++) {
         int64_t ch = i / inner % channels;
@@ -172,10 +173,10 @@ int eval_batch_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *
 int infer_layer_norm(Graph *g, Node *n, Diag *d) {
     static const char *const names[] = {"x", "scale", "bias"};
     const Type *x = in_type(g, n, 0);
-    int64_t given = node_int(n, "axis");
+    int64_t given = node_int(n, ATTR_AXIS);
     int axis = norm_axis(given, x->rank);
     if (axis < 0)
-        return diag_error(d, attr_loc(n, "axis"), "layer_norm: axis %lld is out of range for x of type %s",
+        return diag_error(d, attr_loc(n, ATTR_AXIS), "layer_norm: axis %lld is out of range for x of type %s",
                           (long long)given, tstr(x));
     Type norm = type_make(x->rank - axis, x->dims + axis);
     for (int i = 1; i < 3; i++) {
@@ -200,7 +201,7 @@ static int64_t offset(const int64_t *idx, const int64_t *strides, int rank) {
 int eval_layer_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     const Type *x = &in[0]->type;
-    int axis = norm_axis(node_int(n, "axis"), x->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
     Type norm = type_make(x->rank - axis, x->dims + axis);
     int64_t size = type_numel(&norm), rows = 1;
     for (int k = 0; k < axis; k++)
@@ -212,7 +213,7 @@ int eval_layer_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *
         broadcast_strides(&scale->type, &norm, ss);
     if (bias)
         broadcast_strides(&bias->type, &norm, bs);
-    double eps = node_float(n, "epsilon");
+    double eps = node_float(n, ATTR_EPSILON);
     for (int64_t r = 0; r < rows; r++) {
         const float *xs = in[0]->data + r * size;
         float *ys = out[0]->data + r * size;

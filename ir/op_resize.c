@@ -58,16 +58,17 @@ static int64_t scaled_length(const Node *n, const Attr *a, const char *what, int
 
 static int resize_type(const Node *n, const Type *x, Type *out, Diag *d) {
     const char *op = op_table[n->op].name;
-    const Attr *sizes = node_attr(n, "sizes"), *scales = node_attr(n, "scales"), *roi = node_attr(n, "roi");
+    const Attr *sizes = node_attr(n, ATTR_SIZES), *scales = node_attr(n, ATTR_SCALES),
+               *roi = node_attr(n, ATTR_ROI);
     if (sizes->set == scales->set)
         return diag_error(d, n->loc, "%s needs exactly one of 'sizes' and 'scales', got %s", op,
                           sizes->set ? "both" : "neither");
-    bool crop = strcmp(node_enum(n, "coordinate_transformation_mode"), "tf_crop_and_resize") == 0;
+    bool crop = node_enum(n, ATTR_COORDINATE_TRANSFORMATION_MODE) == COORD_TF_CROP_AND_RESIZE;
     if (roi->set && !crop)
         return diag_error(d, roi->loc,
                           "%s: roi is only used with coordinate_transformation_mode=tf_crop_and_resize", op);
     if (crop && !roi->set)
-        return diag_error(d, attr_loc(n, "coordinate_transformation_mode"),
+        return diag_error(d, attr_loc(n, ATTR_COORDINATE_TRANSFORMATION_MODE),
                           "%s: coordinate_transformation_mode=tf_crop_and_resize needs roi", op);
     /* roi is float32 in ONNX, and an infinite or NaN bound has no source coordinate */
     for (int k = 0; roi->set && k < roi->n; k++)
@@ -90,20 +91,20 @@ static int resize_type(const Node *n, const Type *x, Type *out, Diag *d) {
 }
 
 /* The rank of input a torch interpolation mode needs, or 0 for any of 3 to 5. */
-static int mode_rank(const char *mode) {
-    if (strcmp(mode, "linear") == 0)
+static int mode_rank(int mode) {
+    if (mode == INTERPOLATE_MODE_LINEAR)
         return 3;
-    if (strcmp(mode, "bilinear") == 0 || strcmp(mode, "bicubic") == 0)
+    if (mode == INTERPOLATE_MODE_BILINEAR || mode == INTERPOLATE_MODE_BICUBIC)
         return 4;
-    if (strcmp(mode, "trilinear") == 0)
+    if (mode == INTERPOLATE_MODE_TRILINEAR)
         return 5;
     return 0;
 }
 
 static int interpolate_type(const Node *n, const Type *x, Type *out, Diag *d) {
     const char *op = op_table[n->op].name;
-    const Attr *size = node_attr(n, "size"), *scale = node_attr(n, "scale_factor");
-    const char *mode = node_enum(n, "mode");
+    const Attr *size = node_attr(n, ATTR_SIZE), *scale = node_attr(n, ATTR_SCALE_FACTOR);
+    int mode = node_enum(n, ATTR_MODE);
     if (x->rank < 3 || x->rank > 5)
         return diag_error(
             d, n->loc,
@@ -111,18 +112,18 @@ static int interpolate_type(const Node *n, const Type *x, Type *out, Diag *d) {
             tstr(x));
     int want = mode_rank(mode);
     if (want && x->rank != want)
-        return diag_error(d, attr_loc(n, "mode"), "%s: mode %s needs a %dD input, got x of type %s", op, mode,
-                          want, tstr(x));
-    if (node_bool(n, "align_corners") && !want)
-        return diag_error(d, attr_loc(n, "align_corners"),
+        return diag_error(d, attr_loc(n, ATTR_MODE), "%s: mode %s needs a %dD input, got x of type %s", op,
+                          node_enum_word(n, ATTR_MODE), want, tstr(x));
+    if (node_bool(n, ATTR_ALIGN_CORNERS) && !want)
+        return diag_error(d, attr_loc(n, ATTR_ALIGN_CORNERS),
                           "%s: align_corners can only be set with the modes linear, bilinear, "
                           "bicubic and trilinear, not %s",
-                          op, mode);
+                          op, node_enum_word(n, ATTR_MODE));
     if (size->set == scale->set)
         return diag_error(d, n->loc, "%s needs exactly one of 'size' and 'scale_factor', got %s", op,
                           size->set ? "both" : "neither");
-    if (size->set && node_bool(n, "recompute_scale_factor"))
-        return diag_error(d, attr_loc(n, "recompute_scale_factor"),
+    if (size->set && node_bool(n, ATTR_RECOMPUTE_SCALE_FACTOR))
+        return diag_error(d, attr_loc(n, ATTR_RECOMPUTE_SCALE_FACTOR),
                           "%s: recompute_scale_factor is not meaningful with an explicit size", op);
     *out = *x;
     for (int k = 0; k < x->rank - 2; k++) {
@@ -202,23 +203,23 @@ static void cubic_weights_f(float t, float *w) {
 
 /* ONNX Resize along axis k: output o of out_len from in_len. */
 static int resize_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t out_len, Row *r) {
-    const Attr *scales = node_attr(n, "scales");
+    const Attr *scales = node_attr(n, ATTR_SCALES);
     double scale = scales->set ? (double)(float)scales->floats[k] : (double)out_len / (double)in_len;
     double width = scale * (double)in_len; /* the reference's output width, not floored */
-    const char *ctm = node_enum(n, "coordinate_transformation_mode"), *mode = node_enum(n, "mode");
+    int ctm = node_enum(n, ATTR_COORDINATE_TRANSFORMATION_MODE), mode = node_enum(n, ATTR_MODE);
     double x = (double)o, src;
-    if (strcmp(ctm, "align_corners") == 0)
+    if (ctm == COORD_ALIGN_CORNERS)
         src = width == 1 ? 0 : x * (double)(in_len - 1) / (width - 1);
-    else if (strcmp(ctm, "asymmetric") == 0)
+    else if (ctm == COORD_ASYMMETRIC)
         src = x / scale;
-    else if (strcmp(ctm, "tf_half_pixel_for_nn") == 0)
+    else if (ctm == COORD_TF_HALF_PIXEL_FOR_NN)
         src = (x + 0.5) / scale;
-    else if (strcmp(ctm, "pytorch_half_pixel") == 0)
+    else if (ctm == COORD_PYTORCH_HALF_PIXEL)
         src = width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
-    else if (strcmp(ctm, "half_pixel") == 0)
+    else if (ctm == COORD_HALF_PIXEL)
         src = (x + 0.5) / scale - 0.5;
     else { /* tf_crop_and_resize, with the roi in float32 as ONNX stores it */
-        const Attr *roi = node_attr(n, "roi");
+        const Attr *roi = node_attr(n, ATTR_ROI);
         float start = (float)roi->floats[k], end = (float)roi->floats[k + roi->n / 2];
         double extent = (double)(end - start);
         src =
@@ -232,24 +233,24 @@ static int resize_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t 
         src = src < 0 ? -0x1p52 : 0x1p52;
     double base = floor(src), frac = src - base;
     int64_t b = (int64_t)base;
-    if (strcmp(mode, "nearest") == 0) {
-        const char *nm = node_enum(n, "nearest_mode");
+    if (mode == RESIZE_MODE_NEAREST) {
+        int nm = node_enum(n, ATTR_NEAREST_MODE);
         bool up =
-            frac > 0 && (strcmp(nm, "ceil") == 0 || (strcmp(nm, "round_prefer_floor") == 0 && frac > 0.5) ||
-                         (strcmp(nm, "round_prefer_ceil") == 0 && frac >= 0.5));
+            frac > 0 && (nm == NEAREST_MODE_CEIL || (nm == NEAREST_MODE_ROUND_PREFER_FLOOR && frac > 0.5) ||
+                         (nm == NEAREST_MODE_ROUND_PREFER_CEIL && frac >= 0.5));
         r->at[0] = b + up, r->w[0] = 1;
         return 1;
     }
     int taps = 2;
-    if (strcmp(mode, "linear") == 0) {
+    if (mode == RESIZE_MODE_LINEAR) {
         r->at[0] = b, r->at[1] = b + 1, r->w[0] = 1 - frac, r->w[1] = frac;
     } else {
         taps = 4;
         for (int j = 0; j < 4; j++)
             r->at[j] = b - 1 + j;
-        cubic_weights(frac, (double)(float)node_float(n, "cubic_coeff_a"), r->w);
+        cubic_weights(frac, (double)(float)node_float(n, ATTR_CUBIC_COEFF_A), r->w);
     }
-    if (node_bool(n, "exclude_outside")) {
+    if (node_bool(n, ATTR_EXCLUDE_OUTSIDE)) {
         double sum = 0;
         for (int j = 0; j < taps; j++) {
             if (r->at[j] < 0 || r->at[j] >= in_len)
@@ -265,29 +266,29 @@ static int resize_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t 
 /* torch's float scale of an axis (ATen's area_pixel_compute_scale): how far a source
  * index moves per output index. */
 static float torch_scale(const Node *n, int k, int64_t in_len, int64_t out_len, bool align) {
-    const Attr *factor = node_attr(n, "scale_factor");
+    const Attr *factor = node_attr(n, ATTR_SCALE_FACTOR);
     if (align)
         return out_len > 1 ? (float)(in_len - 1) / (float)(out_len - 1) : 0.0f;
-    if (factor->set && !node_bool(n, "recompute_scale_factor"))
+    if (factor->set && !node_bool(n, ATTR_RECOMPUTE_SCALE_FACTOR))
         return (float)(1.0 / factor->floats[k]);
     return (float)in_len / (float)out_len;
 }
 
 /* torch interpolate along spatial axis k: output o of out_len from in_len. */
 static int interpolate_taps(const Node *n, int k, int64_t o, int64_t in_len, int64_t out_len, Row *r) {
-    const char *mode = node_enum(n, "mode");
-    bool align = node_bool(n, "align_corners");
+    int mode = node_enum(n, ATTR_MODE);
+    bool align = node_bool(n, ATTR_ALIGN_CORNERS);
     r->at[0] = o, r->w[0] = 1;
-    if (strcmp(mode, "nearest") == 0) {
+    if (mode == INTERPOLATE_MODE_NEAREST) {
         r->at[0] = (int64_t)floorf((float)o * torch_scale(n, k, in_len, out_len, false));
-    } else if (strcmp(mode, "nearest-exact") == 0) {
+    } else if (mode == INTERPOLATE_MODE_NEAREST_EXACT) {
         r->at[0] = (int64_t)floorf((float)(((double)o + 0.5) * torch_scale(n, k, in_len, out_len, false)));
-    } else if (strcmp(mode, "area") == 0) { /* adaptive average pooling's windows */
+    } else if (mode == INTERPOLATE_MODE_AREA) { /* adaptive average pooling's windows */
         int64_t start = o * in_len / out_len, end = ((o + 1) * in_len + out_len - 1) / out_len;
         for (int64_t j = 0; j < end - start; j++)
             r->at[j] = start + j, r->w[j] = 1.0 / (double)(end - start);
         return (int)(end - start);
-    } else if (strcmp(mode, "bicubic") == 0) {
+    } else if (mode == INTERPOLATE_MODE_BICUBIC) {
         double scale = torch_scale(n, k, in_len, out_len, align);
         double src = align ? scale * (double)o : scale * ((double)o + 0.5) - 0.5, base = floor(src);
         float w[4];
@@ -310,13 +311,16 @@ static int interpolate_taps(const Node *n, int k, int64_t o, int64_t in_len, int
 
 /* The most taps an output position of the axis needs. */
 static int max_taps(const Node *n, int64_t in_len, int64_t out_len) {
-    const char *mode = node_enum(n, "mode");
-    if (strstr(mode, "linear"))
+    int mode = node_enum(n, ATTR_MODE);
+    if (is_resize(n))
+        return mode == RESIZE_MODE_NEAREST ? 1 : mode == RESIZE_MODE_LINEAR ? 2 : 4;
+    if (mode == INTERPOLATE_MODE_LINEAR || mode == INTERPOLATE_MODE_BILINEAR ||
+        mode == INTERPOLATE_MODE_TRILINEAR)
         return 2;
-    if (strstr(mode, "cubic"))
+    if (mode == INTERPOLATE_MODE_BICUBIC)
         return 4;
     int64_t most = 1;
-    for (int64_t o = 0; strcmp(mode, "area") == 0 && o < out_len; o++) {
+    for (int64_t o = 0; mode == INTERPOLATE_MODE_AREA && o < out_len; o++) {
         int64_t start = o * in_len / out_len, end = ((o + 1) * in_len + out_len - 1) / out_len;
         most = end - start > most ? end - start : most;
     }
@@ -369,7 +373,7 @@ static bool applied_before(const ResampleAxis *a, const ResampleAxis *b) {
 }
 
 int resample_plan(const Node *n, const Type *x, const Type *y, Resampling *r) {
-    *r = (Resampling){.extrapolation = is_resize(n) ? node_float(n, "extrapolation_value") : 0};
+    *r = (Resampling){.extrapolation = is_resize(n) ? node_float(n, ATTR_EXTRAPOLATION_VALUE) : 0};
     for (int axis = is_resize(n) ? 0 : 2; axis < x->rank; axis++) {
         ResampleAxis a;
         bool ok = build_axis(n, axis, x->dims[axis], y->dims[axis], &a);

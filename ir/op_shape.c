@@ -34,7 +34,7 @@ int eval_copy(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 
 int infer_reshape(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    const Attr *a = node_attr(n, "shape");
+    const Attr *a = node_attr(n, ATTR_SHAPE);
     char buf[200];
     if (a->n > KILN_MAX_RANK)
         return diag_error(d, a->loc, "reshape: shape has %d dimensions, at most %d are allowed", a->n,
@@ -78,9 +78,9 @@ int infer_reshape(Graph *g, Node *n, Diag *d) {
 
 int infer_flatten(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    int64_t axis = node_int(n, "axis");
+    int64_t axis = node_int(n, ATTR_AXIS);
     if (axis < -x->rank || axis > x->rank)
-        return diag_error(d, attr_loc(n, "axis"),
+        return diag_error(d, attr_loc(n, ATTR_AXIS),
                           "flatten: axis %lld is out of range [%d, %d] for x of type %s", (long long)axis,
                           -x->rank, x->rank, tstr(x));
     if (axis < 0)
@@ -94,7 +94,7 @@ int infer_flatten(Graph *g, Node *n, Diag *d) {
 
 int infer_squeeze(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    const Attr *a = node_attr(n, "axes");
+    const Attr *a = node_attr(n, ATTR_AXES);
     bool drop[KILN_MAX_RANK] = {false};
     /* no axes, or an empty list, drops every dim of size 1 (as ONNX Runtime does) */
     for (int k = 0; k < x->rank; k++)
@@ -123,7 +123,7 @@ int infer_squeeze(Graph *g, Node *n, Diag *d) {
  * plus the number of axes. */
 int infer_unsqueeze(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    const Attr *a = node_attr(n, "axes");
+    const Attr *a = node_attr(n, ATTR_AXES);
     int rank = x->rank + a->n;
     if (rank > KILN_MAX_RANK)
         return diag_error(d, a->loc, "unsqueeze: the result would have %d dimensions, at most %d are allowed",
@@ -149,7 +149,7 @@ int infer_unsqueeze(Graph *g, Node *n, Diag *d) {
 
 /* Result dim k is input dim perm[k]; an unset perm reverses the dims. */
 static int read_perm(const Node *n, const Type *x, int *perm, Diag *d) {
-    const Attr *a = node_attr(n, "perm");
+    const Attr *a = node_attr(n, ATTR_PERM);
     if (!a->set) {
         for (int k = 0; k < x->rank; k++)
             perm[k] = x->rank - 1 - k;
@@ -207,10 +207,10 @@ int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
 
 int infer_concat(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
-    int64_t given = node_int(n, "axis");
+    int64_t given = node_int(n, ATTR_AXIS);
     int axis = norm_axis(given, x->rank);
     if (axis < 0)
-        return diag_error(d, attr_loc(n, "axis"), "concat: axis %lld is out of range for x1 of type %s",
+        return diag_error(d, attr_loc(n, ATTR_AXIS), "concat: axis %lld is out of range for x1 of type %s",
                           (long long)given, tstr(x));
     Type out = *x;
     for (int i = 1; i < n->n_in; i++) {
@@ -235,7 +235,7 @@ int infer_concat(Graph *g, Node *n, Diag *d) {
 int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
     const Type *y = &out[0]->type;
-    int axis = norm_axis(node_int(n, "axis"), y->rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), y->rank);
     int64_t outer, inner;
     split_at_axis(y, axis, &outer, &inner);
     float *dst = out[0]->data;
@@ -256,8 +256,8 @@ int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
  * [0, dim - 1] and the end to [-1, dim - 1], so INT64_MAX and INT64_MIN work as
  * "to the end". */
 int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Type *out, Diag *d) {
-    const Attr *starts = node_attr(n, "starts"), *ends = node_attr(n, "ends");
-    const Attr *axes = node_attr(n, "axes"), *steps = node_attr(n, "steps");
+    const Attr *starts = node_attr(n, ATTR_STARTS), *ends = node_attr(n, ATTR_ENDS);
+    const Attr *axes = node_attr(n, ATTR_AXES), *steps = node_attr(n, ATTR_STEPS);
     int m = starts->n;
     if (ends->n != m)
         return diag_error(d, ends->loc, "slice: len(ends) = %d differs from len(starts) = %d", ends->n, m);
@@ -338,8 +338,8 @@ int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } PadMode;
 
 static PadMode pad_mode(const Node *n) {
-    const char *m = node_enum(n, "mode");
-    return strcmp(m, "reflect") == 0 ? PAD_REFLECT : strcmp(m, "edge") == 0 ? PAD_EDGE : PAD_CONSTANT;
+    int m = node_enum(n, ATTR_MODE);
+    return m == PAD_MODE_REFLECT ? PAD_REFLECT : m == PAD_MODE_EDGE ? PAD_EDGE : PAD_CONSTANT;
 }
 
 /* The pads split per dim into begin and end, and the result type. A negative pad
@@ -347,7 +347,7 @@ static PadMode pad_mode(const Node *n) {
  * what remains, so reflect needs each pad smaller than that remainder and edge
  * needs a remainder at all. */
 static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end, Type *out, Diag *d) {
-    const Attr *a = node_attr(n, "pads");
+    const Attr *a = node_attr(n, ATTR_PADS);
     PadMode mode = pad_mode(n);
     const char *op = op_table[n->op].name;
     *out = *x;
@@ -355,9 +355,9 @@ static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end
         int64_t dim = x->dims[k], b = a->ints[k], e = a->ints[k + x->rank], size;
         /* pads may be anything an int64 holds */
         if (!ck_add(dim, b, &size))
-            return attr_too_large(n, "pads", k, b, NULL, d);
+            return attr_too_large(n, ATTR_PADS, k, b, NULL, d);
         if (!ck_add(size, e, &size))
-            return attr_too_large(n, "pads", k + x->rank, e, NULL, d);
+            return attr_too_large(n, ATTR_PADS, k + x->rank, e, NULL, d);
         if (size < 1)
             return diag_error(d, a->loc,
                               "%s: pads %lld and %lld leave nothing of dimension %d (size %lld) of x", op,
@@ -429,7 +429,7 @@ int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     if (pad_widths(n, x, begin, end, &t, d))
         return -1;
     PadMode mode = pad_mode(n);
-    float value = (float)node_float(n, "value");
+    float value = (float)node_float(n, ATTR_VALUE);
     type_strides(x, xs);
     int64_t count = type_numel(y);
     for (int64_t i = 0; i < count; i++) {

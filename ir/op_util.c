@@ -45,22 +45,22 @@ bool broadcasts_to(const Type *t, const Type *to) {
 }
 
 bool layout_is_nhwc(const Node *n) {
-    return strcmp(node_enum(n, "layout"), "nhwc") == 0;
+    return node_enum(n, ATTR_LAYOUT) == LAYOUT_NHWC;
 }
 
-Loc attr_loc(const Node *n, const char *name) {
-    const Attr *a = node_attr(n, name);
+Loc attr_loc(const Node *n, AttrId id) {
+    const Attr *a = node_attr(n, id);
     return a->set ? a->loc : n->loc;
 }
 
-int check_size_attr(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d) {
+int check_size_attr(const Node *n, AttrId id, const int64_t *v, int count, int64_t min, Diag *d) {
     for (int i = 0; i < count; i++) {
         if (v[i] < min)
-            return diag_error(d, attr_loc(n, name), "%s: %s[%d] must be at least %lld, got %lld",
-                              op_table[n->op].name, name, i, (long long)min, (long long)v[i]);
+            return diag_error(d, attr_loc(n, id), "%s: %s[%d] must be at least %lld, got %lld",
+                              op_table[n->op].name, attr_name(id), i, (long long)min, (long long)v[i]);
         /* no dim of any tensor is larger, so neither is any sensible window, pad or stride */
         if (v[i] > KILN_MAX_NUMEL)
-            return attr_too_large(n, name, i, v[i], NULL, d);
+            return attr_too_large(n, id, i, v[i], NULL, d);
     }
     return 0;
 }
@@ -99,11 +99,11 @@ int check_size(const Node *n, const Type *t, Diag *d) {
     return 0;
 }
 
-int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char *why, Diag *d) {
+int attr_too_large(const Node *n, AttrId id, int i, int64_t v, const char *why, Diag *d) {
     char at[24] = "";
     if (i >= 0)
         snprintf(at, sizeof at, "[%d]", i);
-    return diag_error(d, attr_loc(n, name), "%s: %s%s = %lld %s", op_table[n->op].name, name, at,
+    return diag_error(d, attr_loc(n, id), "%s: %s%s = %lld %s", op_table[n->op].name, attr_name(id), at,
                       (long long)v,
                       why     ? why
                       : v < 0 ? "is too small"

@@ -3,10 +3,11 @@
  * values of a unary op as its row in unary.def reads them), and the normalization
  * that makes equal graphs print the same.
  *
- * Each attribute schema is an array terminated by an entry with a NULL name; its
- * order is the order the printer writes attributes in. The elementwise ops' schemas,
- * and the op choices of their gradient ops, come from the rows of unary.def and
- * binary.def. */
+ * Each attribute schema is an array terminated by an entry with the id ATTR_COUNT;
+ * its order is the order the printer writes attributes in. Schemas name attributes
+ * by the ids of ir/attrs.def, which also spells their names and enum choices. The
+ * elementwise ops' schemas come from the rows of unary.def and binary.def, as do the
+ * op choices of their gradient ops (attrs.def). */
 #include "ops_impl.h"
 
 #include <math.h>
@@ -14,18 +15,19 @@
 
 /* The schema tables read best as written. */
 /* clang-format off */
-#define INT(nm, d) {nm, A_INT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define INT_REQ(nm) {nm, A_INT, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY}
-#define FLOAT(nm, d) {nm, A_FLOAT, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define BOOL(nm, d) {nm, A_BOOL, DEF_VALUE, d, NULL, NULL, LEN_ANY}
-#define ENUM(nm, d, choices) {nm, A_ENUM, DEF_VALUE, 0, d, choices, LEN_ANY}
-#define STRING_REQ(nm) {nm, A_STRING, DEF_REQUIRED, 0, NULL, NULL, LEN_ANY}
-#define INTS(nm, fill, len) {nm, A_INTS, DEF_VALUE, fill, NULL, NULL, len}
-#define INTS_REQ(nm, len) {nm, A_INTS, DEF_REQUIRED, 0, NULL, NULL, len}
-#define INTS_OPT(nm, shown, len) {nm, A_INTS, DEF_NONE, 0, shown, NULL, len}
-#define FLOATS_OPT(nm, shown, len) {nm, A_FLOATS, DEF_NONE, 0, shown, NULL, len}
-#define LAYOUT ENUM("layout", "nchw", "nchw|nhwc")
-#define END {NULL, 0, 0, 0, NULL, NULL, 0}
+#define INT(id, d) {ATTR_##id, A_INT, DEF_VALUE, d, NULL, 0, LEN_ANY}
+#define INT_REQ(id) {ATTR_##id, A_INT, DEF_REQUIRED, 0, NULL, 0, LEN_ANY}
+#define FLOAT(id, d) {ATTR_##id, A_FLOAT, DEF_VALUE, d, NULL, 0, LEN_ANY}
+#define BOOL(id, d) {ATTR_##id, A_BOOL, DEF_VALUE, d, NULL, 0, LEN_ANY}
+#define ENUM(id, set, d) {ATTR_##id, A_ENUM, DEF_VALUE, set##_##d, NULL, ENUM_##set, LEN_ANY}
+#define ENUM_REQ(id, set) {ATTR_##id, A_ENUM, DEF_REQUIRED, 0, NULL, ENUM_##set, LEN_ANY}
+#define STRING_REQ(id) {ATTR_##id, A_STRING, DEF_REQUIRED, 0, NULL, 0, LEN_ANY}
+#define INTS(id, fill, len) {ATTR_##id, A_INTS, DEF_VALUE, fill, NULL, 0, len}
+#define INTS_REQ(id, len) {ATTR_##id, A_INTS, DEF_REQUIRED, 0, NULL, 0, len}
+#define INTS_OPT(id, shown, len) {ATTR_##id, A_INTS, DEF_NONE, 0, shown, 0, len}
+#define FLOATS_OPT(id, shown, len) {ATTR_##id, A_FLOATS, DEF_NONE, 0, shown, 0, len}
+#define IMAGE_LAYOUT ENUM(LAYOUT, LAYOUT, NCHW)
+#define END {ATTR_COUNT, 0, 0, 0, NULL, 0, 0}
 
 #define UNPAREN(...) __VA_ARGS__
 
@@ -34,93 +36,126 @@ static const AttrSpec NO_ATTRS[] = {END};
 #define UNARY(id, name, attrs, ...) static const AttrSpec attrs_##id[] = {UNPAREN attrs};
 #include "unary.def"
 #undef UNARY
-static const AttrSpec attrs_elementwise[] = {STRING_REQ("expr"), END};
-static const AttrSpec attrs_reduce[] = {INTS_OPT("axes", "all", LEN_ANY), BOOL("keepdims", 0), END};
-static const AttrSpec attrs_softmax[] = {INT("axis", -1), END};
-static const AttrSpec attrs_batch_norm[] = {FLOAT("epsilon", 1e-5), LAYOUT, END};
-static const AttrSpec attrs_layer_norm[] = {INT("axis", -1), FLOAT("epsilon", 1e-5), END};
-static const AttrSpec attrs_gemm[] = {FLOAT("alpha", 1), FLOAT("beta", 1), BOOL("trans_a", 0),
-                                      BOOL("trans_b", 0), END};
-static const AttrSpec attrs_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-                                      INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
+static const AttrSpec attrs_elementwise[] = {STRING_REQ(EXPR), END};
+static const AttrSpec attrs_reduce[] = {INTS_OPT(AXES, "all", LEN_ANY), BOOL(KEEPDIMS, 0), END};
+static const AttrSpec attrs_softmax[] = {INT(AXIS, -1), END};
+static const AttrSpec attrs_batch_norm[] = {FLOAT(EPSILON, 1e-5), IMAGE_LAYOUT, END};
+static const AttrSpec attrs_layer_norm[] = {INT(AXIS, -1), FLOAT(EPSILON, 1e-5), END};
+static const AttrSpec attrs_gemm[] = {FLOAT(ALPHA, 1), FLOAT(BETA, 1), BOOL(TRANS_A, 0),
+                                      BOOL(TRANS_B, 0), END};
+static const AttrSpec attrs_conv[] = {INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+                                      INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1), IMAGE_LAYOUT,
                                       END};
-static const AttrSpec attrs_fused_linear[] = {STRING_REQ("expr"), END};
-static const AttrSpec attrs_fused_conv[] = {INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-                                            INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT,
-                                            STRING_REQ("expr"), END};
+static const AttrSpec attrs_fused_linear[] = {STRING_REQ(EXPR), END};
+static const AttrSpec attrs_fused_conv[] = {INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+                                            INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1), IMAGE_LAYOUT,
+                                            STRING_REQ(EXPR), END};
 static const AttrSpec attrs_conv_transpose[] = {
-    INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    INTS("output_padding", 0, LEN_SPATIAL), INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1),
-    LAYOUT, END};
+    INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+    INTS(OUTPUT_PADDING, 0, LEN_SPATIAL), INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1),
+    IMAGE_LAYOUT, END};
 static const AttrSpec attrs_conv_weight_grad[] = {
-    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    INTS("dilations", 1, LEN_SPATIAL), INT("groups", 1), LAYOUT, END};
+    INTS_REQ(KERNEL, LEN_SPATIAL), INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+    INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1), IMAGE_LAYOUT, END};
 static const AttrSpec attrs_max_pool[] = {
-    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    INTS("dilations", 1, LEN_SPATIAL), BOOL("ceil_mode", 0), LAYOUT, END};
+    INTS_REQ(KERNEL, LEN_SPATIAL), INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+    INTS(DILATIONS, 1, LEN_SPATIAL), BOOL(CEIL_MODE, 0), IMAGE_LAYOUT, END};
 static const AttrSpec attrs_avg_pool[] = {
-    INTS_REQ("kernel", LEN_SPATIAL), INTS("strides", 1, LEN_SPATIAL), INTS("pads", 0, LEN_PADS),
-    BOOL("ceil_mode", 0), BOOL("count_include_pad", 0), LAYOUT, END};
-static const AttrSpec attrs_layout[] = {LAYOUT, END};
-static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ("output_size", LEN_SPATIAL), LAYOUT,
+    INTS_REQ(KERNEL, LEN_SPATIAL), INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
+    BOOL(CEIL_MODE, 0), BOOL(COUNT_INCLUDE_PAD, 0), IMAGE_LAYOUT, END};
+static const AttrSpec attrs_layout[] = {IMAGE_LAYOUT, END};
+static const AttrSpec attrs_adaptive_avg_pool[] = {INTS_REQ(OUTPUT_SIZE, LEN_SPATIAL), IMAGE_LAYOUT,
                                                    END};
 static const AttrSpec attrs_resize[] = {
-    INTS_OPT("sizes", "none", LEN_RANK),
-    FLOATS_OPT("scales", "none", LEN_RANK),
-    ENUM("mode", "nearest", "nearest|linear|cubic"),
-    ENUM("coordinate_transformation_mode", "half_pixel",
-         "half_pixel|pytorch_half_pixel|align_corners|asymmetric|tf_half_pixel_for_nn|"
-         "tf_crop_and_resize"),
-    ENUM("nearest_mode", "round_prefer_floor", "round_prefer_floor|round_prefer_ceil|floor|ceil"),
-    FLOAT("cubic_coeff_a", -0.75),
-    BOOL("exclude_outside", 0),
-    FLOATS_OPT("roi", "none", LEN_RANK2),
-    FLOAT("extrapolation_value", 0),
+    INTS_OPT(SIZES, "none", LEN_RANK),
+    FLOATS_OPT(SCALES, "none", LEN_RANK),
+    ENUM(MODE, RESIZE_MODE, NEAREST),
+    ENUM(COORDINATE_TRANSFORMATION_MODE, COORD, HALF_PIXEL),
+    ENUM(NEAREST_MODE, NEAREST_MODE, ROUND_PREFER_FLOOR),
+    FLOAT(CUBIC_COEFF_A, -0.75),
+    BOOL(EXCLUDE_OUTSIDE, 0),
+    FLOATS_OPT(ROI, "none", LEN_RANK2),
+    FLOAT(EXTRAPOLATION_VALUE, 0),
     END};
 static const AttrSpec attrs_interpolate[] = {
-    INTS_OPT("size", "none", LEN_SPATIAL),
-    FLOATS_OPT("scale_factor", "none", LEN_SPATIAL),
-    ENUM("mode", "nearest", "nearest|nearest-exact|linear|bilinear|bicubic|trilinear|area"),
-    BOOL("align_corners", 0),
-    BOOL("recompute_scale_factor", 0),
+    INTS_OPT(SIZE, "none", LEN_SPATIAL),
+    FLOATS_OPT(SCALE_FACTOR, "none", LEN_SPATIAL),
+    ENUM(MODE, INTERPOLATE_MODE, NEAREST),
+    BOOL(ALIGN_CORNERS, 0),
+    BOOL(RECOMPUTE_SCALE_FACTOR, 0),
     END};
-static const AttrSpec attrs_reshape[] = {INTS_REQ("shape", LEN_ANY), END};
-static const AttrSpec attrs_flatten[] = {INT("axis", 1), END};
-static const AttrSpec attrs_transpose[] = {INTS_OPT("perm", "reversed", LEN_ANY), END};
-static const AttrSpec attrs_concat[] = {INT_REQ("axis"), END};
-static const AttrSpec attrs_slice[] = {INTS_REQ("starts", LEN_ANY), INTS_REQ("ends", LEN_ANY),
-                                       INTS_OPT("axes", "all", LEN_ANY),
-                                       INTS("steps", 1, LEN_ANY), END};
-static const AttrSpec attrs_pad[] = {INTS_REQ("pads", LEN_RANK2),
-                                     ENUM("mode", "constant", "constant|reflect|edge"),
-                                     FLOAT("value", 0), END};
-static const AttrSpec attrs_expand[] = {INTS_REQ("shape", LEN_ANY), END};
-/* The gradient ops name the op they differentiate: "relu|sigmoid|...", the rows'
- * names, joined as "|relu|sigmoid|..." and read from their second character. */
-static const char unary_names[] =
-#define UNARY(id, name, ...) "|" name
-#include "unary.def"
-#undef UNARY
-    ;
-static const char binary_names[] =
-#define BINARY(id, name, ...) "|" name
-#include "binary.def"
-#undef BINARY
-    ;
+static const AttrSpec attrs_reshape[] = {INTS_REQ(SHAPE, LEN_ANY), END};
+static const AttrSpec attrs_flatten[] = {INT(AXIS, 1), END};
+static const AttrSpec attrs_transpose[] = {INTS_OPT(PERM, "reversed", LEN_ANY), END};
+static const AttrSpec attrs_concat[] = {INT_REQ(AXIS), END};
+static const AttrSpec attrs_slice[] = {INTS_REQ(STARTS, LEN_ANY), INTS_REQ(ENDS, LEN_ANY),
+                                       INTS_OPT(AXES, "all", LEN_ANY),
+                                       INTS(STEPS, 1, LEN_ANY), END};
+static const AttrSpec attrs_pad[] = {INTS_REQ(PADS, LEN_RANK2),
+                                     ENUM(MODE, PAD_MODE, CONSTANT),
+                                     FLOAT(VALUE, 0), END};
+static const AttrSpec attrs_expand[] = {INTS_REQ(SHAPE, LEN_ANY), END};
 /* unary_grad's schema: the op, then the union of the rows' attributes that the last
  * line of unary.def lists */
 #define UNARY(id, name, ...)
-#define UNARY_GRAD_ATTRS(attrs)                                                                   \
-    static const AttrSpec attrs_unary_grad[] = {                                                  \
-        {"op", A_ENUM, DEF_REQUIRED, 0, NULL, unary_names + 1, LEN_ANY}, UNPAREN attrs};
+#define UNARY_GRAD_ATTRS(attrs) static const AttrSpec attrs_unary_grad[] = {ENUM_REQ(OP, UNARY_GRAD_OP), UNPAREN attrs};
 #include "unary.def"
 #undef UNARY
 static const AttrSpec attrs_binary_grad[] = {
-    {"op", A_ENUM, DEF_REQUIRED, 0, NULL, binary_names + 1, LEN_ANY}, ENUM("wrt", "a", "a|b"), END};
-static const AttrSpec attrs_squeeze[] = {INTS_OPT("axes", "size-1 dims", LEN_ANY), END};
-static const AttrSpec attrs_unsqueeze[] = {INTS_REQ("axes", LEN_ANY), END};
+    ENUM_REQ(OP, BINARY_GRAD_OP), ENUM(WRT, WRT, A), END};
+static const AttrSpec attrs_squeeze[] = {INTS_OPT(AXES, "size-1 dims", LEN_ANY), END};
+static const AttrSpec attrs_unsqueeze[] = {INTS_REQ(AXES, LEN_ANY), END};
 
 /* clang-format on */
+
+static const char *const attr_names[ATTR_COUNT] = {
+#define ATTR(id, name) [ATTR_##id] = name,
+#include "attrs.def"
+#undef ATTR
+};
+
+/* Each set's words, and all of them joined by '|' (the leading '|' skipped). */
+#define ENUM_BEGIN(set) static const char *const set##_words[] = {
+#define CHOICE(set, id, word) [set##_##id] = word,
+#define ENUM_END(set)                                                                                        \
+    }                                                                                                        \
+    ;
+#include "attrs.def"
+#undef ENUM_BEGIN
+#undef CHOICE
+#undef ENUM_END
+
+const EnumChoices enum_choices[ENUM_COUNT] = {
+#define ENUM_BEGIN(set) [ENUM_##set] = {set##_words, set##_COUNT, &(""
+#define CHOICE(set, id, word) "|" word
+#define ENUM_END(set) )[1]                                                                                   \
+    }                                                                                                        \
+    ,
+#include "attrs.def"
+#undef ENUM_BEGIN
+#undef CHOICE
+#undef ENUM_END
+};
+
+const char *attr_name(AttrId id) {
+    KILN_ASSERT(id >= 0 && id < ATTR_COUNT);
+    return attr_names[id];
+}
+
+int attr_lookup(const char *name) {
+    for (int i = 0; i < ATTR_COUNT; i++)
+        if (strcmp(attr_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+int enum_lookup(EnumSet set, const char *word, size_t len) {
+    const EnumChoices *c = &enum_choices[set];
+    for (int i = 0; i < c->n; i++)
+        if (strlen(c->words[i]) == len && memcmp(c->words[i], word, len) == 0)
+            return i;
+    return -1;
+}
 
 #define N_ATTRS(a) ((int)(sizeof(a) / sizeof(a[0])) - 1)
 
@@ -201,16 +236,18 @@ void op_signature(OpId op, char *buf, size_t n) {
         char dflt[64];
         if (a->def == DEF_REQUIRED)
             snprintf(dflt, sizeof dflt, "required");
-        else if (a->kind == A_ENUM || a->def == DEF_NONE)
-            snprintf(dflt, sizeof dflt, "%s", a->dflt_word);
+        else if (a->kind == A_ENUM)
+            snprintf(dflt, sizeof dflt, "%s", enum_choices[a->set].words[(int)a->dflt]);
+        else if (a->def == DEF_NONE)
+            snprintf(dflt, sizeof dflt, "%s", a->shown);
         else if (a->kind == A_BOOL)
             snprintf(dflt, sizeof dflt, "%s", a->dflt != 0 ? "true" : "false");
         else
             format_double(a->dflt, dflt, sizeof dflt);
-        const char *kind = a->kind == A_ENUM ? a->choices : kind_name(a->kind);
+        const char *kind = a->kind == A_ENUM ? enum_choices[a->set].text : kind_name(a->kind);
         bool list = a->kind == A_INTS || a->kind == A_FLOATS;
         const char *each = list && a->def == DEF_VALUE ? " each" : "";
-        len += (size_t)snprintf(buf + len, n - len, ", %s: %s = %s%s", a->name, kind, dflt, each);
+        len += (size_t)snprintf(buf + len, n - len, ", %s: %s = %s%s", attr_name(a->id), kind, dflt, each);
     }
     if (len < n)
         snprintf(buf + len, n - len, ")");
@@ -218,58 +255,69 @@ void op_signature(OpId op, char *buf, size_t n) {
 
 /* ---- Attribute access ---- */
 
-int op_attr_index(OpId op, const char *name) {
+int op_attr_index(OpId op, AttrId id) {
     const OpInfo *o = &op_table[op];
     for (int i = 0; i < o->n_attrs; i++)
-        if (strcmp(o->attrs[i].name, name) == 0)
+        if (o->attrs[i].id == id)
             return i;
     return -1;
 }
 
-static const AttrSpec *spec_of(const Node *n, const char *name, int *idx) {
-    *idx = op_attr_index(n->op, name);
+int op_attr_index_named(OpId op, const char *name) {
+    int id = attr_lookup(name);
+    return id < 0 ? -1 : op_attr_index(op, (AttrId)id);
+}
+
+static const AttrSpec *spec_of(const Node *n, AttrId id, int *idx) {
+    *idx = op_attr_index(n->op, id);
     KILN_ASSERT(*idx >= 0);
     return &op_table[n->op].attrs[*idx];
 }
 
-const Attr *node_attr(const Node *n, const char *name) {
+const Attr *node_attr(const Node *n, AttrId id) {
     int i;
-    spec_of(n, name, &i);
+    spec_of(n, id, &i);
     return &n->attrs[i];
 }
 
-bool node_has(const Node *n, const char *name) {
-    return node_attr(n, name)->set;
+bool node_has(const Node *n, AttrId id) {
+    return node_attr(n, id)->set;
 }
 
-int64_t node_int(const Node *n, const char *name) {
+int64_t node_int(const Node *n, AttrId id) {
     int i;
-    const AttrSpec *s = spec_of(n, name, &i);
+    const AttrSpec *s = spec_of(n, id, &i);
     KILN_ASSERT(s->kind == A_INT || s->kind == A_BOOL);
     return n->attrs[i].set ? n->attrs[i].i : (int64_t)s->dflt;
 }
 
-double node_float(const Node *n, const char *name) {
+double node_float(const Node *n, AttrId id) {
     int i;
-    const AttrSpec *s = spec_of(n, name, &i);
+    const AttrSpec *s = spec_of(n, id, &i);
     KILN_ASSERT(s->kind == A_FLOAT);
     return n->attrs[i].set ? n->attrs[i].f : s->dflt;
 }
 
-bool node_bool(const Node *n, const char *name) {
-    return node_int(n, name) != 0;
+bool node_bool(const Node *n, AttrId id) {
+    return node_int(n, id) != 0;
 }
 
-const char *node_enum(const Node *n, const char *name) {
+int node_enum(const Node *n, AttrId id) {
     int i;
-    const AttrSpec *s = spec_of(n, name, &i);
+    const AttrSpec *s = spec_of(n, id, &i);
     KILN_ASSERT(s->kind == A_ENUM);
-    return n->attrs[i].set ? n->attrs[i].s : s->dflt_word;
+    return n->attrs[i].set ? (int)n->attrs[i].i : (int)s->dflt;
 }
 
-int node_ints(const Node *n, const char *name, int64_t *out, int cap, int count) {
+const char *node_enum_word(const Node *n, AttrId id) {
     int i;
-    const AttrSpec *s = spec_of(n, name, &i);
+    const AttrSpec *s = spec_of(n, id, &i);
+    return enum_choices[s->set].words[node_enum(n, id)];
+}
+
+int node_ints(const Node *n, AttrId id, int64_t *out, int cap, int count) {
+    int i;
+    const AttrSpec *s = spec_of(n, id, &i);
     KILN_ASSERT(s->kind == A_INTS);
     const Attr *a = &n->attrs[i];
     int m = a->set ? a->n : count;
@@ -279,9 +327,9 @@ int node_ints(const Node *n, const char *name, int64_t *out, int cap, int count)
     return m;
 }
 
-int node_floats(const Node *n, const char *name, double *out, int cap, int count) {
+int node_floats(const Node *n, AttrId id, double *out, int cap, int count) {
     int i;
-    const AttrSpec *s = spec_of(n, name, &i);
+    const AttrSpec *s = spec_of(n, id, &i);
     KILN_ASSERT(s->kind == A_FLOATS);
     const Attr *a = &n->attrs[i];
     int m = a->set ? a->n : count;
@@ -294,24 +342,44 @@ int node_floats(const Node *n, const char *name, double *out, int cap, int count
 int unary_params(OpId op, const Node *n, double *p) {
     const OpInfo *o = &op_table[op];
     KILN_ASSERT(op_has(op, F_UNARY) && o->n_attrs <= UNARY_MAX_PARAMS);
-    for (int k = 0; k < o->n_attrs; k++) {
+    for (int k = 0; k < o->n_attrs && k < UNARY_MAX_PARAMS; k++) {
         const AttrSpec *s = &o->attrs[k];
-        if (s->kind == A_FLOAT) {
-            p[k] = node_float(n, s->name);
-            continue;
-        }
-        KILN_ASSERT(s->kind == A_ENUM);
-        const char *word = node_enum(n, s->name), *c = s->choices;
-        size_t len = strlen(word);
-        p[k] = 0;
-        while (strncmp(c, word, len) != 0 || (c[len] != '|' && c[len] != 0)) {
-            c = strchr(c, '|');
-            KILN_ASSERT(c != NULL);
-            c++;
-            p[k]++;
-        }
+        KILN_ASSERT(s->kind == A_FLOAT || s->kind == A_ENUM);
+        p[k] = s->kind == A_FLOAT ? node_float(n, s->id) : (double)node_enum(n, s->id);
     }
     return o->n_attrs;
+}
+
+/* The unary (binary) ops in the order of their rows, which is the order of the
+ * gradient ops' `op` choices (attrs.def). */
+static const OpId unary_rows[] = {
+#define UNARY(id, ...) OP_##id,
+#include "unary.def"
+#undef UNARY
+};
+static const OpId binary_rows[] = {
+#define BINARY(id, ...) OP_##id,
+#include "binary.def"
+#undef BINARY
+};
+
+OpId differentiated_op(const Node *n) {
+    int choice = node_enum(n, ATTR_OP);
+    if (n->op == OP_UNARY_GRAD)
+        return unary_rows[choice];
+    KILN_ASSERT(n->op == OP_BINARY_GRAD);
+    return binary_rows[choice];
+}
+
+int grad_op_choice(OpId op) {
+    const OpId *rows = op_has(op, F_UNARY) ? unary_rows : binary_rows;
+    int n = op_has(op, F_UNARY) ? (int)(sizeof unary_rows / sizeof *unary_rows)
+                                : (int)(sizeof binary_rows / sizeof *binary_rows);
+    for (int k = 0; k < n; k++)
+        if (rows[k] == op)
+            return k;
+    KILN_ASSERT(!"not an elementwise op");
+    return 0;
 }
 
 /* ---- Normalization ---- */
@@ -342,10 +410,10 @@ static bool equals_default(const AttrSpec *s, const Attr *a) {
         return false;
     switch (s->kind) {
     case A_INT:
-    case A_BOOL: return (double)a->i == s->dflt;
+    case A_BOOL:
+    case A_ENUM: return (double)a->i == s->dflt;
     case A_FLOAT: return a->f == s->dflt;
-    case A_ENUM:
-    case A_STRING: return strcmp(a->s, s->dflt_word) == 0;
+    case A_STRING: return false;
     case A_INTS:
         for (int k = 0; k < a->n; k++)
             if ((double)a->ints[k] != s->dflt)
@@ -368,14 +436,14 @@ int attrs_normalize(Graph *g, Node *n, Diag *d) {
         Attr *a = &n->attrs[i];
         if (!a->set) {
             if (s->def == DEF_REQUIRED)
-                return diag_error(d, n->loc, "%s needs the attribute '%s'", o->name, s->name);
+                return diag_error(d, n->loc, "%s needs the attribute '%s'", o->name, attr_name(s->id));
             continue;
         }
         int want = expected_len(s->len, rank);
         if ((s->kind == A_INTS || s->kind == A_FLOATS) && want >= 0) {
             if (want <= 0)
                 return diag_error(
-                    d, a->loc, "%s's '%s' needs an input with %s, got rank %d", o->name, s->name,
+                    d, a->loc, "%s's '%s' needs an input with %s, got rank %d", o->name, attr_name(s->id),
                     s->len == LEN_SPATIAL || s->len == LEN_PADS ? "spatial dimensions" : "dimensions", rank);
             if (a->n == 1 && want > 1) {
                 if (s->kind == A_INTS) {
@@ -396,8 +464,8 @@ int attrs_normalize(Graph *g, Node *n, Diag *d) {
                 a->n = want;
             }
             if (a->n != want)
-                return diag_error(d, a->loc, "%s's '%s' needs %d values (%s), got %d", o->name, s->name, want,
-                                  len_words(s->len), a->n);
+                return diag_error(d, a->loc, "%s's '%s' needs %d values (%s), got %d", o->name,
+                                  attr_name(s->id), want, len_words(s->len), a->n);
         }
         if (equals_default(s, a))
             a->set = false;

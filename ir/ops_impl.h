@@ -46,8 +46,10 @@ int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Dia
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
-/* The op a unary_grad or binary_grad node differentiates (its `op`). */
+/* The op a unary_grad or binary_grad node differentiates (its `op`), and the
+ * choice of `op` that names elementwise op `op`. */
 OpId differentiated_op(const Node *n);
+int grad_op_choice(OpId op);
 
 const char *attr_kind_name(AttrKind k);
 
@@ -74,11 +76,11 @@ bool broadcast_types(const Type *a, const Type *b, Type *out);
 bool broadcasts_to(const Type *t, const Type *to);
 /* Whether the node's `layout` attribute is nhwc. */
 bool layout_is_nhwc(const Node *n);
-/* Where to point at attribute `name`: its own text when written, else the op. */
-Loc attr_loc(const Node *n, const char *name);
-/* Every v[i] (of the list attribute `name`, a size, window, pad or stride) at least min
+/* Where to point at attribute `id`: its own text when written, else the op. */
+Loc attr_loc(const Node *n, AttrId id);
+/* Every v[i] (of the list attribute `id`, a size, window, pad or stride) at least min
  * and at most KILN_MAX_NUMEL; -1 after a diagnostic naming the attribute and value. */
-int check_size_attr(const Node *n, const char *name, const int64_t *v, int count, int64_t min, Diag *d);
+int check_size_attr(const Node *n, AttrId id, const int64_t *v, int count, int64_t min, Diag *d);
 /* A result of rank at most KILN_MAX_RANK, every dim >= 0 and no larger than the parser
  * allows a declared tensor (KILN_MAX_NUMEL); -1 after a diagnostic. */
 int check_size(const Node *n, const Type *t, Diag *d);
@@ -89,7 +91,7 @@ bool checked_numel(const Type *t, int64_t *numel);
 /* "OP: NAME[i] = V WHY" at the attribute (no [i] when i < 0; WHY NULL: "is too large",
  * or "is too small" for a negative V);
  * returns -1. For a number of the model whose arithmetic overflowed. */
-int attr_too_large(const Node *n, const char *name, int i, int64_t v, const char *why, Diag *d);
+int attr_too_large(const Node *n, AttrId id, int i, int64_t v, const char *why, Diag *d);
 /* A gradient op's dy and x of one rank: its list attributes have the length dy's
  * rank gives (the first input's), and are read as x's; -1 after a diagnostic. */
 int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d);

@@ -65,12 +65,12 @@ static void print_double(double v, FILE *f) {
 }
 
 static void print_attr(const AttrSpec *s, const Attr *a, FILE *f) {
-    fprintf(f, ", %s=", s->name);
+    fprintf(f, ", %s=", attr_name(s->id));
     switch (s->kind) {
     case A_INT: fprintf(f, "%lld", (long long)a->i); break;
     case A_FLOAT: print_double(a->f, f); break;
     case A_BOOL: fputs(a->i ? "true" : "false", f); break;
-    case A_ENUM: print_name(a->s, f); break;
+    case A_ENUM: print_name(enum_choices[s->set].words[a->i], f); break;
     case A_STRING: print_quoted(a->s, f); break; /* a string is always quoted, as its op expects */
     case A_INTS:
         fputc('[', f);

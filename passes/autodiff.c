@@ -55,7 +55,7 @@ static int binary(AD *a, OpId op, int of, int x, int y) {
     return x < 0 || y < 0 ? -1 : build(a, op, of, 2, (int[]){x, y});
 }
 
-static int with_ints(AD *a, OpId op, int of, int x, const char *attr, const int64_t *v, int count) {
+static int with_ints(AD *a, OpId op, int of, int x, AttrId attr, const int64_t *v, int count) {
     Node *n = x >= 0 ? start(a, op, of, 1, &x) : NULL;
     if (!n || pass_set_ints(a->c, n, attr, v, count))
         return -1;
@@ -77,13 +77,13 @@ static int scalar(AD *a, int of, double value) {
 static int reshape_to(AD *a, int of, int v, Type t) {
     if (v < 0 || type_equal(&a->c->g->values[v].type, &t))
         return v;
-    return with_ints(a, OP_RESHAPE, of, v, "shape", t.dims, t.rank);
+    return with_ints(a, OP_RESHAPE, of, v, ATTR_SHAPE, t.dims, t.rank);
 }
 
 static int expand_to(AD *a, int of, int v, Type t) {
     if (v < 0 || type_equal(&a->c->g->values[v].type, &t))
         return v;
-    return with_ints(a, OP_EXPAND, of, v, "shape", t.dims, t.rank);
+    return with_ints(a, OP_EXPAND, of, v, ATTR_SHAPE, t.dims, t.rank);
 }
 
 /* g (of a broadcast shape) summed back to type t, which broadcasts to it. */
@@ -98,7 +98,7 @@ static int unbroadcast_to(AD *a, int of, int g, Type t) {
     for (int k = 0; k < tg.rank; k++)
         if (k < lead || (t.dims[k - lead] == 1 && tg.dims[k] != 1))
             axes[n++] = k;
-    int s = n ? with_ints(a, OP_SUM, of, g, "axes", axes, n) : g;
+    int s = n ? with_ints(a, OP_SUM, of, g, ATTR_AXES, axes, n) : g;
     return reshape_to(a, of, s, t);
 }
 
@@ -117,23 +117,24 @@ static int accumulate(AD *a, int x, int g) {
 
 /* ---- The rules, one per op family: contributions to the inputs' adjoints ---- */
 
-/* unary_grad(dy, x) with the op's name and its attributes (unary_grad has each
- * under the same name); neg's derivative is the constant -1, so its adjoint is
+/* unary_grad(dy, x) with the op's choice and its attributes (unary_grad has each
+ * under the same id); neg's derivative is the constant -1, so its adjoint is
  * -dy, which fuses. */
 static int unary_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0];
     if (n->op == OP_NEG)
         return accumulate(a, x, unary(a, OP_NEG, x, dy));
     Node *m = start(a, OP_UNARY_GRAD, x, 2, (int[]){dy, x});
-    if (!m || pass_set_enum(a->c, m, "op", op_table[n->op].name))
+    if (!m)
         return -1;
+    pass_set_enum(m, ATTR_OP, grad_op_choice(n->op));
     const OpInfo *o = &op_table[n->op];
     for (int k = 0; k < o->n_attrs; k++) {
-        const char *name = o->attrs[k].name;
+        AttrId id = o->attrs[k].id;
         if (o->attrs[k].kind == A_FLOAT)
-            pass_set_float(m, name, node_float(n, name));
-        else if (pass_set_enum(a->c, m, name, node_enum(n, name)))
-            return -1;
+            pass_set_float(m, id, node_float(n, id));
+        else
+            pass_set_enum(m, id, node_enum(n, id));
     }
     return accumulate(a, x, pass_finish(a->c, m));
 }
@@ -157,9 +158,8 @@ static int binary_rule(AD *a, const Node *n, int dy) {
             Node *m = a->wanted[n->in[k]] ? start(a, OP_BINARY_GRAD, n->in[k], 3, (int[]){dy, x, y}) : NULL;
             if (!m)
                 continue;
-            if (pass_set_enum(a->c, m, "op", op_table[n->op].name) ||
-                pass_set_enum(a->c, m, "wrt", k ? "b" : "a"))
-                return -1;
+            pass_set_enum(m, ATTR_OP, grad_op_choice(n->op));
+            pass_set_enum(m, ATTR_WRT, k ? WRT_B : WRT_A);
             *(k ? &gy : &gx) = pass_finish(a->c, m);
         }
     }
@@ -176,7 +176,7 @@ static int binary_rule(AD *a, const Node *n, int dy) {
 static Type reduced_kept(AD *a, const Node *n, int64_t *axes, int *n_axes, int64_t *count) {
     Type tx = vtype(a, n->in[0]);
     int64_t given[KILN_MAX_RANK];
-    int n_given = node_has(n, "axes") ? node_ints(n, "axes", given, KILN_MAX_RANK, 0) : 0;
+    int n_given = node_has(n, ATTR_AXES) ? node_ints(n, ATTR_AXES, given, KILN_MAX_RANK, 0) : 0;
     Type kept = tx;
     *count = 1;
     *n_axes = 0;
@@ -213,8 +213,9 @@ static int reduce_rule(AD *a, const Node *n, int dy) {
 /* binary_grad(g, x, m, op=max): g where x > m, half of it where they tie, else 0. */
 static int max_share(AD *a, int of, int g, int x, int m) {
     Node *b = g >= 0 && m >= 0 ? start(a, OP_BINARY_GRAD, of, 3, (int[]){g, x, m}) : NULL;
-    if (!b || pass_set_enum(a->c, b, "op", "max"))
+    if (!b)
         return -1;
+    pass_set_enum(b, ATTR_OP, BINARY_GRAD_OP_MAX);
     return pass_finish(a->c, b);
 }
 
@@ -232,24 +233,24 @@ static int reduce_max_rule(AD *a, const Node *n, int dy) {
     int share = max_share(a, x, spread(a, x, dy, kept, tx), x, m);
     int ties = max_share(a, x, expand_to(a, x, scalar(a, x, 1), tx), x, m);
     Node *sum = ties >= 0 ? start(a, OP_SUM, x, 1, &ties) : NULL;
-    if (!sum || pass_set_ints(a->c, sum, "axes", axes, n_axes))
+    if (!sum || pass_set_ints(a->c, sum, ATTR_AXES, axes, n_axes))
         return -1;
-    pass_set_int(sum, "keepdims", 1);
+    pass_set_int(sum, ATTR_KEEPDIMS, 1);
     return accumulate(a, x, binary(a, OP_DIV, x, share, pass_finish(a->c, sum)));
 }
 
 static int sum_along(AD *a, int of, int v, int64_t axis) {
     Node *m = v >= 0 ? start(a, OP_SUM, of, 1, &v) : NULL;
-    if (!m || pass_set_ints(a->c, m, "axes", &axis, 1))
+    if (!m || pass_set_ints(a->c, m, ATTR_AXES, &axis, 1))
         return -1;
-    pass_set_int(m, "keepdims", 1);
+    pass_set_int(m, ATTR_KEEPDIMS, 1);
     return pass_finish(a->c, m);
 }
 
 /* softmax: y (dy - sum(dy y)); log_softmax: dy - exp(y) sum(dy), along the axis. */
 static int softmax_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], y = n->out[0];
-    int64_t axis = node_int(n, "axis");
+    int64_t axis = node_int(n, ATTR_AXIS);
     int g;
     if (n->op == OP_SOFTMAX)
         g = binary(a, OP_MUL, x, y,
@@ -262,26 +263,27 @@ static int softmax_rule(AD *a, const Node *n, int dy) {
 static int transpose_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], rank = vtype(a, x).rank;
     int64_t perm[KILN_MAX_RANK], inverse[KILN_MAX_RANK];
-    if (!node_has(n, "perm"))
+    if (!node_has(n, ATTR_PERM))
         for (int k = 0; k < rank; k++)
             perm[k] = rank - 1 - k;
     else
-        node_ints(n, "perm", perm, KILN_MAX_RANK, rank);
+        node_ints(n, ATTR_PERM, perm, KILN_MAX_RANK, rank);
     for (int k = 0; k < rank; k++)
         inverse[perm[k]] = k;
-    return accumulate(a, x, with_ints(a, OP_TRANSPOSE, x, dy, "perm", inverse, rank));
+    return accumulate(a, x, with_ints(a, OP_TRANSPOSE, x, dy, ATTR_PERM, inverse, rank));
 }
 
 static int concat_rule(AD *a, const Node *n, int dy) {
     int rank = vtype(a, n->out[0]).rank;
-    int64_t axis = norm_axis(node_int(n, "axis"), rank), at = 0;
+    int64_t axis = norm_axis(node_int(n, ATTR_AXIS), rank), at = 0;
     for (int k = 0; k < n->n_in; k++) {
         int x = n->in[k];
         int64_t end = at + vtype(a, x).dims[axis];
         if (a->wanted[x]) {
             Node *m = start(a, OP_SLICE, x, 1, &dy);
-            if (!m || pass_set_ints(a->c, m, "starts", &at, 1) || pass_set_ints(a->c, m, "ends", &end, 1) ||
-                pass_set_ints(a->c, m, "axes", &axis, 1) || accumulate(a, x, pass_finish(a->c, m)))
+            if (!m || pass_set_ints(a->c, m, ATTR_STARTS, &at, 1) ||
+                pass_set_ints(a->c, m, ATTR_ENDS, &end, 1) || pass_set_ints(a->c, m, ATTR_AXES, &axis, 1) ||
+                accumulate(a, x, pass_finish(a->c, m)))
                 return -1;
         }
         at = end;
@@ -296,7 +298,7 @@ static int transposed(AD *a, int of, int v) {
     for (int k = 0; k < rank; k++)
         perm[k] = k;
     perm[rank - 2] = rank - 1, perm[rank - 1] = rank - 2;
-    return with_ints(a, OP_TRANSPOSE, of, v, "perm", perm, rank);
+    return with_ints(a, OP_TRANSPOSE, of, v, ATTR_PERM, perm, rank);
 }
 
 static Type with_unit_dim(Type t, int at) {
@@ -339,9 +341,9 @@ static int gemm_node(AD *a, int of, int p, int q, double alpha, bool trans_p, bo
     Node *m = start(a, OP_GEMM, of, 2, (int[]){p, q});
     if (!m)
         return -1;
-    pass_set_float(m, "alpha", alpha);
-    pass_set_int(m, "trans_a", trans_p);
-    pass_set_int(m, "trans_b", trans_q);
+    pass_set_float(m, ATTR_ALPHA, alpha);
+    pass_set_int(m, ATTR_TRANS_A, trans_p);
+    pass_set_int(m, ATTR_TRANS_B, trans_q);
     return pass_finish(a->c, m);
 }
 
@@ -349,8 +351,8 @@ static int gemm_node(AD *a, int of, int p, int q, double alpha, bool trans_p, bo
  * each transposed back when the operand was; dc = beta dy summed to c's shape. */
 static int gemm_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], w = n->in[1], c = n->n_in > 2 ? n->in[2] : -1;
-    double alpha = node_float(n, "alpha"), beta = node_float(n, "beta");
-    bool ta = node_bool(n, "trans_a"), tb = node_bool(n, "trans_b");
+    double alpha = node_float(n, ATTR_ALPHA), beta = node_float(n, ATTR_BETA);
+    bool ta = node_bool(n, ATTR_TRANS_A), tb = node_bool(n, ATTR_TRANS_B);
     if (a->wanted[x] &&
         accumulate(a, x,
                    ta ? gemm_node(a, x, w, dy, alpha, tb, true) : gemm_node(a, x, dy, w, alpha, false, !tb)))
@@ -397,16 +399,16 @@ static int global_avg_pool_rule(AD *a, const Node *n, int dy) {
 }
 
 /* Gives m the attribute `name` of n (their ops both have it) as n has it. */
-static void copy_attr(Node *m, const Node *n, const char *name) {
-    int from = op_attr_index(n->op, name), to = op_attr_index(m->op, name);
+static void copy_attr(Node *m, const Node *n, AttrId id) {
+    int from = op_attr_index(n->op, id), to = op_attr_index(m->op, id);
     KILN_ASSERT(from >= 0 && to >= 0);
     m->attrs[to] = n->attrs[from];
 }
 
 static void copy_conv_attrs(Node *m, const Node *n) {
-    static const char *const names[] = {"strides", "pads", "dilations", "groups", "layout"};
-    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
-        copy_attr(m, n, names[k]);
+    static const AttrId ids[] = {ATTR_STRIDES, ATTR_PADS, ATTR_DILATIONS, ATTR_GROUPS, ATTR_LAYOUT};
+    for (size_t k = 0; k < sizeof ids / sizeof *ids; k++)
+        copy_attr(m, n, ids[k]);
 }
 
 /* Every dim of t but its channel dim (1, or the last with nhwc). */
@@ -422,7 +424,7 @@ static int bias_grad(AD *a, int b, int dy, bool nhwc) {
     int64_t axes[KILN_MAX_RANK];
     Type ty = vtype(a, dy);
     int count = non_channel_axes(&ty, nhwc, axes);
-    return accumulate(a, b, with_ints(a, OP_SUM, b, dy, "axes", axes, count));
+    return accumulate(a, b, with_ints(a, OP_SUM, b, dy, ATTR_AXES, axes, count));
 }
 
 /* conv: dx is conv_transpose of dy with the same weight (its output_padding restores
@@ -442,13 +444,13 @@ static int conv_rule(AD *a, const Node *n, int dy) {
         if (!transpose) {
             int ns = xv.ns;
             int64_t strides[3], pads[6], dilations[3], extra[3];
-            node_ints(n, "strides", strides, 3, ns);
-            node_ints(n, "pads", pads, 6, 2 * ns);
-            node_ints(n, "dilations", dilations, 3, ns);
+            node_ints(n, ATTR_STRIDES, strides, 3, ns);
+            node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
+            node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
             for (int k = 0; k < ns; k++)
                 extra[k] = xv.sp[k] - ((yv.sp[k] - 1) * strides[k] - pads[k] - pads[ns + k] +
                                        dilations[k] * (wv.sp[k] - 1) + 1);
-            if (pass_set_ints(a->c, m, "output_padding", extra, ns))
+            if (pass_set_ints(a->c, m, ATTR_OUTPUT_PADDING, extra, ns))
                 return -1;
         }
         if (accumulate(a, x, pass_finish(a->c, m)))
@@ -456,7 +458,7 @@ static int conv_rule(AD *a, const Node *n, int dy) {
     }
     if (a->wanted[w]) {
         Node *m = start(a, OP_CONV_WEIGHT_GRAD, w, 2, transpose ? (int[]){dy, x} : (int[]){x, dy});
-        if (!m || pass_set_ints(a->c, m, "kernel", wv.sp, wv.ns))
+        if (!m || pass_set_ints(a->c, m, ATTR_KERNEL, wv.sp, wv.ns))
             return -1;
         copy_conv_attrs(m, n);
         if (accumulate(a, w, pass_finish(a->c, m)))
@@ -497,7 +499,7 @@ static int batch_norm_rule(AD *a, const Node *n, int dy) {
     Type tx = vtype(a, x);
     int64_t axes[KILN_MAX_RANK];
     int n_axes = non_channel_axes(&tx, nhwc, axes);
-    int r = binary(a, OP_POW, var, binary(a, OP_ADD, var, var, scalar(a, var, node_float(n, "epsilon"))),
+    int r = binary(a, OP_POW, var, binary(a, OP_ADD, var, var, scalar(a, var, node_float(n, ATTR_EPSILON))),
                    scalar(a, var, -0.5));
     int k = binary(a, OP_MUL, x, scale, r);
     if (a->wanted[x] && accumulate(a, x, binary(a, OP_MUL, x, dy, per_channel(a, x, k, &tx, nhwc))))
@@ -506,10 +508,11 @@ static int batch_norm_rule(AD *a, const Node *n, int dy) {
     if (a->wanted[scale] || a->wanted[var])
         centered = binary(a, OP_MUL, x, dy, binary(a, OP_SUB, x, x, per_channel(a, x, mean, &tx, nhwc)));
     if (a->wanted[bias] || a->wanted[mean])
-        sum_dy = with_ints(a, OP_SUM, bias, dy, "axes", axes, n_axes);
+        sum_dy = with_ints(a, OP_SUM, bias, dy, ATTR_AXES, axes, n_axes);
     if (a->wanted[scale] &&
-        accumulate(a, scale,
-                   binary(a, OP_MUL, scale, with_ints(a, OP_SUM, scale, centered, "axes", axes, n_axes), r)))
+        accumulate(
+            a, scale,
+            binary(a, OP_MUL, scale, with_ints(a, OP_SUM, scale, centered, ATTR_AXES, axes, n_axes), r)))
         return -1;
     if (a->wanted[bias] && accumulate(a, bias, sum_dy))
         return -1;
@@ -518,8 +521,9 @@ static int batch_norm_rule(AD *a, const Node *n, int dy) {
     if (a->wanted[var]) {
         int r3 = binary(a, OP_MUL, var, binary(a, OP_MUL, var, r, r),
                         binary(a, OP_MUL, var, k, scalar(a, var, -0.5)));
-        if (accumulate(a, var,
-                       binary(a, OP_MUL, var, with_ints(a, OP_SUM, var, centered, "axes", axes, n_axes), r3)))
+        if (accumulate(
+                a, var,
+                binary(a, OP_MUL, var, with_ints(a, OP_SUM, var, centered, ATTR_AXES, axes, n_axes), r3)))
             return -1;
     }
     return 0;
@@ -527,9 +531,9 @@ static int batch_norm_rule(AD *a, const Node *n, int dy) {
 
 static int mean_keep(AD *a, int of, int v, const int64_t *axes, int n_axes) {
     Node *m = v >= 0 ? start(a, OP_MEAN, of, 1, &v) : NULL;
-    if (!m || pass_set_ints(a->c, m, "axes", axes, n_axes))
+    if (!m || pass_set_ints(a->c, m, ATTR_AXES, axes, n_axes))
         return -1;
-    pass_set_int(m, "keepdims", 1);
+    pass_set_int(m, ATTR_KEEPDIMS, 1);
     return pass_finish(a->c, m);
 }
 
@@ -539,7 +543,7 @@ static int mean_keep(AD *a, int of, int v, const int64_t *axes, int n_axes) {
 static int layer_norm_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0], scale = n->n_in > 1 ? n->in[1] : -1, bias = n->n_in > 2 ? n->in[2] : -1;
     Type tx = vtype(a, x);
-    int axis = norm_axis(node_int(n, "axis"), tx.rank);
+    int axis = norm_axis(node_int(n, ATTR_AXIS), tx.rank);
     int64_t norm_axes[KILN_MAX_RANK], lead_axes[KILN_MAX_RANK];
     int n_norm = 0, n_lead = 0;
     for (int k = 0; k < tx.rank; k++)
@@ -549,7 +553,7 @@ static int layer_norm_rule(AD *a, const Node *n, int dy) {
             norm_axes[n_norm++] = k;
     int centered = binary(a, OP_SUB, x, x, mean_keep(a, x, x, norm_axes, n_norm));
     int variance = mean_keep(a, x, binary(a, OP_MUL, x, centered, centered), norm_axes, n_norm);
-    int r = binary(a, OP_POW, x, binary(a, OP_ADD, x, variance, scalar(a, x, node_float(n, "epsilon"))),
+    int r = binary(a, OP_POW, x, binary(a, OP_ADD, x, variance, scalar(a, x, node_float(n, ATTR_EPSILON))),
                    scalar(a, x, -0.5));
     int xhat = binary(a, OP_MUL, x, centered, r);
     if (a->wanted[x]) {
@@ -562,23 +566,23 @@ static int layer_norm_rule(AD *a, const Node *n, int dy) {
     }
     if (scale >= 0 && a->wanted[scale]) {
         int g = binary(a, OP_MUL, scale, dy, xhat);
-        if (accumulate(a, scale, n_lead ? with_ints(a, OP_SUM, scale, g, "axes", lead_axes, n_lead) : g))
+        if (accumulate(a, scale, n_lead ? with_ints(a, OP_SUM, scale, g, ATTR_AXES, lead_axes, n_lead) : g))
             return -1;
     }
     if (bias >= 0 && a->wanted[bias] &&
-        accumulate(a, bias, n_lead ? with_ints(a, OP_SUM, bias, dy, "axes", lead_axes, n_lead) : dy))
+        accumulate(a, bias, n_lead ? with_ints(a, OP_SUM, bias, dy, ATTR_AXES, lead_axes, n_lead) : dy))
         return -1;
     return 0;
 }
 
 /* A node of op with the list attributes given (count entries each). */
-static int with_lists(AD *a, OpId op, int of, int x, int count, const char *const *names,
+static int with_lists(AD *a, OpId op, int of, int x, int count, const AttrId *ids,
                       const int64_t *const *lists) {
     Node *m = x >= 0 ? start(a, op, of, 1, &x) : NULL;
     if (!m)
         return -1;
-    for (int k = 0; names[k]; k++)
-        if (pass_set_ints(a->c, m, names[k], lists[k], count))
+    for (int k = 0; ids[k] != ATTR_COUNT; k++)
+        if (pass_set_ints(a->c, m, ids[k], lists[k], count))
             return -1;
     return pass_finish(a->c, m);
 }
@@ -611,7 +615,7 @@ static int slice_rule(AD *a, const Node *n, int dy) {
     int g = dy;
     if (n_rev)
         g = with_lists(a, OP_SLICE, x, g, n_rev,
-                       (const char *const[]){"starts", "ends", "axes", "steps", NULL},
+                       (const AttrId[]){ATTR_STARTS, ATTR_ENDS, ATTR_AXES, ATTR_STEPS, ATTR_COUNT},
                        (const int64_t *const[]){rev_starts, rev_ends, rev_axes, rev_steps});
     for (int k = 0; k < rank; k++) {
         int64_t len = ty.dims[k], m = step[k] < 0 ? -step[k] : step[k];
@@ -622,7 +626,7 @@ static int slice_rule(AD *a, const Node *n, int dy) {
         split_at_axis(&t, k, &outer, &inner);
         pad4[4 + 2] = m - 1; /* the end of dim 2 */
         g = with_ints(a, OP_PAD, x, reshape_to(a, x, g, type_make(4, (int64_t[]){outer, len, 1, inner})),
-                      "pads", pad4, 8);
+                      ATTR_PADS, pad4, 8);
         t.dims[k] = len * m;
         g = reshape_to(a, x, g, t);
     }
@@ -630,7 +634,7 @@ static int slice_rule(AD *a, const Node *n, int dy) {
         pads[k] = low[k];
         pads[rank + k] = tx.dims[k] - low[k] - vtype(a, g).dims[k];
     }
-    return accumulate(a, x, with_ints(a, OP_PAD, x, g, "pads", pads, 2 * rank));
+    return accumulate(a, x, with_ints(a, OP_PAD, x, g, ATTR_PADS, pads, 2 * rank));
 }
 
 /* pad: constant padding's adjoint crops dy back, a pad with the widths negated;
@@ -639,13 +643,13 @@ static int slice_rule(AD *a, const Node *n, int dy) {
 static int pad_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0];
     int rank = vtype(a, x).rank;
-    if (strcmp(node_enum(n, "mode"), "constant") != 0)
+    if (node_enum(n, ATTR_MODE) != PAD_MODE_CONSTANT)
         return grad_op_rule(a, n, dy, OP_PAD_GRAD);
     int64_t pads[2 * KILN_MAX_RANK];
-    node_ints(n, "pads", pads, 2 * KILN_MAX_RANK, 2 * rank);
+    node_ints(n, ATTR_PADS, pads, 2 * KILN_MAX_RANK, 2 * rank);
     for (int k = 0; k < 2 * rank; k++)
         pads[k] = -pads[k];
-    return accumulate(a, x, with_ints(a, OP_PAD, x, dy, "pads", pads, 2 * rank));
+    return accumulate(a, x, with_ints(a, OP_PAD, x, dy, ATTR_PADS, pads, 2 * rank));
 }
 
 /* ---- Fused ops, taken apart ---- */
@@ -722,7 +726,8 @@ static int expression_inputs(AD *a, const Node *n, int *ins, int n_ins) {
         if (type_equal(&te, &ty))
             continue;
         Node *m = forward_node(a, n, OP_RESHAPE, 1, &ins[k]);
-        if (!m || pass_set_ints(a->c, m, "shape", (int64_t[]){1}, 0) || (ins[k] = pass_finish(a->c, m)) < 0)
+        if (!m || pass_set_ints(a->c, m, ATTR_SHAPE, (int64_t[]){1}, 0) ||
+            (ins[k] = pass_finish(a->c, m)) < 0)
             return -1;
     }
     return 0;

@@ -54,9 +54,9 @@ static bool same_attr(AttrKind kind, const Attr *a, const Attr *b) {
         return true;
     switch (kind) {
     case A_INT:
-    case A_BOOL: return a->i == b->i;
+    case A_BOOL:
+    case A_ENUM: return a->i == b->i;
     case A_FLOAT: return same_bits(&a->f, &b->f, sizeof a->f);
-    case A_ENUM:
     case A_STRING: return strcmp(a->s, b->s) == 0;
     case A_INTS:
         return a->n == b->n && (a->n == 0 || same_bits(a->ints, b->ints, sizeof *a->ints * (size_t)a->n));

@@ -105,7 +105,7 @@ static double work(const Graph *g, const Node *n, double out_numel) {
     switch (n->op) {
     case OP_MATMUL:
     case OP_LINEAR: return out_numel * (double)a->dims[a->rank - 1];
-    case OP_GEMM: return out_numel * (double)a->dims[node_bool(n, "trans_a") ? 0 : 1];
+    case OP_GEMM: return out_numel * (double)a->dims[node_bool(n, ATTR_TRANS_A) ? 0 : 1];
     case OP_CONV:
     case OP_CONV_TRANSPOSE: return out_numel * (double)type_numel(b) / (double)b->dims[0];
     default: return out_numel;
@@ -159,11 +159,11 @@ static int64_t out_channel(const Node *conv, const Type *w, int64_t i) {
     if (conv->op == OP_CONV)
         return i / (numel / first);
     /* conv_transpose: [C, O/groups, k...] (nchw) or [C, k..., O/groups] (nhwc) */
-    bool nhwc = strcmp(node_enum(conv, "layout"), "nhwc") == 0;
+    bool nhwc = node_enum(conv, ATTR_LAYOUT) == LAYOUT_NHWC;
     int64_t per_group = nhwc ? w->dims[w->rank - 1] : w->dims[1];
     int64_t inner = numel / (first * per_group); /* the kernel's spatial size */
     int64_t oc = nhwc ? i % per_group : i / inner % per_group;
-    int64_t ci = i / (numel / first), in_per_group = first / node_int(conv, "groups");
+    int64_t ci = i / (numel / first), in_per_group = first / node_int(conv, ATTR_GROUPS);
     return ci / in_per_group * per_group + oc;
 }
 
@@ -174,7 +174,7 @@ static int fold_batch_norm(Fold *f, int i, const int *uses) {
     int x = bn->in[0];
     Node *conv = pass_definer(g, x);
     if (!conv || (conv->op != OP_CONV && conv->op != OP_CONV_TRANSPOSE) || uses[x] != 1 ||
-        strcmp(node_enum(conv, "layout"), node_enum(bn, "layout")) != 0 || flagged(f, f->wrt, x) ||
+        node_enum(conv, ATTR_LAYOUT) != node_enum(bn, ATTR_LAYOUT) || flagged(f, f->wrt, x) ||
         flagged(f, f->wrt, bn->out[0]))
         return 0;
     int b_in = conv->n_in > 2 ? conv->in[2] : -1;
@@ -196,7 +196,7 @@ static int fold_batch_norm(Fold *f, int i, const int *uses) {
         double *s = ir_malloc(sizeof *s * (size_t)channels);
         if (!w2 || !b2 || !s)
             rc = diag_error(f->c->d, bn->loc, "out of memory");
-        double eps = node_float(bn, "epsilon");
+        double eps = node_float(bn, ATTR_EPSILON);
         for (int64_t o = 0; !rc && o < channels; o++) {
             s[o] = p[1]->data[o] / sqrt((double)p[4]->data[o] + eps);
             b2->data[o] = (float)(((b ? b->data[o] : 0.0) - p[3]->data[o]) * s[o] + p[2]->data[o]);

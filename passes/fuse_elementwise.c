@@ -163,7 +163,7 @@ static int fuse_tree(Fuser *f, Node *root, int at) {
     if (!copy)
         return diag_error(f->c->d, root->loc, "out of memory");
     memcpy(n->in, f->leaves, sizeof *n->in * (size_t)f->n_leaves);
-    n->attrs[op_attr_index(OP_ELEMENTWISE, "expr")] = (Attr){.set = true, .s = copy, .loc = root->loc};
+    n->attrs[op_attr_index(OP_ELEMENTWISE, ATTR_EXPR)] = (Attr){.set = true, .s = copy, .loc = root->loc};
     Type before = g->values[root->out[0]].type;
     graph_redefine(g, root->out[0], n, 0);
     /* the new node, appended last, takes the root's place: the order stays as written */

@@ -117,8 +117,8 @@ static int fuse(PassContext *c, Node *head, Node *u, int k, bool *dead) {
     if (!copy)
         return diag_error(c->d, u->loc, "out of memory");
     for (int a = 0; a < op_table[head->op].n_attrs; a++)
-        n->attrs[op_attr_index(op, op_table[head->op].attrs[a].name)] = head->attrs[a];
-    n->attrs[op_attr_index(op, "expr")] = (Attr){.set = true, .s = copy, .loc = u->loc};
+        n->attrs[op_attr_index(op, op_table[head->op].attrs[a].id)] = head->attrs[a];
+    n->attrs[op_attr_index(op, ATTR_EXPR)] = (Attr){.set = true, .s = copy, .loc = u->loc};
     Type before = g->values[u->out[0]].type;
     dead[g->values[u->out[0]].node] = dead[g->values[head->out[0]].node] = true;
     graph_redefine(g, u->out[0], n, 0);

@@ -75,7 +75,7 @@ static int transpose_node(Layout *l, int v, int name_of, Loc loc) {
     char base[256];
     snprintf(base, sizeof base, "%s.nhwc", g->values[name_of].name);
     Node *n = pass_new_node(l->c, view ? OP_RESHAPE : OP_TRANSPOSE, 1, &v, base, loc);
-    if (!n || pass_set_ints(l->c, n, view ? "shape" : "perm", view ? dims : perm, rank))
+    if (!n || pass_set_ints(l->c, n, view ? ATTR_SHAPE : ATTR_PERM, view ? dims : perm, rank))
         return -1;
     return pass_finish(l->c, n);
 }
@@ -109,7 +109,8 @@ static int operand_nhwc(Layout *l, int v, int rank, Loc loc) {
     snprintf(base, sizeof base, "%s.%s", g->values[v].name, view ? "nhwc" : "aligned");
     Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
     int x;
-    if (!r || pass_set_ints(l->c, r, "shape", view ? dims : aligned, rank) || (x = pass_finish(l->c, r)) < 0)
+    if (!r || pass_set_ints(l->c, r, ATTR_SHAPE, view ? dims : aligned, rank) ||
+        (x = pass_finish(l->c, r)) < 0)
         return -1;
     return view ? x : transpose_node(l, x, v, loc);
 }
@@ -129,8 +130,8 @@ static int take_over(Layout *l, int i, int y_nhwc) {
     if (!back)
         return diag_error(l->c->d, n->loc, "out of memory");
     back->in[0] = y_nhwc;
-    if (view ? pass_set_ints(l->c, back, "shape", g->values[y].type.dims, rank)
-             : pass_set_ints(l->c, back, "perm", perm, rank))
+    if (view ? pass_set_ints(l->c, back, ATTR_SHAPE, g->values[y].type.dims, rank)
+             : pass_set_ints(l->c, back, ATTR_PERM, perm, rank))
         return -1;
     graph_redefine(g, y, back, 0);
     if (pass_finish(l->c, back) < 0)
@@ -152,8 +153,8 @@ static Node *twin(Layout *l, const Node *n, const int *in) {
 }
 
 static bool has_nchw_layout(const Node *n) {
-    int a = op_attr_index(n->op, "layout");
-    return a >= 0 && strcmp(node_enum(n, "layout"), "nchw") == 0;
+    int a = op_attr_index(n->op, ATTR_LAYOUT);
+    return a >= 0 && node_enum(n, ATTR_LAYOUT) == LAYOUT_NCHW;
 }
 
 /* The ops with a layout attribute (F_LAYOUT): conv, conv_transpose, pools,
@@ -176,8 +177,9 @@ static int convert_layout_op(Layout *l, int i) {
     if (n->op == OP_CONV || n->op == OP_CONV_TRANSPOSE)
         in[1] = l->weight[n->in[1]];
     Node *m = twin(l, n, in);
-    if (!m || pass_set_enum(l->c, m, "layout", "nhwc"))
+    if (!m)
         return -1;
+    pass_set_enum(m, ATTR_LAYOUT, LAYOUT_NHWC);
     int y = pass_finish(l->c, m);
     return y < 0 ? -1 : take_over(l, i, y);
 }
@@ -186,7 +188,7 @@ static int convert_layout_op(Layout *l, int i) {
 static int permute_resize(Layout *l, Node *m, int rank) {
     int64_t perm[KILN_MAX_RANK];
     perm_of(rank, false, perm);
-    const char *lists[] = {"sizes", "scales", "roi"};
+    const AttrId lists[] = {ATTR_SIZES, ATTR_SCALES, ATTR_ROI};
     for (int a = 0; a < 3; a++) {
         Attr *at = &m->attrs[op_attr_index(OP_RESIZE, lists[a])];
         if (!at->set)
@@ -241,7 +243,7 @@ static int move_op(Layout *l, int i) {
 
 /* transpose's perm, reversed dims when not written. */
 static void perm_attr(const Node *t, int rank, int64_t *perm) {
-    const Attr *a = node_attr(t, "perm");
+    const Attr *a = node_attr(t, ATTR_PERM);
     for (int k = 0; k < rank; k++)
         perm[k] = a->set ? a->ints[k] : rank - 1 - k;
 }
@@ -275,7 +277,7 @@ static int collapse_transposes(Layout *l, int i) {
     if (!m)
         return diag_error(l->c->d, n->loc, "out of memory");
     m->in[0] = src;
-    if (!identity && pass_set_ints(l->c, m, "perm", perm, rank))
+    if (!identity && pass_set_ints(l->c, m, ATTR_PERM, perm, rank))
         return -1;
     graph_redefine(g, y, m, 0);
     l->dead[i] = true;

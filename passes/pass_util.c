@@ -51,28 +51,26 @@ Node *pass_new_node(PassContext *c, OpId op, int n_in, const int *in, const char
     return n;
 }
 
-static Attr *attr_slot(Node *n, const char *name) {
-    int i = op_attr_index(n->op, name);
+static Attr *attr_slot(Node *n, AttrId id) {
+    int i = op_attr_index(n->op, id);
     KILN_ASSERT(i >= 0);
     n->attrs[i].set = true;
     return &n->attrs[i];
 }
 
-void pass_set_int(Node *n, const char *attr, int64_t v) {
+void pass_set_int(Node *n, AttrId attr, int64_t v) {
     attr_slot(n, attr)->i = v;
 }
 
-void pass_set_float(Node *n, const char *attr, double v) {
+void pass_set_float(Node *n, AttrId attr, double v) {
     attr_slot(n, attr)->f = v;
 }
 
-int pass_set_enum(PassContext *c, Node *n, const char *attr, const char *word) {
-    Attr *a = attr_slot(n, attr);
-    a->s = arena_strdup(&c->g->arena, word);
-    return a->s ? 0 : diag_error(c->d, n->loc, "out of memory");
+void pass_set_enum(Node *n, AttrId attr, int choice) {
+    attr_slot(n, attr)->i = choice;
 }
 
-int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, int count) {
+int pass_set_ints(PassContext *c, Node *n, AttrId attr, const int64_t *v, int count) {
     Attr *a = attr_slot(n, attr);
     a->ints = arena_alloc(&c->g->arena, sizeof *v * (size_t)(count + 1));
     if (!a->ints)

@@ -75,10 +75,11 @@ Node *pass_definer(const Graph *g, int v);
  * named from base; the pass_set_* calls set its attributes; pass_finish normalizes
  * them and infers the result's type, returning its value id (-1 after a diagnostic). */
 Node *pass_new_node(PassContext *c, OpId op, int n_in, const int *in, const char *base, Loc loc);
-void pass_set_int(Node *n, const char *attr, int64_t v);
-void pass_set_float(Node *n, const char *attr, double v);
-int pass_set_enum(PassContext *c, Node *n, const char *attr, const char *word);
-int pass_set_ints(PassContext *c, Node *n, const char *attr, const int64_t *v, int count);
+void pass_set_int(Node *n, AttrId attr, int64_t v);
+void pass_set_float(Node *n, AttrId attr, double v);
+/* choice: the index of the enum's word, e.g. LAYOUT_NHWC */
+void pass_set_enum(Node *n, AttrId attr, int choice);
+int pass_set_ints(PassContext *c, Node *n, AttrId attr, const int64_t *v, int count);
 int pass_finish(PassContext *c, Node *n);
 /* ---- --check (check.c) ---- */
 

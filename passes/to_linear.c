@@ -29,7 +29,7 @@ static int as_bias(PassContext *c, int v, int64_t n, Loc loc) {
     char base[256];
     snprintf(base, sizeof base, "%s.row", c->g->values[v].name);
     Node *r = pass_new_node(c, OP_RESHAPE, 1, &v, base, loc);
-    if (!r || pass_set_ints(c, r, "shape", &n, 1))
+    if (!r || pass_set_ints(c, r, ATTR_SHAPE, &n, 1))
         return -2;
     int b = pass_finish(c, r);
     return b < 0 ? -2 : b;
@@ -43,7 +43,7 @@ static int transposed(PassContext *c, int *t, int v, Loc loc) {
     snprintf(base, sizeof base, "%s.T", c->g->values[v].name);
     Node *n = pass_new_node(c, OP_TRANSPOSE, 1, &v, base, loc);
     int64_t perm[2] = {1, 0};
-    if (!n || pass_set_ints(c, n, "perm", perm, 2))
+    if (!n || pass_set_ints(c, n, ATTR_PERM, perm, 2))
         return -1;
     return t[v] = pass_finish(c, n);
 }
@@ -72,14 +72,14 @@ static int from_gemm(PassContext *c, int i, int *t, bool *dead) {
     Node *n = c->g->nodes[i];
     const Type *a = &c->g->values[n->in[0]].type;
     bool has_c = n->n_in > 2 && n->in[2] >= 0;
-    if (node_float(n, "alpha") != 1 || node_bool(n, "trans_a") || (has_c && node_float(n, "beta") != 1) ||
-        a->rank != 2)
+    if (node_float(n, ATTR_ALPHA) != 1 || node_bool(n, ATTR_TRANS_A) ||
+        (has_c && node_float(n, ATTR_BETA) != 1) || a->rank != 2)
         return 0;
     int64_t cols = c->g->values[n->out[0]].type.dims[1];
     int b = has_c ? as_bias(c, n->in[2], cols, n->loc) : -1;
     if (b == -2 || (has_c && b < 0))
         return b == -2 ? -1 : 0;
-    int w = node_bool(n, "trans_b") ? n->in[1] : transposed(c, t, n->in[1], n->loc);
+    int w = node_bool(n, ATTR_TRANS_B) ? n->in[1] : transposed(c, t, n->in[1], n->loc);
     return w < 0 ? -1 : replace(c, i, n->in[0], w, b, dead);
 }
 

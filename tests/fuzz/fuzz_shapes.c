@@ -140,21 +140,15 @@ static void model_text(Bytes *b, Text *t, bool *big) {
         const AttrSpec *s = &o->attrs[a];
         if (s->def != DEF_REQUIRED && take(b) % 2)
             continue;
-        put(t, ", %s=", s->name);
+        put(t, ", %s=", attr_name(s->id));
         switch (s->kind) {
         case A_INT: put(t, "%lld", (long long)pick_int(b, big)); break;
         case A_BOOL: put(t, "%s", take(b) % 2 ? "true" : "false"); break;
         case A_FLOAT: put(t, "%s", floats[take(b) % N_FLOATS]); break;
         case A_STRING: put(t, "\"%s\"", exprs[take(b) % N_EXPRS]); break;
         case A_ENUM: {
-            int n = 1, pick;
-            for (const char *c = s->choices; *c; c++)
-                n += *c == '|';
-            pick = (int)(take(b) % (unsigned)n);
-            const char *c = s->choices;
-            for (; pick > 0; c++)
-                pick -= *c == '|';
-            put(t, "%.*s", (int)strcspn(c, "|"), c);
+            const EnumChoices *c = &enum_choices[s->set];
+            put(t, "%s", c->words[take(b) % (unsigned)c->n]);
             break;
         }
         case A_INTS:

@@ -110,17 +110,8 @@ static int count_flagged(unsigned flag) {
     return n;
 }
 
-/* Whether word is one of the '|'-separated choices. */
-static bool is_choice(const char *choices, const char *word) {
-    size_t len = strlen(word);
-    for (const char *c = choices; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL)
-        if (strncmp(c, word, len) == 0 && (c[len] == '|' || c[len] == 0))
-            return true;
-    return false;
-}
-
-static const AttrSpec *attr_spec(OpId op, const char *name) {
-    int k = op_attr_index(op, name);
+static const AttrSpec *attr_spec(OpId op, AttrId id) {
+    int k = op_attr_index(op, id);
     return k >= 0 ? &op_table[op].attrs[k] : NULL;
 }
 
@@ -149,7 +140,7 @@ static void test_functions(void **state) {
         if ((lowerings[op] != NULL) != kernel)
             fail_msg("%s %s a lowering", o->name, kernel ? "lacks" : "has");
         int n = 0;
-        while (o->attrs[n].name)
+        while (o->attrs[n].id != ATTR_COUNT)
             n++;
         assert_int_equal(n, o->n_attrs);
     }
@@ -178,8 +169,8 @@ static void test_flags(void **state) {
         if (op_has(id, F_VIEW))
             assert_true(o->eval == eval_copy && lowerings[op] == lower_copy && min == 1 && max == 1);
         if (op_has(id, F_LAYOUT)) {
-            const AttrSpec *s = attr_spec(id, "layout");
-            if (!s || s->kind != A_ENUM || !is_choice(s->choices, "nhwc"))
+            const AttrSpec *s = attr_spec(id, ATTR_LAYOUT);
+            if (!s || s->kind != A_ENUM || s->set != ENUM_LAYOUT)
                 fail_msg("%s is flagged layout-sensitive but has no nchw|nhwc layout", o->name);
         }
         if (op_has(id, F_DECL))
@@ -226,29 +217,22 @@ static void test_unary_rows(void **state) {
         assert_string_equal(o->name, r->name);
         assert_true(op_has(r->op, F_UNARY));
         assert_true(o->n_attrs <= UNARY_MAX_PARAMS);
-        if (!is_choice(attr_spec(OP_UNARY_GRAD, "op")->choices, r->name))
+        if (enum_lookup(attr_spec(OP_UNARY_GRAD, ATTR_OP)->set, r->name, strlen(r->name)) != i)
             fail_msg("unary_grad's op does not accept %s", r->name);
         double p[UNARY_MAX_PARAMS] = {0};
         int enum_attr = -1, choices = 1;
         for (int k = 0; k < o->n_attrs; k++) {
-            const AttrSpec *s = &o->attrs[k], *g = attr_spec(OP_UNARY_GRAD, s->name);
-            if (!g || g->kind != s->kind)
-                fail_msg("unary_grad lacks %s's attribute '%s' (the end of ir/unary.def)", r->name, s->name);
+            const AttrSpec *s = &o->attrs[k], *g = attr_spec(OP_UNARY_GRAD, s->id);
+            if (!g || g->kind != s->kind || g->set != s->set)
+                fail_msg("unary_grad lacks %s's attribute '%s' (the end of ir/unary.def)", r->name,
+                         attr_name(s->id));
             assert_true(s->kind == A_FLOAT || s->kind == A_ENUM);
             assert_true(s->def == DEF_VALUE);
             if (s->kind == A_FLOAT)
                 continue;
             assert_int_equal(enum_attr, -1); /* the loop below tries one enum's choices */
             enum_attr = k;
-            for (const char *c = strchr(s->choices, '|'); c; c = strchr(c + 1, '|'))
-                choices++;
-            if (g->kind == A_ENUM)
-                for (const char *c = s->choices; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL) {
-                    char word[64];
-                    snprintf(word, sizeof word, "%.*s", (int)strcspn(c, "|"), c);
-                    if (!is_choice(g->choices, word))
-                        fail_msg("unary_grad's '%s' lacks %s's choice '%s'", s->name, r->name, word);
-                }
+            choices = enum_choices[s->set].n;
         }
         /* the defaults, then other values (default 1.5 + 0.25, away from every row's
            kinks at the smooth points), for each choice of the enum */
@@ -271,7 +255,7 @@ static void test_binary_rows(void **state) {
         const BinaryRow *r = &binary_rows[i];
         assert_string_equal(op_table[r->op].name, r->name);
         assert_true(op_has(r->op, F_BINARY));
-        if (!is_choice(attr_spec(OP_BINARY_GRAD, "op")->choices, r->name))
+        if (enum_lookup(attr_spec(OP_BINARY_GRAD, ATTR_OP)->set, r->name, strlen(r->name)) != i)
             fail_msg("binary_grad's op does not accept %s", r->name);
         check_c_text(r->name, r->c, 0);
         check_c_text(r->name, r->dc_a, 0);
