@@ -15,6 +15,14 @@
 
 #include "model.h"
 
+/* What libkiln exports: these functions and nothing else (it is built with hidden
+ * visibility, and tests/check_exports.sh holds it to this header). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,16 +44,16 @@ typedef struct {
 typedef struct kiln_module kiln_module;
 
 /* Opens a shared object made by `kiln compile` and creates an instance. */
-kiln_module *kiln_load(const char *path_to_so, kiln_error *err);
+KILN_API kiln_module *kiln_load(const char *path_to_so, kiln_error *err);
 /* Compiles a model given as text (or read from a file: .kiln, or .onnx, imported
  * with its initializers as weights) and creates an instance; opts may be NULL for
  * the defaults. */
-kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err);
-kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err);
+KILN_API kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err);
+KILN_API kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err);
 /* Runs the model once on dense, C-order float buffers of the sizes kiln_def gives. */
-int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err);
-const kiln_model_def *kiln_def(const kiln_module *m);
-void kiln_free(kiln_module *m);
+KILN_API int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err);
+KILN_API const kiln_model_def *kiln_def(const kiln_module *m);
+KILN_API void kiln_free(kiln_module *m);
 
 #ifdef __cplusplus
 }
