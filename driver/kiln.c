@@ -110,10 +110,12 @@ int usage_error(const Command *cmd, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-int exit_status(int rc, const Diag *d) {
+int exit_status(int rc, Diag *d) {
+    if (diag_take_assert(d))
+        return EXIT_BUG;
     if (rc == 0 || rc == EXIT_USAGE)
         return rc;
-    return d->internal ? EXIT_BUG : rc == EXIT_BUG ? EXIT_BUG : EXIT_USER;
+    return (d->errors && d->kind == DIAG_INTERNAL) || rc == EXIT_BUG ? EXIT_BUG : EXIT_USER;
 }
 
 static const OptionSpec *find_option(const Command *cmd, const char *key) {
@@ -204,6 +206,7 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
 int parse_options(int argc, char **argv, int first, const Command *cmd, Options *o) {
     memset(o, 0, sizeof *o);
     o->command = cmd;
+    o->settings = kiln_options_from_env();
     o->pipeline.level = 2;
     o->steps = 1;
     o->iters = 50;
@@ -256,10 +259,15 @@ int parse_options(int argc, char **argv, int first, const Command *cmd, Options 
     return 0;
 }
 
-JitOptions jit_options(const Options *o) {
-    Target target = o->target && strcmp(o->target, "cuda") == 0 ? TARGET_CUDA : TARGET_C;
-    return (JitOptions){NULL, target, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir,
-                        NULL, o->cpu};
+int jit_options(const Options *o, JitOptions *jo, Diag *d) {
+    kiln_options settings = o->settings;
+    settings.target = o->target && strcmp(o->target, "cuda") == 0 ? "cuda" : "c";
+    settings.cpu = o->cpu;
+    if (jit_options_from(&settings, jo, d))
+        return -1;
+    jo->memplan = pipeline_selects(&o->pipeline, "memplan");
+    jo->dump_dir = o->pipeline.dump_dir;
+    return 0;
 }
 
 static bool ends_with(const char *s, const char *suffix) {

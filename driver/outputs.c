@@ -217,9 +217,8 @@ const char *outputs_temp(Outputs *s, int i, Diag *d) {
     Output *o = &s->items[i];
     if (o->tmp[0])
         return o->tmp;
-    const char *dir = getenv("TMPDIR");
     /* beside the file it replaces; from $TMPDIR for one written through */
-    const char *base = o->through ? (dir && *dir ? dir : "/tmp") : o->name;
+    const char *base = o->through ? tempfiles_dir() : o->name;
     const char *suffix = o->through ? "/kiln-out-XXXXXX" : ".XXXXXX";
     size_t n = strlen(base);
     if (n + strlen(suffix) >= sizeof o->tmp) {
