@@ -235,13 +235,22 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     return m;
 }
 
+/* Code generated past a failed internal assertion is not handed out to run. */
+static kiln_module *checked(kiln_module *m, Diag *d, kiln_error *err) {
+    if (!diag_take_assert(d))
+        return m;
+    kiln_free(m);
+    kiln_set_error_kind(err, KILN_ERROR_INTERNAL, "cannot compile the model");
+    return NULL;
+}
+
 kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d, kiln_error *err) {
-    return jit(g, weights, o, false, d, err);
+    return checked(jit(g, weights, o, false, d, err), d, err);
 }
 
 kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d,
                                 kiln_error *err) {
-    return jit(g, weights, o, true, d, err);
+    return checked(jit(g, weights, o, true, d, err), d, err);
 }
 
 /* A parsed or imported graph compiled as the library's options say: their weights

@@ -34,9 +34,11 @@ static const char usage_main[] =
     "  import   translate an ONNX model into a .kiln model and its weights\n"
     "\n"
     "`kiln COMMAND --help` describes a command's options and the environment variables.\n"
-    "Exit status: 0 success, 1 bad model/weights/inputs, 2 bad command line, 3 internal error.\n";
+    "Exit status: 0 success, 1 bad model/weights/inputs (or out of memory), 2 bad command line,\n"
+    "3 internal error.\n";
 
-/* What every command's --help ends with: every variable kiln reads (getenv). */
+/* What every command's --help ends with: every variable kiln reads, the compile's
+ * settings once, in parse_options (kiln_options_from_env). */
 static const char environment[] =
     "\n"
     "environment:\n"

@@ -44,6 +44,10 @@ void ir_set_alloc_limit(size_t bytes);
  * were false (once); n < 0 disarms it. */
 #define KILN_ASSERT(cond)                                                                                    \
     ((cond) && kiln_assert_holds() ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
+/* KILN_ASSERT as a condition, for code that must step around a failure to stay
+ * memory-safe: `if (!KILN_CHECK(i < n)) return -1;`. */
+#define KILN_CHECK(cond)                                                                                     \
+    ((cond) && kiln_assert_holds() ? true : (kiln_assert_fail(#cond, __FILE__, __LINE__), false))
 void kiln_assert_fail(const char *cond, const char *file, int line);
 void ir_fail_assert_after(long n);
 extern _Thread_local long kiln_asserts_left;

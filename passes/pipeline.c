@@ -186,7 +186,8 @@ static int run_step(Run *r, const Pass *p) {
 static int run_pass(const char *name, void *ctx) {
     Run *r = ctx;
     const Pass *p = pass_find(name);
-    KILN_ASSERT(p);
+    if (!KILN_CHECK(p))
+        return -1;
     bool expanded = p->run == pass_autodiff && r->expanded;
     return disabled(r->o, name) || expanded ? 0 : run_step(r, p);
 }
@@ -233,7 +234,8 @@ static int is_name(const char *name, void *ctx) {
 
 bool pipeline_selects(const PipelineOptions *o, const char *name) {
     const Pass *p = pass_find(name);
-    KILN_ASSERT(p);
+    if (!KILN_CHECK(p))
+        return false;
     if (disabled(o, name))
         return false;
     return o->only ? each_name(o->only, is_name, (void *)name) != 0 : o->level >= p->level;
