@@ -9,10 +9,10 @@
  * a message in err->message and its kind in err->kind: the input's fault, too
  * little memory, or kiln's own (a bug). libkiln never ends the program it runs in:
  * a failed internal check is an error of kind KILN_ERROR_INTERNAL. Any number of
- * threads may call these functions at
- * once on different modules. A module holds one instance of its model: one
- * kiln_run at a time per module (kiln_def(m)->create makes further instances, each
- * of which may run on a thread of its own). */
+ * threads may call these functions at once on different modules. A module holds
+ * one instance of its model: one kiln_run at a time per module
+ * (kiln_def(m)->create makes further instances, each of which may run on a thread
+ * of its own). */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
 
@@ -71,8 +71,8 @@ typedef struct {
  * $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln; jit "cc" when $KILN_JIT is `cc`;
  * cc and cxx from $KILN_CC and $KILN_CXX; blas "off" when $KILN_BLAS is `off`;
  * cuda "emulate" when $KILN_CUDA is `emulate`. Every other field is 0 (NULL): its
- * built-in default. Start from these to honour the environment and change what
- * the program decides itself. */
+ * built-in default. kiln_jit takes a NULL field of its options from here; the kiln
+ * command starts from these and sets what its own options say. */
 KILN_API kiln_options kiln_options_from_env(void);
 
 typedef struct kiln_module kiln_module;
