@@ -1,13 +1,13 @@
 /* Compiling generated C into a shared object with the system C compiler.
  *
- * The source and the weights blob go into a fresh temporary directory, the compiler
- * ($KILN_CC, default `cc`) runs there with its output captured, and the shared
- * object is moved into place through a temporary file beside the target; the
+ * The source and the weights blob go into a fresh temporary directory (in $TMPDIR,
+ * tempfiles_dir), the compiler (the Toolchain's, kiln_options.cc, default `cc`) runs there with its output
+ * captured, and the shared object is moved into place through a temporary file beside the target; the
  * directory is removed whatever happens, so nothing is left behind, and while it
  * exists it and its files are registered (ir/tempfiles.h) for the driver's signal
  * handler to remove if SIGINT or SIGTERM ends the compile. The -march is the
  * caller's choice (native unless told otherwise). Emulated CUDA
- * kernels are C++ that the system C++ compiler ($KILN_CXX, default `c++`) compiles
+ * kernels are C++ that the system C++ compiler (kiln_options.cxx, default `c++`) compiles
  * first, into an object linked into the same shared object. */
 #include "codegen.h"
 #include "../frontend/frontend.h"
@@ -105,11 +105,13 @@ static int run_compiler(char **argv, const char *log, Diag *d) {
         return 0;
     unsigned char *text = NULL;
     size_t len = 0;
-    Diag quiet = {fopen("/dev/null", "w"), 0, 0};
-    if (quiet.out && read_file_bytes(log, &text, &len, &quiet) == 0 && len > 2000)
+    FILE *devnull = fopen("/dev/null", "w");
+    Diag quiet;
+    diag_init(&quiet, devnull);
+    if (devnull && read_file_bytes(log, &text, &len, &quiet) == 0 && len > 2000)
         len = 2000;
-    if (quiet.out)
-        fclose(quiet.out);
+    if (devnull)
+        fclose(devnull);
     /* a compiler that cannot run is this machine's problem; one that rejects the
        generated code is kiln's */
     if (status < 0)
@@ -124,23 +126,18 @@ static int run_compiler(char **argv, const char *log, Diag *d) {
     return -1;
 }
 
-static const char *compiler(const char *env, const char *fallback) {
-    const char *cc = getenv(env);
-    return cc && *cc ? cc : fallback;
-}
-
-int cc_compile_so(const Source *src, const Program *p, const char *out_path, const char *cpu, Diag *d) {
-    const char *tmp = getenv("TMPDIR");
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, const Toolchain *tc, Diag *d) {
+    const char *cpu = tc->cpu ? tc->cpu : "native";
     WorkDir w = {.n = 0};
     char *dir = w.dir; /* DIR_MAX bytes */
     char march[64], weights_def[PATH_MAX_LEN], so[PATH_MAX_LEN], c_file[PATH_MAX_LEN], log[PATH_MAX_LEN];
     char cxx_file[PATH_MAX_LEN], obj[PATH_MAX_LEN];
-    if (snprintf(dir, DIR_MAX, "%s/kiln-cc-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= DIR_MAX)
+    if (snprintf(dir, DIR_MAX, "%s/kiln-cc-XXXXXX", tempfiles_dir()) >= DIR_MAX)
         return diag_error(d, (Loc){0}, "TMPDIR is too long");
-    if (!cc_cpu_valid(cpu ? cpu : "native"))
+    if (!cc_cpu_valid(cpu))
         return diag_error(d, (Loc){0},
                           "unknown --cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)", cpu);
-    snprintf(march, sizeof march, "-march=%s", cpu ? cpu : "native");
+    snprintf(march, sizeof march, "-march=%s", cpu);
     if (!mkdtemp(dir))
         return diag_error(d, (Loc){0}, "cannot create a temporary directory: %s", strerror(errno));
     work_track(&w, dir);
@@ -158,7 +155,7 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
              write_in(&w, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
              (src->emulated && write_in(&w, "kernels.cpp", src->kernels.s, src->kernels.len, d));
     if (!rc && src->emulated) {
-        char *argv[] = {(char *)compiler("KILN_CXX", "c++"),
+        char *argv[] = {(char *)(tc->cxx ? tc->cxx : "c++"),
                         "-O2",
                         "-fPIC",
                         "-fno-exceptions",
@@ -173,7 +170,7 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
     if (!rc) {
         char *argv[32];
         int argc = 0;
-        argv[argc++] = (char *)compiler("KILN_CC", "cc");
+        argv[argc++] = (char *)(tc->cc ? tc->cc : "cc");
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = march;

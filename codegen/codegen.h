@@ -141,8 +141,9 @@ typedef struct {
     int n_kernels, cap_kernels;
     int *inputs, n_inputs; /* value ids in declaration order */
     Target target;
-    /* GEMMs call OpenBLAS: the C target, where kiln is built with it and $KILN_BLAS
-       is not `off`. Else the GEMM-heavy ops are K_GEMM kernels (kernel_gemm). */
+    /* GEMMs call OpenBLAS: the C target, where kiln is built with it and
+       program_lower was asked to (kiln_options.blas). Else the GEMM-heavy ops are K_GEMM kernels
+       (kernel_gemm). */
     bool blas;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
     Arena arena; /* the kernels' IR */
@@ -153,9 +154,10 @@ typedef struct {
 } Program;
 
 /* Lowers a verified graph (no grad left) with its weights for a target;
- * memplan: plan the workspace with reuse (plan.c), else every value its own offset.
- * NULL after a diagnostic (an op with no lowering, a missing weight). */
-Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, Diag *d);
+ * memplan: plan the workspace with reuse (plan.c), else every value its own offset;
+ * blas: the C target's GEMMs call OpenBLAS (where kiln is built with it), else they
+ * are generated loops. NULL after a diagnostic (an op with no lowering, a missing weight). */
+Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, bool blas, Diag *d);
 void program_free(Program *p);
 
 /* ---- The memory plan (plan.c) ---- */
@@ -386,21 +388,26 @@ extern const char *const cc_flags[7];
  * machine's, the default. */
 extern const char *const cc_cpus[];
 bool cc_cpu_valid(const char *cpu);
+/* The system compilers a shared object is built with, and the CPU it is built for. */
+typedef struct {
+    const char *cc, *cxx; /* the C and C++ compilers; NULL: "cc" and "c++" */
+    const char *cpu;      /* -march=CPU (cc_cpu_valid); NULL: native */
+} Toolchain;
 /* A program's generated source. */
 typedef struct {
     Str host;      /* the C translation unit of the shared object */
     Str kernels;   /* CUDA: the kernels' source (in host as a string, or, emulated, C++ compiled beside it) */
     Str kir;       /* the kernels as kernel IR, for people (--dump-dir) */
-    bool emulated; /* CUDA kernels for the CPU (KILN_CUDA=emulate) */
+    bool emulated; /* CUDA kernels for the CPU (kiln_options.cuda "emulate") */
 } Source;
 
-/* The source of p for its target; -1 after a diagnostic. */
-int program_source(const Program *p, Source *src, Diag *d);
+/* The source of p for its target, the CUDA target's kernels built for the CPU when
+ * cuda_emulated; -1 after a diagnostic. */
+int program_source(const Program *p, bool cuda_emulated, Source *src, Diag *d);
 void source_free(Source *src);
 
 /* Compiles a program's source and its weights blob into a shared object at
- * out_path with the system compilers, for the CPU cpu (-march; NULL: native);
- * nothing is left behind on failure. */
-int cc_compile_so(const Source *src, const Program *p, const char *out_path, const char *cpu, Diag *d);
+ * out_path with the compilers of tc; nothing is left behind on failure. */
+int cc_compile_so(const Source *src, const Program *p, const char *out_path, const Toolchain *tc, Diag *d);
 
 #endif

@@ -174,13 +174,12 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
 
 /* ---- Either target ---- */
 
-int program_source(const Program *p, Source *src, Diag *d) {
+int program_source(const Program *p, bool cuda_emulated, Source *src, Diag *d) {
     *src = (Source){0};
     program_dump_kir(p, &src->kir);
     if (p->target == TARGET_C)
         return emit_c_model(p, &src->host, d);
-    const char *how = getenv("KILN_CUDA");
-    src->emulated = how && strcmp(how, "emulate") == 0;
+    src->emulated = cuda_emulated;
     return emit_cuda_kernels(p, src->emulated, &src->kernels, d) ||
                    emit_cuda_model(p, &src->kernels, src->emulated, &src->host, d)
                ? -1

@@ -1,16 +1,21 @@
 /* kiln_jit: compiling a model in process and loading it, with a compile cache.
  *
  * The model is parsed, optimized and lowered, and the C is generated. Where kiln was
- * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and $KILN_JIT is not `cc`, the C
+ * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and kiln_options.jit is not `cc`, the C
  * is compiled and linked in memory (jit_clang.cpp), its object file cached as
  * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
  * it is dlopened. KEY is a hash of the generated source, the weights, the
  * compiler flags and the CPU; only a miss compiles. Each entry carries its key and
  * a checksum (codegen/cache.c); one that fails them, or whose shared object fails
  * the loader's checks, is compiled again and overwritten, with one warning. The cache directory is
- * $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; when it cannot be used, the clang JIT
- * caches nothing and the shared object is built in a temporary file removed once
- * loaded. */
+ * kiln_options.cache_dir (its default from the environment: codegen/options.c); without one, or
+ * when it cannot be used, the clang JIT caches nothing and the shared object is built
+ * in a temporary file removed once loaded.
+ *
+ * A library call's diagnostics become its kiln_error: the text, and the kind of the
+ * worst of them. An internal assertion that failed on the way (KILN_ASSERT) makes
+ * the call fail as kiln's own error even where everything else went well: its
+ * result cannot be trusted. */
 #include "codegen.h"
 #include "jit.h"
 #include "cache.h"
@@ -53,7 +58,7 @@ static uint64_t cpu_hash(uint64_t h) {
 }
 
 /* Two independent 64-bit hashes of everything that determines the shared object. */
-static void cache_key(const Source *src, const Program *p, const char *cpu, char *key, size_t n) {
+static void cache_key(const Source *src, const Program *p, const Toolchain *tc, char *key, size_t n) {
     uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
     for (int k = 0; k < 2; k++) {
         h[k] = cpu_hash(h[k]);
@@ -63,8 +68,9 @@ static void cache_key(const Source *src, const Program *p, const char *cpu, char
         h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
         for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
             h[k] = fnv1a(h[k], cc_flags[f], strlen(cc_flags[f]) + 1);
+        const char *cpu = tc->cpu ? tc->cpu : "native";
         h[k] = fnv1a(h[k], cpu, strlen(cpu) + 1);
-        const char *compilers[] = {getenv("KILN_CC"), getenv("KILN_CXX")};
+        const char *compilers[] = {tc->cc, tc->cxx};
         for (int c = 0; c < 2; c++)
             if (compilers[c])
                 h[k] = fnv1a(h[k], compilers[c], strlen(compilers[c]) + 1);
@@ -87,28 +93,19 @@ static bool make_dirs(const char *path) {
 }
 
 static bool cache_dir(const char *given, char *dir, size_t n) {
-    const char *env = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (given && *given)
-        snprintf(dir, n, "%s", given);
-    else if (env && *env)
-        snprintf(dir, n, "%s", env);
-    else if (xdg && *xdg)
-        snprintf(dir, n, "%s/kiln", xdg);
-    else if (home && *home)
-        snprintf(dir, n, "%s/.cache/kiln", home);
-    else
+    if (!given || !*given || snprintf(dir, n, "%s", given) >= (int)n)
         return false;
     return make_dirs(dir) && access(dir, W_OK) == 0;
 }
 
-/* The in-process JIT, unless it is not built or $KILN_JIT=cc asks for the system compiler. */
-static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const char *cpu,
+/* The in-process JIT, unless it is not built or the options ask for the system compiler. */
+static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const JitOptions *o,
                                    const char *dir, const char *key, Diag *d, kiln_error *err, bool *used) {
 #ifdef KILN_HAVE_CLANG_JIT
-    const char *how = getenv("KILN_JIT");
-    *used = !how || strcmp(how, "cc") != 0;
+    *used = o->clang;
     if (!*used)
         return NULL;
+    const char *cpu = o->tools.cpu ? o->tools.cpu : "native";
     const kiln_model_def *def = NULL;
     char msg[2048];
     void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, cpu, dir, key, &def,
@@ -116,14 +113,15 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
     if (h) {
         kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
         if (!m)
-            diag_relay(d, err->message);
+            diag_relay_error(d, err);
         return m;
     }
-    diag_relay(d, msg); /* kiln's own failure when Clang rejected the generated code */
+    /* kiln's own failure when Clang rejected the generated code, which it says */
+    diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
     kiln_set_error(err, "cannot compile the model");
     return NULL;
 #else
-    (void)g, (void)p, (void)src, (void)cpu, (void)dir, (void)key, (void)d, (void)err;
+    (void)g, (void)p, (void)src, (void)o, (void)dir, (void)key, (void)d, (void)err;
     *used = false;
     return NULL;
 #endif
@@ -145,7 +143,7 @@ static int dump_source(const char *dir, const Program *p, const Source *src, Dia
  * when it is one whose shared object passes the loader's checks, else compiled (into a
  * temporary file beside it) and written, with a warning when a corrupt entry was there. */
 static int so_entry(const Source *src, const Program *p, const char *path, const char *key, const char *name,
-                    const char *cpu, Diag *d) {
+                    const Toolchain *tc, Diag *d) {
     unsigned char *payload = NULL;
     size_t len = 0;
     kiln_error ignored;
@@ -165,7 +163,7 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
         return diag_error(d, (Loc){0}, "cannot write the cache entry '%s': %s", path, strerror(errno));
     close(fd);
     int slot = tempfiles_add(tmp);
-    int rc = cc_compile_so(src, p, tmp, cpu, d);
+    int rc = cc_compile_so(src, p, tmp, tc, d);
     if (!rc)
         rc = read_file_bytes(tmp, &payload, &len, d);
     unlink(tmp);
@@ -180,32 +178,33 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
 static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
                         kiln_error *err) {
-    Program *p = program_lower(g, weights, o->target, o->memplan, d);
+    Program *p = program_lower(g, weights, o->target, o->memplan, o->blas, d);
     Source src = {0};
     if (p)
         p->profile = profile;
     if (p && o->report)
         plan_report(p, o->report);
-    if (!p || program_source(p, &src, d) || (o->dump_dir && dump_source(o->dump_dir, p, &src, d))) {
+    if (!p || program_source(p, o->cuda_emulated, &src, d) ||
+        (o->dump_dir && dump_source(o->dump_dir, p, &src, d))) {
         program_free(p);
         source_free(&src);
         kiln_set_error(err, "cannot compile the model");
         return NULL;
     }
     char dir[4096], key[40], path[4200];
-    const char *cpu = o->cpu ? o->cpu : "native";
-    if (!cc_cpu_valid(cpu)) {
-        diag_error(d, (Loc){0}, "unknown cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)", cpu);
+    if (o->tools.cpu && !cc_cpu_valid(o->tools.cpu)) {
+        diag_error(d, (Loc){0}, "unknown cpu '%s' (native, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4)",
+                   o->tools.cpu);
         program_free(p);
         source_free(&src);
         kiln_set_error(err, "cannot compile the model");
         return NULL;
     }
-    cache_key(&src, p, cpu, key, sizeof key);
+    cache_key(&src, p, &o->tools, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
-    kiln_module *m = profile || src.emulated ? NULL
-                                             : jit_in_process(g, p, &src.host, cpu, cached ? dir : NULL, key,
-                                                              d, err, &in_process);
+    kiln_module *m = profile || src.emulated
+                         ? NULL
+                         : jit_in_process(g, p, &src.host, o, cached ? dir : NULL, key, d, err, &in_process);
     if (in_process) {
         program_free(p);
         source_free(&src);
@@ -214,20 +213,19 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     if (cached)
         snprintf(path, sizeof path, "%s/%s.so", dir, key);
     else {
-        const char *tmp = getenv("TMPDIR");
         /* unique to this call: threads compiling the same model each load and
            remove a file of their own */
         static atomic_ulong serial;
-        snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld-%lu.so", tmp && *tmp ? tmp : "/tmp", key,
-                 (long)getpid(), atomic_fetch_add(&serial, 1));
+        snprintf(path, sizeof path, "%s/kiln-jit-%s-%ld-%lu.so", tempfiles_dir(), key, (long)getpid(),
+                 atomic_fetch_add(&serial, 1));
     }
     /* an uncached shared object lives only until it is loaded; a signal meanwhile
        removes it */
     int slot = cached ? -1 : tempfiles_add(path);
-    if ((cached && so_entry(&src, p, path, key, g->name, cpu, d) == 0) ||
-        (!cached && cc_compile_so(&src, p, path, cpu, d) == 0)) {
+    if ((cached && so_entry(&src, p, path, key, g->name, &o->tools, d) == 0) ||
+        (!cached && cc_compile_so(&src, p, path, &o->tools, d) == 0)) {
         if (!(m = kiln_module_open(path, g->name, err)))
-            diag_relay(d, err->message);
+            diag_relay_error(d, err);
     } else {
         kiln_set_error(err, "cannot compile the model");
     }
@@ -240,35 +238,63 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     return m;
 }
 
+/* Code generated past a failed internal assertion is not handed out to run. */
+static kiln_module *checked(kiln_module *m, Diag *d, kiln_error *err) {
+    if (!diag_take_assert(d))
+        return m;
+    kiln_free(m);
+    kiln_set_error_kind(err, KILN_ERROR_INTERNAL, "cannot compile the model");
+    return NULL;
+}
+
 kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d, kiln_error *err) {
-    return jit(g, weights, o, false, d, err);
+    return checked(jit(g, weights, o, false, d, err), d, err);
 }
 
 kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d,
                                 kiln_error *err) {
-    return jit(g, weights, o, true, d, err);
+    return checked(jit(g, weights, o, true, d, err), d, err);
 }
 
 /* A parsed or imported graph compiled as the library's options say: their weights
- * files after any the graph came with, their target and -O level. */
+ * files after any the graph came with, their target, -O level and settings. */
 static kiln_module *jit_loaded(Graph *g, TensorList *weights, const kiln_options *opts, Diag *d,
                                kiln_error *err) {
-    int ok = 1;
-    for (int i = 0; ok && opts && i < opts->n_weights; i++)
-        ok = safetensors_read(opts->weights[i], weights, d) == 0;
+    JitOptions jo;
+    if (jit_options_from(opts, &jo, d))
+        return NULL;
+    for (int i = 0; opts && i < opts->n_weights; i++)
+        if (safetensors_read(opts->weights[i], weights, d))
+            return NULL;
     PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
-    Target target = TARGET_C;
-    if (ok && opts && opts->target && strcmp(opts->target, "c") != 0 && strcmp(opts->target, "cuda") != 0) {
-        diag_error(d, (Loc){0}, "unknown target '%s' (c or cuda)", opts->target);
-        ok = 0;
-    } else if (opts && opts->target && strcmp(opts->target, "cuda") == 0) {
-        target = TARGET_CUDA;
-    }
-    JitOptions jo = {opts ? opts->cache_dir : NULL, target, pipeline_selects(&po, "memplan"), NULL, NULL,
-                     opts ? opts->cpu : NULL};
-    if (ok && pipeline_run(g, weights, &po, d) == 0)
+    jo.memplan = pipeline_selects(&po, "memplan");
+    if (pipeline_run(g, weights, &po, d) == 0)
         return jit_graph(g, weights, &jo, d, err);
     return NULL;
+}
+
+static kiln_error_kind error_kind(const Diag *d) {
+    if (!d->errors)
+        return KILN_ERROR_USER;
+    return d->kind == DIAG_INTERNAL    ? KILN_ERROR_INTERNAL
+           : d->kind == DIAG_NO_MEMORY ? KILN_ERROR_NO_MEMORY
+                                       : KILN_ERROR_USER;
+}
+
+/* The end of a library call: a failed internal assertion fails it too, and err
+ * gets the call's diagnostics (their text and kind) when it failed. */
+static kiln_module *finish_call(kiln_module *m, Diag *d, FILE *f, char **msg, kiln_error *err) {
+    if (diag_take_assert(d)) {
+        kiln_free(m);
+        m = NULL;
+    }
+    if (f)
+        fclose(f);
+    if (!m && *msg && **msg)
+        kiln_set_error_kind(err, error_kind(d), "%s", *msg);
+    free(*msg);
+    *msg = NULL;
+    return m;
 }
 
 /* The diagnostics of a library call go into err: the first line of them. */
@@ -281,17 +307,13 @@ static kiln_module *jit_source(const char *name, const char *text, const kiln_op
     diag_init(&d, f ? f : stderr);
     kiln_module *m = NULL;
     SrcFile *src = srcfile_from_string(name, text);
+    if (!src)
+        diag_error(&d, (Loc){0}, "out of memory");
     Graph *g = src ? parse_model(src, &d) : NULL;
     TensorList weights = {0};
     if (g && verify_graph(g, &d) == 0)
         m = jit_loaded(g, &weights, opts, &d, err);
-    if (f)
-        fclose(f);
-    if (!m && msg && *msg)
-        kiln_set_error(err, "%s", msg);
-    else if (!m && !src)
-        kiln_set_error(err, "out of memory");
-    free(msg);
+    m = finish_call(m, &d, f, &msg, err);
     tensors_free(&weights);
     graph_free(g);
     srcfile_free(src);
@@ -319,13 +341,9 @@ static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_er
     Graph *g = onnx_import(path, NULL, 0, &weights, &d);
     if (g)
         m = jit_loaded(g, &weights, opts, &d, err);
-    if (f)
-        fclose(f);
-    if (!m && msg && *msg)
-        kiln_set_error(err, "%s", msg);
-    else if (!m)
-        kiln_set_error(err, "cannot import '%s'", path);
-    free(msg);
+    else if (!d.errors)
+        diag_error(&d, (Loc){0}, "cannot import '%s'", path);
+    m = finish_call(m, &d, f, &msg, err);
     tensors_free(&weights);
     graph_free(g);
     return m;
@@ -350,7 +368,7 @@ kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_erro
     if (src)
         m = jit_source(path, src->text, opts, err);
     else
-        kiln_set_error(err, "%s", msg && *msg ? msg : "cannot read the model");
+        kiln_set_error_kind(err, error_kind(&d), "%s", msg && *msg ? msg : "cannot read the model");
     free(msg);
     srcfile_free(src);
     return m;

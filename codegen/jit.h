@@ -6,15 +6,27 @@
 #include "../runtime/kiln/kiln.h"
 #include "codegen.h"
 
-/* How a graph is compiled in process. */
+/* How a graph is compiled in process: every setting explicit, none read here from
+ * the environment (jit_options_from makes one from the public kiln_options). */
 typedef struct {
-    const char *cache; /* the compile cache's directory; NULL: the default one */
+    const char *cache; /* the compile cache's directory; NULL: none, a temporary file */
     Target target;
     bool memplan;         /* plan the workspace with reuse (the pipeline's `memplan` stage) */
     const char *dump_dir; /* also write the generated C as DIR/model.c; NULL: no */
     Str *report;          /* non-NULL: the memory plan's report (plan_report) is appended here */
-    const char *cpu;      /* the -march the code is built for (cc_cpus); NULL: native */
+    Toolchain tools;      /* the system compilers and the CPU */
+    bool clang;           /* compile in process with Clang's libraries, where kiln has them */
+    bool blas;            /* the C target's GEMMs call OpenBLAS, where kiln has it */
+    bool cuda_emulated;   /* the CUDA target's kernels run on the CPU */
 } JitOptions;
+
+/* The settings of o, whose NULL fields take kiln_options_from_env's values (all of
+ * them when o is NULL), checked and made explicit in *jo (memplan, dump_dir and
+ * report left off); -1 after a diagnostic naming a value outside a field's list. */
+int jit_options_from(const kiln_options *o, JitOptions *jo, Diag *d);
+
+/* A kiln_error reported in d as an error of its kind. */
+int diag_relay_error(Diag *d, const kiln_error *err);
 
 /* Compiles g (already optimized) through the cache and loads it; NULL with
  * diagnostics in d and a summary in err. */

@@ -494,7 +494,7 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
     return 0;
 }
 
-Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, Diag *d) {
+Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, bool blas, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
@@ -505,8 +505,9 @@ Program *program_lower(Graph *g, const TensorList *weights, Target target, bool 
     p->g = g;
     p->target = target;
 #ifdef KILN_HAVE_OPENBLAS
-    const char *blas = getenv("KILN_BLAS");
-    p->blas = target == TARGET_C && !(blas && strcmp(blas, "off") == 0);
+    p->blas = target == TARGET_C && blas;
+#else
+    (void)blas;
 #endif
     for (int v = 0; v < g->n_values; v++)
         p->buf[v].kind = BUF_NONE;

@@ -205,10 +205,10 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
         inputs[i] = in[i]->data;
     for (int k = 0; !rc && k < def->n_outputs; k++)
         outputs[k] = out[k]->data;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     for (long r = 0; !rc && r < o->warmup; r++)
         if (kiln_run(m, inputs, outputs, &err))
-            rc = diag_relay(d, err.message);
+            rc = diag_relay_error(d, &err);
     if (!rc && profile) {
         double *seconds;
         const char *const *names, *const *comments;
@@ -219,7 +219,7 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     for (long r = 0; !rc && r < o->iters; r++) {
         double start = now_seconds();
         if (kiln_run(m, inputs, outputs, &err))
-            rc = diag_relay(d, err.message);
+            rc = diag_relay_error(d, &err);
         times[r] = (now_seconds() - start) * 1e3;
     }
     if (!rc) {
@@ -260,22 +260,24 @@ int cmd_bench(int argc, char **argv) {
     Graph *g = NULL;
     TensorList weights = {0};
     kiln_module *m = NULL;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     Str report = {0};
     if (is_shared_object(o.model)) {
         if (o.memory_report)
             rc = diag_error(&d, (Loc){0}, "'%s' is compiled; --memory-report needs a .kiln model", o.model);
         else if (!(m = kiln_load(o.model, &err)))
-            rc = diag_relay(&d, err.message);
+            rc = diag_relay_error(&d, &err);
     } else {
         rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
-        JitOptions jo = jit_options(&o);
-        jo.report = o.memory_report ? &report : NULL;
-        if (!rc)
+        JitOptions jo;
+        rc = rc || jit_options(&o, &jo, &d);
+        if (!rc) {
+            jo.report = o.memory_report ? &report : NULL;
             m = o.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
                           : jit_graph(g, &weights, &jo, &d, &err);
+        }
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
-            rc = d.errors ? -1 : diag_relay(&d, err.message);
+            rc = d.errors ? -1 : diag_relay_error(&d, &err);
     }
     if (!rc && report.oom)
         rc = diag_error(&d, (Loc){0}, "out of memory");

@@ -50,10 +50,10 @@ static const Command command = {
 /* --check of the compiled model: loaded and run on the check's inputs, its outputs
  * are compared with the interpreter's before the passes. */
 static int check_compiled(const Check *check, const Graph *g, const char *path, Diag *d) {
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_load(path, &err);
     if (!m)
-        return diag_relay(d, err.message);
+        return diag_relay_error(d, &err);
     int n_in = graph_inputs(g, NULL, 0);
     const Tensor **in = ir_calloc((size_t)n_in + 1, sizeof *in);
     const void **inputs = ir_calloc((size_t)n_in + 1, sizeof *inputs);
@@ -69,7 +69,7 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
         else
             outputs[k] = out[k]->data;
     if (!rc && kiln_run(m, inputs, outputs, &err))
-        rc = diag_relay(d, err.message);
+        rc = diag_relay_error(d, &err);
     if (!rc)
         rc = check_outputs(check, g, out, "target c", "the compiled model", d);
     for (int k = 0; out && k < g->n_outputs; k++)
@@ -84,8 +84,8 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
 
 /* The generated files, ready in their temporaries: the dump and --emit-source, the
  * header, and the shared object last (the compiler writes it to its temporary). */
-static int write_all(const Options *o, const Source *c, const Program *p, const Graph *g, const Str *h,
-                     Outputs *outs, const Check *check, Diag *d) {
+static int write_all(const Options *o, const Toolchain *tc, const Source *c, const Program *p, const Graph *g,
+                     const Str *h, Outputs *outs, const Check *check, Diag *d) {
     /* the source people read: the C, or the CUDA kernels; the kernel IR beside it */
     const Str *shown = p->target == TARGET_CUDA ? &c->kernels : &c->host;
     for (int i = 1; i < outs->n; i++) {
@@ -101,7 +101,7 @@ static int write_all(const Options *o, const Source *c, const Program *p, const 
             return -1;
     }
     const char *so = outputs_temp(outs, 0, d);
-    if (!so || cc_compile_so(c, p, so, o->cpu, d))
+    if (!so || cc_compile_so(c, p, so, tc, d))
         return -1;
     if (o->pipeline.check && check_compiled(check, g, so, d))
         return -1;
@@ -123,7 +123,9 @@ int cmd_compile(int argc, char **argv) {
         diag_error(&d, (Loc){0}, "the interpreter compiles nothing; kiln compile takes --target c or cuda");
         return EXIT_USER;
     }
-    JitOptions jo = jit_options(&o);
+    JitOptions jo;
+    if (jit_options(&o, &jo, &d))
+        return exit_status(EXIT_USER, &d);
     char dump_path[4200] = "", kir_path[4200] = "";
     if (o.pipeline.dump_dir) {
         snprintf(dump_path, sizeof dump_path, "%s/model.%s", o.pipeline.dump_dir,
@@ -154,7 +156,8 @@ int cmd_compile(int argc, char **argv) {
     rc = load_model(&o, true, &d, &src, &g, &weights);
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
-    if (!rc && (!(p = program_lower(g, &weights, jo.target, jo.memplan, &d)) || program_source(p, &c, &d)))
+    if (!rc && (!(p = program_lower(g, &weights, jo.target, jo.memplan, jo.blas, &d)) ||
+                program_source(p, jo.cuda_emulated, &c, &d)))
         rc = EXIT_USER;
     if (!rc && o.memory_report) {
         Str report = {0};
@@ -167,7 +170,7 @@ int cmd_compile(int argc, char **argv) {
     }
     if (!rc && o.header)
         emit_header(g, &h);
-    if (!rc && (write_all(&o, &c, p, g, &h, &outs, &check, &d) || outputs_commit(&outs, &d)))
+    if (!rc && (write_all(&o, &jo.tools, &c, p, g, &h, &outs, &check, &d) || outputs_commit(&outs, &d)))
         rc = EXIT_USER;
     outputs_abort(&outs);
     check_free(&check);

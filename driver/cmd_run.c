@@ -179,7 +179,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     Graph *g = NULL;
     TensorList weights = {0};
     kiln_module *m = NULL;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     Signature sig;
     Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
     Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
@@ -191,7 +191,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         else if (interp)
             rc = diag_error(d, (Loc){0}, "'%s' is compiled; the interpreter runs .kiln models", o->model);
         else if (!(m = kiln_load(o->model, &err)))
-            rc = diag_relay(d, err.message);
+            rc = diag_relay_error(d, &err);
         else
             rc = compiled_signature(o->model, kiln_def(m), &sig, d);
     } else {
@@ -205,8 +205,8 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
             inputs_read = true;
         }
         rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, &sig, d);
-        JitOptions jo = jit_options(o);
-        if (!rc && !interp && !(m = jit_graph(g, &weights, &jo, d, &err)))
+        JitOptions jo;
+        if (!rc && !interp && (jit_options(o, &jo, d) || !(m = jit_graph(g, &weights, &jo, d, &err))))
             rc = -1;
     }
     for (int i = 0; !rc && i < o->n_outputs; i++) {
@@ -240,7 +240,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
                 outputs[k] = out[k]->data;
         for (long step = 0; !rc && step < o->steps; step++)
             if (kiln_run(m, inputs, outputs, &err))
-                rc = diag_relay(d, err.message);
+                rc = diag_relay_error(d, &err);
     }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];

@@ -89,6 +89,7 @@ typedef struct {
     long iters, warmup;      /* --iters, --warmup (kiln bench) */
     bool profile;            /* --profile (kiln bench) */
     const char *cpu;         /* --cpu: the -march; NULL: native */
+    kiln_options settings;   /* the compile's settings from the environment (kiln_options_from_env) */
     const Command *command;  /* the command being parsed, for its messages */
 } Options;
 
@@ -131,12 +132,15 @@ int outputs_commit(Outputs *s, Diag *d);
 void outputs_abort(Outputs *s);
 
 /* The exit status of a command that returned rc (0, EXIT_USAGE, or any other
- * failure) with the diagnostics in d: 3 when kiln itself failed (diag_internal). */
-int exit_status(int rc, const Diag *d);
+ * failure) with the diagnostics in d, after a failed internal assertion is
+ * reported there (diag_take_assert): 3 when kiln itself failed (an error of kind
+ * DIAG_INTERNAL), else 1, also for running out of memory (docs/cli.md). */
+int exit_status(int rc, Diag *d);
 
-/* How the options compile a graph in process: memory planning as the pipeline
- * selects it, and the generated source into the dump directory. */
-JitOptions jit_options(const Options *o);
+/* How the options compile a graph in process: the environment's settings with
+ * --target and --cpu, memory planning as the pipeline selects it, and the
+ * generated source into the dump directory. -1 after a diagnostic. */
+int jit_options(const Options *o, JitOptions *jo, Diag *d);
 
 /* Parses argv[first..argc) into o: the options of cmd's table, and one MODEL.
  * Returns 0, or EXIT_USAGE after a one-line message. */

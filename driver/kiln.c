@@ -34,9 +34,11 @@ static const char usage_main[] =
     "  import   translate an ONNX model into a .kiln model and its weights\n"
     "\n"
     "`kiln COMMAND --help` describes a command's options and the environment variables.\n"
-    "Exit status: 0 success, 1 bad model/weights/inputs, 2 bad command line, 3 internal error.\n";
+    "Exit status: 0 success, 1 bad model/weights/inputs (or out of memory), 2 bad command line,\n"
+    "3 internal error.\n";
 
-/* What every command's --help ends with: every variable kiln reads (getenv). */
+/* What every command's --help ends with: every variable kiln reads, the compile's
+ * settings once, in parse_options (kiln_options_from_env). */
 static const char environment[] =
     "\n"
     "environment:\n"
@@ -110,10 +112,12 @@ int usage_error(const Command *cmd, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-int exit_status(int rc, const Diag *d) {
+int exit_status(int rc, Diag *d) {
+    if (diag_take_assert(d))
+        return EXIT_BUG;
     if (rc == 0 || rc == EXIT_USAGE)
         return rc;
-    return d->internal ? EXIT_BUG : rc == EXIT_BUG ? EXIT_BUG : EXIT_USER;
+    return (d->errors && d->kind == DIAG_INTERNAL) || rc == EXIT_BUG ? EXIT_BUG : EXIT_USER;
 }
 
 static const OptionSpec *find_option(const Command *cmd, const char *key) {
@@ -204,6 +208,7 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
 int parse_options(int argc, char **argv, int first, const Command *cmd, Options *o) {
     memset(o, 0, sizeof *o);
     o->command = cmd;
+    o->settings = kiln_options_from_env();
     o->pipeline.level = 2;
     o->steps = 1;
     o->iters = 50;
@@ -256,10 +261,15 @@ int parse_options(int argc, char **argv, int first, const Command *cmd, Options 
     return 0;
 }
 
-JitOptions jit_options(const Options *o) {
-    Target target = o->target && strcmp(o->target, "cuda") == 0 ? TARGET_CUDA : TARGET_C;
-    return (JitOptions){NULL, target, pipeline_selects(&o->pipeline, "memplan"), o->pipeline.dump_dir,
-                        NULL, o->cpu};
+int jit_options(const Options *o, JitOptions *jo, Diag *d) {
+    kiln_options settings = o->settings;
+    settings.target = o->target && strcmp(o->target, "cuda") == 0 ? "cuda" : "c";
+    settings.cpu = o->cpu;
+    if (jit_options_from(&settings, jo, d))
+        return -1;
+    jo->memplan = pipeline_selects(&o->pipeline, "memplan");
+    jo->dump_dir = o->pipeline.dump_dir;
+    return 0;
 }
 
 static bool ends_with(const char *s, const char *suffix) {

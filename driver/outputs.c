@@ -18,7 +18,8 @@
  *     from a temporary in $TMPDIR, after every temporary was written;
  *   - a directory, a block device or a socket: refused.
  *
- * outputs_commit writes the written-through outputs, then renames every temporary;
+ * outputs_commit writes the written-through outputs, then renames every temporary,
+ * unless an internal assertion failed on the way (the work is not trusted);
  * outputs_abort removes the temporaries. So a failure before the commit leaves no
  * output at all. Every temporary is registered (ir/tempfiles.h) while it exists, so
  * SIGINT or SIGTERM removes it too. */
@@ -217,9 +218,8 @@ const char *outputs_temp(Outputs *s, int i, Diag *d) {
     Output *o = &s->items[i];
     if (o->tmp[0])
         return o->tmp;
-    const char *dir = getenv("TMPDIR");
     /* beside the file it replaces; from $TMPDIR for one written through */
-    const char *base = o->through ? (dir && *dir ? dir : "/tmp") : o->name;
+    const char *base = o->through ? tempfiles_dir() : o->name;
     const char *suffix = o->through ? "/kiln-out-XXXXXX" : ".XXXXXX";
     size_t n = strlen(base);
     if (n + strlen(suffix) >= sizeof o->tmp) {
@@ -284,6 +284,9 @@ static int write_through(Output *o, Diag *d) {
 }
 
 int outputs_commit(Outputs *s, Diag *d) {
+    /* nothing is written from work done past a failed internal assertion */
+    if (diag_take_assert(d))
+        return -1;
     for (int i = 0; i < s->n; i++)
         if (!s->items[i].tmp[0])
             return diag_internal(d, (Loc){0}, "cannot write '%s': nothing was written to it (a bug in kiln)",

@@ -108,13 +108,19 @@ int im_error(Importer *im, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* the kind diag_error would give fmt, which the message is wrapped in */
+    DiagKind kind = strstr(fmt, "out of memory") ? DIAG_NO_MEMORY : DIAG_USER;
+    char text[2048];
     const Onnx__NodeProto *n = im->node;
-    if (!n)
-        return diag_error(im->d, (Loc){0}, "%s: %s", im->file, msg);
+    if (!n) {
+        snprintf(text, sizeof text, "%s: %s", im->file, msg);
+        return diag_relay(im->d, kind, text);
+    }
     char who[320];
     node_desc(n, im->node_index, who, sizeof who);
-    return diag_error(im->d, (Loc){0}, "%s: %s (%s, domain %s, opset %lld): %s", im->file, who,
-                      str(n->op_type), *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
+    snprintf(text, sizeof text, "%s: %s (%s, domain %s, opset %lld): %s", im->file, who, str(n->op_type),
+             *str(n->domain) ? n->domain : "ai.onnx", (long long)im->opset, msg);
+    return diag_relay(im->d, kind, text);
 }
 
 OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims) {

@@ -72,16 +72,6 @@ char *ir_strdup(const char *s) {
     return r;
 }
 
-_Noreturn void kiln_assert_fail(const char *cond, const char *file, int line) {
-    fprintf(stderr, "kiln: internal error: assertion '%s' failed at %s:%d (this is a bug in kiln)\n", cond,
-            file, line);
-#ifdef KILN_FUZZING
-    abort(); /* a signal libFuzzer catches, so that it keeps the input */
-#else
-    _Exit(3); /* cli.md: exit status 3 is kiln failing itself */
-#endif
-}
-
 struct ArenaBlock {
     ArenaBlock *next;
     size_t used, cap;

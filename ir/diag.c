@@ -1,8 +1,15 @@
-/* Diagnostics: every user error goes through here.
+/* Diagnostics: every error goes through here, and failed internal assertions.
  *
  * A located error prints `FILE:LINE:COL: error: MESSAGE`, the source line and a
  * caret under the column (a window of a long line); an error without a position prints `kiln: error: ...`.
- * Errors are returned (as -1), never exited from. */
+ * Errors are returned (as -1), never exited from, and each has a kind (DiagKind):
+ * the driver's exit status and libkiln's kiln_error follow from it.
+ *
+ * kiln runs inside other programs, so a failed KILN_ASSERT cannot end the process
+ * either. It is recorded per thread, the first failure only (later ones are most
+ * likely its consequences), and diag_take_assert, called wherever kiln hands a
+ * result back, reports it as an internal error. The record is per thread because
+ * libkiln compiles on many threads at once, each with a Diag of its own. */
 #include "ir.h"
 
 #include <stdarg.h>
@@ -11,7 +18,7 @@
 void diag_init(Diag *d, FILE *out) {
     d->out = out ? out : stderr;
     d->errors = 0;
-    d->internal = 0;
+    d->kind = DIAG_USER;
 }
 
 /* The source line under a message, and a caret under the column. A line longer than
@@ -53,17 +60,18 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
         show_line(d->out, loc);
 }
 
-static int count_error(Diag *d, Loc loc, bool internal, const char *fmt, va_list ap) {
+static int count_error(Diag *d, Loc loc, DiagKind kind, const char *fmt, va_list ap) {
     report(d, loc, "error", fmt, ap);
-    d->errors++;
-    d->internal += internal;
+    if (d->errors++ == 0 || kind > d->kind)
+        d->kind = kind;
     return -1;
 }
 
 int diag_error(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    count_error(d, loc, false, fmt, ap);
+    /* the format, not the message: a file named "out of memory" is no allocation failure */
+    count_error(d, loc, strstr(fmt, "out of memory") ? DIAG_NO_MEMORY : DIAG_USER, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -71,14 +79,57 @@ int diag_error(Diag *d, Loc loc, const char *fmt, ...) {
 int diag_internal(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    count_error(d, loc, true, fmt, ap);
+    count_error(d, loc, DIAG_INTERNAL, fmt, ap);
     va_end(ap);
     return -1;
 }
 
-int diag_relay(Diag *d, const char *msg) {
-    return strstr(msg, "(a bug in kiln") ? diag_internal(d, (Loc){0}, "%s", msg)
-                                         : diag_error(d, (Loc){0}, "%s", msg);
+static int relay(Diag *d, DiagKind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int relay(Diag *d, DiagKind kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    count_error(d, (Loc){0}, kind, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int diag_relay(Diag *d, DiagKind kind, const char *msg) {
+    return relay(d, kind, "%s", msg);
+}
+
+/* ---- Failed assertions ---- */
+
+_Thread_local long kiln_asserts_left = -1;
+
+void ir_fail_assert_after(long n) {
+    kiln_asserts_left = n;
+}
+
+static _Thread_local struct {
+    const char *cond, *file; /* cond == NULL: no failure recorded */
+    int line;
+} failed_assert;
+
+void kiln_assert_fail(const char *cond, const char *file, int line) {
+#ifdef KILN_FUZZING
+    /* the fuzzing build only: a crash is what makes libFuzzer keep the input */
+    fprintf(stderr, "kiln: internal error: %s:%d: assertion '%s' failed (a bug in kiln)\n", file, line, cond);
+    __builtin_trap();
+#endif
+    if (!failed_assert.cond) {
+        failed_assert.cond = cond;
+        failed_assert.file = file;
+        failed_assert.line = line;
+    }
+}
+
+int diag_take_assert(Diag *d) {
+    if (!failed_assert.cond)
+        return 0;
+    diag_internal(d, (Loc){0}, "internal error: %s:%d: assertion '%s' failed (a bug in kiln)",
+                  failed_assert.file, failed_assert.line, failed_assert.cond);
+    failed_assert.cond = NULL;
+    return -1;
 }
 
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {

@@ -117,8 +117,8 @@ int graph_define(Graph *g, const char *name, Node *n, int index) {
 }
 
 const Value *graph_value(const Graph *g, int id) {
-    KILN_ASSERT(id >= 0 && id < g->n_values);
-    return &g->values[id];
+    static const Value no_value = {"<no value>", {DT_F32, 0, {0}}, -1, 0};
+    return KILN_CHECK(id >= 0 && id < g->n_values) ? &g->values[id] : &no_value;
 }
 
 int graph_inputs(const Graph *g, int *ids, int cap) {
@@ -166,7 +166,8 @@ void graph_redefine(Graph *g, int id, Node *n, int index) {
     int at = g->n_nodes - 1;
     while (at >= 0 && g->nodes[at] != n)
         at--;
-    KILN_ASSERT(at >= 0 && index < n->n_out);
+    if (!KILN_CHECK(at >= 0 && index < n->n_out))
+        return;
     n->out[index] = id;
     g->values[id].node = at;
     g->values[id].index = index;

@@ -9,7 +9,8 @@
  * in dependency order, so side tables are arrays indexed by node or value id.
  *
  * User errors go through the Diag functions, which print a location, the source
- * line and a caret, and are returned as -1; internal invariants use KILN_ASSERT. */
+ * line and a caret, and are returned as -1; internal invariants use KILN_ASSERT,
+ * whose failure becomes an internal error, never the end of the program. */
 #ifndef KILN_IR_H
 #define KILN_IR_H
 
@@ -33,8 +34,28 @@ void ir_fail_alloc_after(long n);
  * memory: with overcommit it would succeed and end with the OOM killer once touched. */
 void ir_set_alloc_limit(size_t bytes);
 
-#define KILN_ASSERT(cond) ((cond) ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
-_Noreturn void kiln_assert_fail(const char *cond, const char *file, int line);
+/* An internal invariant. kiln runs inside other programs (libkiln), so a failed one
+ * does not end the process: the first failure on the calling thread is recorded
+ * (condition, file, line) and execution goes on, so the code after an assertion
+ * must stay memory-safe without it. Every way out of kiln turns the record into an
+ * internal error with diag_take_assert: each pass of the pipeline, libkiln's
+ * kiln_jit, the driver's exit status. ir_fail_assert_after is the test hook: the
+ * calling thread's assertion after n more that hold fails as if its condition
+ * were false (once); n < 0 disarms it. */
+#define KILN_ASSERT(cond)                                                                                    \
+    ((cond) && kiln_assert_holds() ? (void)0 : kiln_assert_fail(#cond, __FILE__, __LINE__))
+/* KILN_ASSERT as a condition, for code that must step around a failure to stay
+ * memory-safe: `if (!KILN_CHECK(i < n)) return -1;`. */
+#define KILN_CHECK(cond)                                                                                     \
+    ((cond) && kiln_assert_holds() ? true : (kiln_assert_fail(#cond, __FILE__, __LINE__), false))
+void kiln_assert_fail(const char *cond, const char *file, int line);
+void ir_fail_assert_after(long n);
+extern _Thread_local long kiln_asserts_left;
+static inline bool kiln_assert_holds(void) {
+    if (kiln_asserts_left < 0)
+        return true;
+    return kiln_asserts_left-- > 0;
+}
 
 /* ---- Arena ---- */
 
@@ -61,10 +82,19 @@ typedef struct {
     int line, col;       /* 1-based; col counts bytes */
 } Loc;
 
+/* Whose an error is, by increasing precedence: the input's or this machine's (a
+ * wrong model, weights or option, a missing file, compiler or GPU: diag_error),
+ * kiln's own (a bug: diag_internal, a failed KILN_ASSERT), or memory's (an
+ * allocation refused: diag_error with "out of memory" in the message's format,
+ * the phrase every such report uses). Memory comes first because it explains what
+ * follows it: a checker that cannot allocate fails its check too, and a pass
+ * that met an allocation failure leaves a graph its verifier rejects. */
+typedef enum { DIAG_USER, DIAG_INTERNAL, DIAG_NO_MEMORY } DiagKind;
+
 typedef struct {
-    FILE *out;    /* where messages go (stderr by default) */
-    int errors;   /* number of errors reported */
-    int internal; /* how many of them are kiln's own failures (diag_internal) */
+    FILE *out;     /* where messages go (stderr by default) */
+    int errors;    /* number of errors reported */
+    DiagKind kind; /* the kind of the errors that takes precedence (when errors > 0) */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);
@@ -72,12 +102,15 @@ void diag_init(Diag *d, FILE *out);
  * when loc has no file. Always returns -1 so callers can `return diag_error(...)`. */
 int diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* An error that is kiln's fault, not the input's (a pass broke the graph, the C
- * compiler rejected generated code): reported as diag_error does, and counted in
- * d->internal so that the driver exits with status 3 (cli.md). */
+ * compiler rejected generated code): reported as diag_error does, of kind
+ * DIAG_INTERNAL, so that the driver exits with status 3 (cli.md). */
 int diag_internal(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* A message from elsewhere (a kiln_error, the runtime, Clang) as an error: kiln's
- * own (diag_internal) when it says "(a bug in kiln", else the input's. */
-int diag_relay(Diag *d, const char *msg);
+/* A message from elsewhere (a kiln_error, Clang) as an error of the kind it had. */
+int diag_relay(Diag *d, DiagKind kind, const char *msg);
+/* A KILN_ASSERT failure recorded on this thread, reported in d as the internal
+ * error "internal error: FILE:LINE: assertion 'COND' failed (a bug in kiln)" and
+ * forgotten: -1; 0 when there was none. */
+int diag_take_assert(Diag *d);
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A continuation line under the last message ("  note: ..."). */
 void diag_note(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -5,6 +5,7 @@
 #include "tempfiles.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,6 +16,11 @@ static atomic_int state[SLOTS];
 static atomic_long order[SLOTS]; /* when a slot became live: newest is removed first */
 static atomic_long added;        /* how many paths were ever added: the next one's order */
 static char paths[SLOTS][PATH_LEN];
+
+const char *tempfiles_dir(void) {
+    const char *dir = getenv("TMPDIR");
+    return dir && *dir ? dir : "/tmp";
+}
 
 int tempfiles_add(const char *path) {
     size_t n = strlen(path);

@@ -9,6 +9,9 @@
 #ifndef KILN_TEMPFILES_H
 #define KILN_TEMPFILES_H
 
+/* The directory temporaries go in: $TMPDIR, else /tmp. Temporaries are no setting
+ * of the compile (kiln_options), so this is the one place kiln reads $TMPDIR. */
+const char *tempfiles_dir(void);
 /* Registers path (copied); returns a slot for tempfiles_forget, or -1 when the path
  * is too long or the table is full (the file is then simply not removed on a signal). */
 int tempfiles_add(const char *path);

@@ -15,12 +15,14 @@ const Pass pass_list[] = {
     {"autodiff", 1, pass_autodiff,
      "replace every grad by its backward graph (always, when code is generated)"},
     {"cse", 1, pass_cse, "compute each repeated expression and identical const once"},
-    {"to_linear", 1, pass_to_linear, "gemm, and matmul plus a bias, as linear (which fuse_epilogue fuses with its activation)"},
+    {"to_linear", 1, pass_to_linear,
+     "gemm, and matmul plus a bias, as linear (which fuse_epilogue fuses with its activation)"},
     {"layout", 2, pass_layout, "compute convolutions, pools and the ops between them channels last (NHWC)"},
     {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
     {"fuse_elementwise", 1, pass_fuse_elementwise, "fuse trees of elementwise ops into one kernel"},
-    {"fuse_epilogue", 1, pass_fuse_epilogue, "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},
+    {"fuse_epilogue", 1, pass_fuse_epilogue,
+     "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},
     {"memplan", 1, NULL, "plan the workspace: buffers with disjoint lifetimes share memory (codegen)"},
 };
 const int pass_count = (int)(sizeof pass_list / sizeof pass_list[0]);
@@ -162,13 +164,18 @@ static bool disabled(const PipelineOptions *o, const char *name) {
 static int run_step(Run *r, const Pass *p) {
     if (!p->run)
         return 0;
-    if (p->run(&r->c))
+    /* a pass whose invariant failed stops the pipeline there, before a later pass
+       builds on its graph */
+    if (p->run(&r->c) || diag_take_assert(r->c.d))
         return -1;
     if (graph_sort(r->c.g))
         return diag_error(r->c.d, (Loc){0}, "out of memory");
+    /* the verifier running out of memory says so, and is no sign of a broken pass */
     if (r->o->verify && verify_graph(r->c.g, r->c.d))
-        return diag_internal(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)",
-                             p->name);
+        return r->c.d->kind == DIAG_NO_MEMORY
+                   ? -1
+                   : diag_internal(r->c.d, (Loc){0}, "the graph is invalid after pass '%s' (a bug in kiln)",
+                                   p->name);
     r->step++;
     /* the stage is dumped before it is checked, so a drifting one can be looked at */
     if (r->o->dump_dir && dump(r, p->name))
@@ -179,7 +186,8 @@ static int run_step(Run *r, const Pass *p) {
 static int run_pass(const char *name, void *ctx) {
     Run *r = ctx;
     const Pass *p = pass_find(name);
-    KILN_ASSERT(p);
+    if (!KILN_CHECK(p))
+        return -1;
     bool expanded = p->run == pass_autodiff && r->expanded;
     return disabled(r->o, name) || expanded ? 0 : run_step(r, p);
 }
@@ -226,7 +234,8 @@ static int is_name(const char *name, void *ctx) {
 
 bool pipeline_selects(const PipelineOptions *o, const char *name) {
     const Pass *p = pass_find(name);
-    KILN_ASSERT(p);
+    if (!KILN_CHECK(p))
+        return false;
     if (disabled(o, name))
         return false;
     return o->only ? each_name(o->only, is_name, (void *)name) != 0 : o->level >= p->level;

@@ -13,13 +13,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kiln_set_error(kiln_error *err, const char *fmt, ...) {
+static void set_error(kiln_error *err, kiln_error_kind kind, const char *fmt, va_list ap) {
     if (err) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
+        err->kind = kind;
     }
+}
+
+int kiln_set_error(kiln_error *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    /* the format's words, as diag_error classifies: a path cannot pose as one */
+    set_error(err, strstr(fmt, "out of memory") ? KILN_ERROR_NO_MEMORY : KILN_ERROR_USER, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int kiln_set_error_kind(kiln_error *err, kiln_error_kind kind, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(err, kind, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -72,7 +86,10 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
     m->def = def;
     char msg[512] = "";
     if (def->create(&m->instance, msg, sizeof msg) != 0) {
-        kiln_set_error(err, "cannot create an instance of '%s': %s", shown_as, msg);
+        /* a compiled model reports in words only (abi.md); kiln's own runtime says
+           when the fault is kiln's (NVRTC rejecting the kernels kiln generated) */
+        kiln_set_error_kind(err, strstr(msg, "(a bug in kiln") ? KILN_ERROR_INTERNAL : KILN_ERROR_USER,
+                            "cannot create an instance of '%s': %s", shown_as, msg);
         unload(handle);
         free(m);
         return NULL;

@@ -11,8 +11,12 @@ struct kiln_module {
     void *instance;
 };
 
-/* Sets err->message; returns -1. */
+/* Sets err->message, of kind KILN_ERROR_NO_MEMORY when fmt says "out of memory",
+ * else KILN_ERROR_USER; returns -1. */
 int kiln_set_error(kiln_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same, of the given kind. */
+int kiln_set_error_kind(kiln_error *err, kiln_error_kind kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Checks, without mapping or running any of it, that path is a regular file holding a
  * whole ELF shared object for this machine that defines kiln_model; -1 with err set. */
 int kiln_check_shared_object(const char *path, const char *shown_as, kiln_error *err);

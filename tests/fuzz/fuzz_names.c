@@ -289,7 +289,7 @@ static void generate(char *const *names, Generated *gen, bool check_print) {
     PipelineOptions po = {.level = 2, .verify = true, .lower = true};
     if (pipeline_run(gen->g, &gen->weights, &po, &d))
         fail("the passes fail", NULL);
-    if (!(gen->c = program_lower(gen->g, &gen->weights, TARGET_C, true, &d)) ||
+    if (!(gen->c = program_lower(gen->g, &gen->weights, TARGET_C, true, true, &d)) ||
         emit_c_model(gen->c, &gen->src[0], &d))
         fail("C generation fails", NULL);
     gen->c->profile = true;
@@ -297,7 +297,7 @@ static void generate(char *const *names, Generated *gen, bool check_print) {
         fail("C generation with profiling fails", NULL);
     gen->c->profile = false;
     emit_header(gen->g, &gen->src[6]);
-    Program *cuda = program_lower(gen->g, &gen->weights, TARGET_CUDA, true, &d);
+    Program *cuda = program_lower(gen->g, &gen->weights, TARGET_CUDA, true, true, &d);
     for (int emulated = 0; emulated < 2; emulated++) {
         Str *kernels = &gen->src[1 + 2 * emulated], *host = &gen->src[2 + 2 * emulated];
         if (!cuda || emit_cuda_kernels(cuda, emulated, kernels, &d) ||
@@ -316,7 +316,7 @@ static char *compile_symbols(Generated *gen, const char *so) {
     Diag d;
     diag_init(&d, stderr);
     Source src = {.host = gen->src[0]};
-    if (cc_compile_so(&src, gen->c, so, "native", &d))
+    if (cc_compile_so(&src, gen->c, so, &(Toolchain){0}, &d))
         fail("the generated C does not compile", NULL);
     char cmd[256], *out = NULL;
     size_t n = 0;

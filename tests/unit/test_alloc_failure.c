@@ -8,10 +8,12 @@
  * targets with the memory plan, their source, and a training step in the
  * reference interpreter. For N = 0, 1, 2, ... the N-th allocation and every one
  * after it fail (ir_fail_alloc_after), until the job succeeds. Each failing N must
- * come back as an error with an "out of memory" diagnostic: no crash, no internal
- * assertion (which exits), and, run under ASan as scripts/test.sh does, no leak.
+ * come back as an error with an "out of memory" diagnostic, of kind out of memory
+ * (DIAG_NO_MEMORY, which the driver's exit status and kiln_error follow): no crash,
+ * and, run under ASan as scripts/test.sh does, no leak.
  * SQLite tests its allocation failures this way.
- * kiln_jit is swept the same way, its message required to say "out of memory".
+ * kiln_jit is swept the same way, its message required to say "out of memory" and
+ * its kind to be KILN_ERROR_NO_MEMORY.
  *
  * The runtime of compiled models allocates with malloc, not through the hook (it
  * is pasted into models that do not link kiln), so it is outside the sweep.
@@ -93,9 +95,10 @@ static int job(const char *path, const char *weights, bool check, Diag *d) {
     PipelineOptions po = {.level = 2, .verify = true, .lower = true, .check = check};
     if (!g || verify_graph(g, d) != 0 || pipeline_run(g, &w, &po, d) != 0)
         goto done;
-    if (!(p = program_lower(g, &w, TARGET_C, true, d)) || program_source(p, &source, d) != 0)
+    if (!(p = program_lower(g, &w, TARGET_C, true, true, d)) || program_source(p, false, &source, d) != 0)
         goto done;
-    if (!(cuda = program_lower(g, &w, TARGET_CUDA, true, d)) || program_source(cuda, &cuda_source, d) != 0)
+    if (!(cuda = program_lower(g, &w, TARGET_CUDA, true, true, d)) ||
+        program_source(cuda, false, &cuda_source, d) != 0)
         goto done;
     /* the harness's own memory, from malloc: its allocations are not the sweep's */
     int ids[MAX_INPUTS];
@@ -155,6 +158,12 @@ static long sweep(const char *path, const char *weights, bool check) {
             free(text);
             fail();
         }
+        if (rc != 0 && d.kind != DIAG_NO_MEMORY) {
+            printf("allocation %ld failing: the job's errors are not of kind out of memory (%d):\n%s\n", n,
+                   (int)d.kind, text);
+            free(text);
+            fail();
+        }
         if (rc == 0 && d.errors != 0) {
             printf("allocation %ld failing: the job succeeded after an error:\n%s\n", n, text);
             free(text);
@@ -187,9 +196,8 @@ static void test_hostile_alloc_failure_kiln_jit(void **state) {
     (void)state;
     char dir[] = "/tmp/test_alloc_failure-XXXXXX", path[128];
     assert_non_null(mkdtemp(dir));
-    setenv("KILN_JIT", "cc", 1);
-    kiln_options o = {.opt_level = 2, .cache_dir = dir};
-    kiln_error err = {""};
+    kiln_options o = {.opt_level = 2, .cache_dir = dir, .jit = "cc"};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit(model_text, &o, &err);
     if (!m)
         fail_msg("kiln_jit: %s", err.message);
@@ -197,16 +205,18 @@ static void test_hostile_alloc_failure_kiln_jit(void **state) {
     m = NULL;
     long n = 0;
     for (; !m; n++) {
-        err = (kiln_error){""};
+        err = (kiln_error){.message = ""};
         ir_fail_alloc_after(n);
         m = kiln_jit(model_text, &o, &err);
         ir_fail_alloc_after(-1);
         if (!m && !strstr(err.message, "out of memory"))
             fail_msg("allocation %ld failing: kiln_jit failed without saying it ran out of memory: %s", n,
                      err.message);
+        if (!m && err.kind != KILN_ERROR_NO_MEMORY)
+            fail_msg("allocation %ld failing: kiln_jit's error is of kind %d, not out of memory: %s", n,
+                     (int)err.kind, err.message);
     }
     kiln_free(m);
-    unsetenv("KILN_JIT");
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));)
         if (e->d_name[0] != '.' && snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)

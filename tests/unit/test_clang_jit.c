@@ -88,17 +88,17 @@ static void only_file(const char *dir, const char *suffix, char *path, size_t n)
         fail_msg("%d files in the cache %s, expected one *%s", count, dir, suffix);
 }
 
-/* Parses text, runs it in the interpreter on inputs[0..n_inputs), JITs it with the cache in dir,
- * runs that and compares; returns the number of mismatches, or -1 when something
- * did not run (after printing why). */
+/* Parses text, runs it in the interpreter on inputs[0..n_inputs), JITs it with the cache in dir
+ * (compiled as kiln_options.jit says: "clang" or "cc"), runs that and compares; returns the number of
+ * mismatches, or -1 when something did not run (after printing why). */
 static long jit_and_compare(const char *name, const char *text, Tensor *const *inputs, int n_inputs,
-                            const char *dir) {
+                            const char *dir, const char *jit) {
     Diag d;
     diag_init(&d, stdout);
     TensorList weights = {0};
     Tensor *ref = NULL, *got = NULL;
     kiln_module *m = NULL;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     long bad = -1;
     SrcFile *src = srcfile_from_string(name, text);
     Graph *g = src ? parse_model(src, &d) : NULL;
@@ -106,8 +106,14 @@ static long jit_and_compare(const char *name, const char *text, Tensor *const *i
     if (g && g->n_outputs == 1 && verify_graph(g, &d) == 0 &&
         interp_run(g, &weights, (const Tensor *const *)inputs, &ref, &d) == 0 &&
         pipeline_run(g, &weights, &po, &d) == 0) {
-        JitOptions jo = {dir, TARGET_C, pipeline_selects(&po, "memplan"), NULL, NULL, NULL};
-        m = jit_graph(g, &weights, &jo, &d, &err);
+        JitOptions jo;
+        kiln_options o = kiln_options_from_env();
+        o.cache_dir = dir;
+        o.jit = jit;
+        if (jit_options_from(&o, &jo, &d) == 0) {
+            jo.memplan = pipeline_selects(&po, "memplan");
+            m = jit_graph(g, &weights, &jo, &d, &err);
+        }
         if (!m)
             printf("%s: jit_graph: %s\n", name, err.message);
         got = tensor_new(&ref->type);
@@ -154,7 +160,7 @@ static void test_elementwise(void **state) {
     Tensor *in[2];
     make_cache_dir(dir, sizeof dir);
     elementwise_inputs(in);
-    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
     char obj[4200];
     only_file(dir, ".o", obj, sizeof obj);
     tensor_free(in[0]);
@@ -174,12 +180,12 @@ static void test_small_cnn_and_cache(void **state) {
 
     char dir[4096], obj[4200], again[4200];
     make_cache_dir(dir, sizeof dir);
-    long bad = jit_and_compare("small_cnn", src->text, &x, 1, dir);
+    long bad = jit_and_compare("small_cnn", src->text, &x, 1, dir, "clang");
     only_file(dir, ".o", obj, sizeof obj);
     struct stat first, second;
     assert_int_equal(stat(obj, &first), 0);
 
-    long bad_again = jit_and_compare("small_cnn", src->text, &x, 1, dir);
+    long bad_again = jit_and_compare("small_cnn", src->text, &x, 1, dir, "clang");
     only_file(dir, ".o", again, sizeof again);
     assert_int_equal(stat(again, &second), 0);
     tensor_free(x);
@@ -204,7 +210,7 @@ static void test_hostile_cache_unlinkable_object(void **state) {
     Tensor *in[2];
     make_cache_dir(dir, sizeof dir);
     elementwise_inputs(in);
-    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
     only_file(dir, ".o", obj, sizeof obj);
     const char *name = strrchr(obj, '/') + 1;
     snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
@@ -214,7 +220,7 @@ static void test_hostile_cache_unlinkable_object(void **state) {
     size_t len = 0;
     assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
     cache_entry_free(payload);
-    long bad_again = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
+    long bad_again = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
     assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
     cache_entry_free(payload);
     size_t rebuilt = len;
@@ -233,9 +239,7 @@ static void test_cc_fallback(void **state) {
     Tensor *in[2];
     make_cache_dir(dir, sizeof dir);
     elementwise_inputs(in);
-    setenv("KILN_JIT", "cc", 1);
-    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir);
-    unsetenv("KILN_JIT");
+    long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "cc");
     only_file(dir, ".so", so, sizeof so);
     tensor_free(in[0]);
     tensor_free(in[1]);

@@ -9,6 +9,14 @@
  *   - Errors come back as NULL and a clear message, never a crash: model text that
  *     does not parse (the message gives the position), a shared object that is not
  *     a kiln model, one whose kiln_model reports ABI version 2, a missing file.
+ *   - Each error has its kind: the input's (a bad model, an unknown setting), out
+ *     of memory (an allocation failed, ir_fail_alloc_after), or kiln's own: a
+ *     failed internal assertion (provoked with ir_fail_assert_after) makes kiln_jit
+ *     fail, naming the file, line and condition, and the process goes on, as it
+ *     does when the C compiler rejects the generated code (kiln_options.cc "false").
+ *   - The settings arrive through kiln_options: kiln_options_from_env reads the
+ *     environment's defaults, and an option's unknown value is an error naming
+ *     the valid ones.
  *
  * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
  * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so, with the kiln
@@ -52,7 +60,7 @@ static const char autograd_text[] = "model autograd_example\n"
 
 static void test_jit_autograd(void **state) {
     (void)state;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit(autograd_text, NULL, &err);
     if (!m)
         fail_msg("kiln_jit: %s", err.message);
@@ -88,7 +96,7 @@ static float *run_once(kiln_module *m, const Tensor *in) {
     float *out = calloc((size_t)numel(&kiln_def(m)->outputs[0]) + 1, sizeof *out);
     const void *inputs[] = {in->data};
     void *outputs[] = {out};
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     if (out && kiln_run(m, inputs, outputs, &err) != 0) {
         printf("kiln_run: %s\n", err.message);
         free(out);
@@ -105,7 +113,7 @@ static void test_jit_matches_load(void **state) {
     snprintf(cmd, sizeof cmd, "'%s' compile '%s/examples/small_cnn.kiln' -o '%s'", kiln_command,
              KILN_SOURCE_DIR, so);
     int status = system(cmd);
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *loaded = status == 0 ? kiln_load(so, &err) : NULL;
     unlink(so);
     rmdir(dir);
@@ -142,7 +150,7 @@ static void test_jit_matches_load(void **state) {
 
 static void test_jit_cpu(void **state) {
     (void)state;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_options opts = {.opt_level = 2, .cpu = "x86-64-v2"};
     kiln_module *m = kiln_jit(autograd_text, &opts, &err);
     if (!m)
@@ -160,7 +168,7 @@ static void test_jit_cpu(void **state) {
 
 static void test_jit_bad_text(void **state) {
     (void)state;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit("input x : f32[2]\ny = relu(x, x)\noutput y\n", NULL, &err);
     assert_null(m);
     printf("message: %s\n", err.message);
@@ -171,7 +179,7 @@ static void test_jit_bad_text(void **state) {
  * gives PyTorch's output; on a model with unsupported ops, the importer's message. */
 static void test_jit_onnx(void **state) {
     (void)state;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit_file(KILN_SOURCE_DIR "/tests/onnx/models/tiny_cnn_opset13.onnx", NULL, &err);
     if (!m)
         fail_msg("kiln_jit_file: %s", err.message);
@@ -198,7 +206,7 @@ static void test_jit_onnx(void **state) {
 
 /* kiln_load refuses path with a message containing `want`. */
 static void expect_load_error(const char *path, const char *want) {
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_load(path, &err);
     printf("message: %s\n", err.message);
     kiln_free(m);
@@ -222,11 +230,99 @@ static void test_load_missing(void **state) {
     expect_load_error("/nonexistent/model.so", "No such file");
 }
 
+static const char relu_text[] = "input x : f32[2]\ny = relu(x)\noutput y\n";
+
+static void expect_error(kiln_module *m, const kiln_error *err, kiln_error_kind kind, const char *want) {
+    printf("message: %s\n", err->message);
+    assert_null(m);
+    assert_int_equal(err->kind, kind);
+    if (!strstr(err->message, want))
+        fail_msg("'%s' does not say '%s'", err->message, want);
+}
+
+static void test_error_kinds(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    expect_error(kiln_jit("input x : f32[2]\ny = relu(x, x)\noutput y\n", NULL, &err), &err, KILN_ERROR_USER,
+                 "relu takes 1 input");
+
+    ir_fail_alloc_after(0);
+    kiln_module *m = kiln_jit(relu_text, NULL, &err);
+    ir_fail_alloc_after(-1);
+    expect_error(m, &err, KILN_ERROR_NO_MEMORY, "out of memory");
+
+    /* the first assertion checked fails, and every later one holds: the compile
+       goes on and fails at its end */
+    ir_fail_assert_after(0);
+    m = kiln_jit(relu_text, NULL, &err);
+    ir_fail_assert_after(-1);
+    expect_error(m, &err, KILN_ERROR_INTERNAL, "internal error: ");
+    assert_non_null(strstr(err.message, ".c:"));
+    assert_non_null(strstr(err.message, "assertion '"));
+    assert_non_null(strstr(err.message, "' failed (a bug in kiln)"));
+    /* ... further in, too */
+    ir_fail_assert_after(20);
+    m = kiln_jit(relu_text, NULL, &err);
+    ir_fail_assert_after(-1);
+    expect_error(m, &err, KILN_ERROR_INTERNAL, "(a bug in kiln)");
+
+    /* the failure was reported once: the next compile succeeds */
+    m = kiln_jit(relu_text, NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit after an internal error: %s", err.message);
+    kiln_free(m);
+
+    /* a compiler that rejects the generated code: kiln's fault as far as it knows */
+    kiln_options o = {.opt_level = 2, .jit = "cc", .cc = "false", .cache_dir = "/proc/kiln-no-cache"};
+    expect_error(kiln_jit(relu_text, &o, &err), &err, KILN_ERROR_INTERNAL,
+                 "the compiler 'false' failed on the generated code (a bug in kiln");
+}
+
+static void test_settings(void **state) {
+    (void)state;
+    kiln_options env = kiln_options_from_env();
+    const char *cache = getenv("KILN_CACHE_DIR");
+    assert_non_null(cache); /* CTest sets it */
+    assert_string_equal(env.cache_dir, cache);
+    assert_true(env.target == NULL && env.cpu == NULL && env.weights == NULL);
+
+    kiln_error err = {.message = ""};
+    static const struct {
+        kiln_options options;
+        const char *want;
+    } bad[] = {
+        {{.target = "tpu"}, "unknown target 'tpu' (c or cuda)"},
+        {{.jit = "gcc"}, "unknown jit 'gcc' (clang or cc)"},
+        {{.blas = "maybe"}, "unknown blas 'maybe' (on or off)"},
+        {{.cuda = "cpu"}, "unknown cuda 'cpu' (gpu or emulate)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(kiln_jit(relu_text, &bad[i].options, &err), &err, KILN_ERROR_USER, bad[i].want);
+
+    /* every setting spelt out: the system compiler, no OpenBLAS, no cache */
+    kiln_options o = {.target = "c",
+                      .opt_level = 1,
+                      .jit = "cc",
+                      .cc = "cc",
+                      .cxx = "c++",
+                      .blas = "off",
+                      .cuda = "gpu",
+                      .cpu = "x86-64",
+                      .cache_dir = "/proc/kiln-no-cache"};
+    kiln_module *m = kiln_jit(relu_text, &o, &err);
+    if (!m)
+        fail_msg("kiln_jit with every setting given: %s", err.message);
+    float x[2] = {-1, 2}, y[2] = {0};
+    assert_int_equal(kiln_run(m, (const void *const[]){x}, (void *const[]){y}, &err), 0);
+    assert_true(y[0] == 0 && y[1] == 2);
+    kiln_free(m);
+}
+
 /* NULL where the API takes a path, text, module or buffer is an error, not a crash
  * (kiln_load(NULL) used to segfault); a NULL err is allowed too. */
 static void test_hostile_load_null(void **state) {
     (void)state;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     assert_null(kiln_load(NULL, &err));
     assert_non_null(strstr(err.message, "kiln_load: the path is NULL"));
     assert_null(kiln_load(NULL, NULL));
@@ -266,6 +362,7 @@ int main(int argc, char **argv) {
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_error_kinds),       cmocka_unit_test(test_settings),
         cmocka_unit_test(test_jit_autograd),      cmocka_unit_test(test_jit_matches_load),
         cmocka_unit_test(test_jit_bad_text),      cmocka_unit_test(test_load_not_a_model),
         cmocka_unit_test(test_jit_onnx),          cmocka_unit_test(test_load_wrong_abi),

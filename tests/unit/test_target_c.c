@@ -40,7 +40,7 @@ static bool run_compiled(const Graph *g, kiln_module *m, Tensor **outs) {
             bufs[k] = outs[k]->data;
     }
     const void *no_inputs[1] = {NULL}; /* the batteries' inputs are all params */
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     if (ok && kiln_run(m, no_inputs, bufs, &err) != 0) {
         printf("kiln_run: %s\n", err.message);
         ok = false;
@@ -58,7 +58,7 @@ static long compile_and_compare(const Battery *b, int level) {
     BatteryModel bm = {0};
     Tensor **ref = NULL, **got = NULL;
     kiln_module *m = NULL;
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     long bad = -1;
     int n_out = 0;
     if (battery_load(b, &bm, &d)) {
@@ -69,8 +69,14 @@ static long compile_and_compare(const Battery *b, int level) {
     PipelineOptions po = {.level = level, .verify = true};
     if (ref && got && verify_graph(bm.g, &d) == 0 && interp_run(bm.g, &bm.weights, NULL, ref, &d) == 0 &&
         pipeline_run(bm.g, &bm.weights, &po, &d) == 0) {
-        JitOptions jo = {NULL, TEST_TARGET, pipeline_selects(&po, "memplan"), NULL, NULL, NULL};
-        m = jit_graph(bm.g, &bm.weights, &jo, &d, &err);
+        /* the environment's settings: KILN_BLAS=off and KILN_CUDA=emulate make the
+           test's variants */
+        JitOptions jo;
+        if (jit_options_from(NULL, &jo, &d) == 0) {
+            jo.target = TEST_TARGET;
+            jo.memplan = pipeline_selects(&po, "memplan");
+            m = jit_graph(bm.g, &bm.weights, &jo, &d, &err);
+        }
         if (!m)
             printf("%s: jit_graph: %s\n", b->name, err.message);
     }

@@ -95,10 +95,13 @@ static const char *model_name(int i) {
     return models[i].path ? models[i].path : "<autograd text>";
 }
 
-static kiln_module *jit_model(int i, const char *cache_dir, kiln_error *err) {
+static kiln_module *jit_model(int i, const char *cache_dir, const char *jit, kiln_error *err) {
     const char *weights[] = {models[i].weights};
-    kiln_options o = {
-        .opt_level = 2, .weights = weights, .n_weights = models[i].weights ? 1 : 0, .cache_dir = cache_dir};
+    kiln_options o = {.opt_level = 2,
+                      .weights = weights,
+                      .n_weights = models[i].weights ? 1 : 0,
+                      .cache_dir = cache_dir,
+                      .jit = jit};
     return models[i].path ? kiln_jit_file(models[i].path, &o, err) : kiln_jit(models[i].text, &o, err);
 }
 
@@ -168,6 +171,7 @@ typedef struct {
     int model;             /* the model it compiles (first, for `all`) */
     bool all;              /* every model in turn, from `model` on */
     const char *cache_dir; /* the compile cache it uses */
+    const char *jit;       /* kiln_options.jit: NULL, the default, or "cc" */
     kiln_module *shared;   /* run an instance of this module's instead of compiling */
     const Outputs *want;   /* what its outputs must be, when not the model's reference */
     pthread_barrier_t *start;
@@ -190,7 +194,7 @@ static void *thread_main(void *arg) {
     pthread_barrier_wait(j->start);
     for (int n = 0; n < (j->all ? WARM_ROUNDS * N_THREADS : 1) && !j->failure[0]; n++) {
         int model = (j->model + n) % N_THREADS;
-        kiln_error err = {""};
+        kiln_error err = {.message = ""};
         Outputs got = {0};
         if (j->shared) {
             const kiln_model_def *def = kiln_def(j->shared);
@@ -203,7 +207,7 @@ static void *thread_main(void *arg) {
             if (instance)
                 def->destroy(instance);
         } else {
-            kiln_module *m = jit_model(model, j->cache_dir, &err);
+            kiln_module *m = jit_model(model, j->cache_dir, j->jit, &err);
             if (!m)
                 snprintf(j->failure, sizeof j->failure, "%s: %s", model_name(model), err.message);
             else if (run_module(m, &got, &err) != 0)
@@ -279,8 +283,8 @@ static void test_hostile_run_instances_many_threads(void **state) {
     (void)state;
     /* the small CNN, and the training step, whose instances each keep their state */
     for (int model = 0; model < 2; model++) {
-        kiln_error err = {""};
-        kiln_module *m = jit_model(model, warm_cache, &err);
+        kiln_error err = {.message = ""};
+        kiln_module *m = jit_model(model, warm_cache, NULL, &err);
         if (!m)
             fail_msg("%s: %s", model_name(model), err.message);
         Job jobs[N_THREADS] = {0};
@@ -296,11 +300,9 @@ static void test_hostile_run_instances_many_threads(void **state) {
  * (GEMMs synchronize, with shared memory). */
 static void test_hostile_run_cuda_emulated_instances_many_threads(void **state) {
     (void)state;
-    setenv("KILN_CUDA", "emulate", 1);
-    kiln_options o = {.target = "cuda", .opt_level = 2, .cache_dir = warm_cache};
-    kiln_error err = {""};
+    kiln_options o = {.target = "cuda", .opt_level = 2, .cache_dir = warm_cache, .cuda = "emulate"};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit_file(models[0].path, &o, &err);
-    unsetenv("KILN_CUDA");
     if (!m)
         fail_msg("%s on the emulated CUDA target: %s", model_name(0), err.message);
     Outputs want = {0};
@@ -321,12 +323,10 @@ static void test_hostile_run_cuda_emulated_instances_many_threads(void **state) 
  * model. */
 static void test_hostile_jit_cc_many_threads(void **state) {
     (void)state;
-    setenv("KILN_JIT", "cc", 1);
     Job jobs[N_THREADS] = {0};
     for (int t = 0; t < N_THREADS; t++)
-        jobs[t] = (Job){.model = t % 2 ? 2 : 0, .cache_dir = "/proc/kiln-no-cache"};
+        jobs[t] = (Job){.model = t % 2 ? 2 : 0, .cache_dir = "/proc/kiln-no-cache", .jit = "cc"};
     run_jobs(jobs);
-    unsetenv("KILN_JIT");
 }
 
 /* The generated C of model `i` (a .kiln file) after the -O2 pipeline, or NULL. */
@@ -343,7 +343,7 @@ static char *model_source(int i) {
     char *text = NULL;
     if (g && (!models[i].weights || safetensors_read(models[i].weights, &w, &d) == 0) &&
         verify_graph(g, &d) == 0 && pipeline_run(g, &w, &po, &d) == 0 &&
-        (p = program_lower(g, &w, TARGET_C, true, &d)) && program_source(p, &source, &d) == 0 &&
+        (p = program_lower(g, &w, TARGET_C, true, true, &d)) && program_source(p, false, &source, &d) == 0 &&
         !source.host.oom)
         text = strdup(source.host.s);
     source_free(&source);
@@ -397,7 +397,7 @@ static void *type_error_thread(void *arg) {
     snprintf(want, sizeof want, "shapes f32[%d, 3] and f32[%d, 5]", n, n);
     pthread_barrier_wait(j->start);
     for (int k = 0; k < 200 && !j->failure[0]; k++) {
-        kiln_error err = {""};
+        kiln_error err = {.message = ""};
         kiln_module *m = kiln_jit(text, NULL, &err);
         if (m || !strstr(err.message, want))
             snprintf(j->failure, sizeof j->failure, "wanted '%s' in: %s", want, err.message);
@@ -445,7 +445,7 @@ static void test_hostile_fail_alloc_is_per_thread(void **state) {
     for (int t = 0; t < N_THREADS; t++)
         jobs[t] = (Job){.body = parse_thread};
     ir_fail_alloc_after(0);
-    kiln_error err = {""};
+    kiln_error err = {.message = ""};
     kiln_module *m = kiln_jit(autograd_text, NULL, &err);
     run_jobs(jobs);
     ir_fail_alloc_after(-1);
@@ -526,8 +526,8 @@ static int setup(void **state) {
     if (mkdir(warm_cache, 0700) != 0)
         return -1;
     for (int i = 0; i < N_THREADS; i++) {
-        kiln_error err = {""};
-        kiln_module *m = jit_model(i, warm_cache, &err);
+        kiln_error err = {.message = ""};
+        kiln_module *m = jit_model(i, warm_cache, NULL, &err);
         if (!m || run_module(m, &reference[i], &err) != 0) {
             printf("%s: %s\n", model_name(i), err.message);
             kiln_free(m);
