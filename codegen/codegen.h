@@ -101,7 +101,7 @@ typedef struct {
         int bi, r, q, kk, v, acc;
     } gemm;
     bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
-    Str body; /* the body as text, for lowerings that print C */
+    Str body;                          /* the body as text, for lowerings that print C */
 } Kernel;
 
 /* A buffer of the workspace: a value with the views and in-place results that share
@@ -146,7 +146,7 @@ typedef struct {
        (kernel_gemm). */
     bool blas;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
-    Arena arena; /* the kernels' IR */
+    Arena arena;  /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
        program's own, so that programs lowered on different threads share none */
     char names[8][80];

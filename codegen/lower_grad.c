@@ -5,7 +5,7 @@
  * the kinks. */
 #include "codegen.h"
 
-#include <string.h>
+#include <math.h>
 
 enum { GRAD_GRAIN = 16384 };
 
@@ -77,59 +77,74 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
     return 0;
 }
 
-/* Opens `for (int64_t VAR0 = 0; VAR0 < dims[0]; VAR0++) {` and so on for ns dims. */
-static void open_loops(Str *s, const char *var, const int64_t *dims, int ns) {
-    for (int k = 0; k < ns; k++)
-        str_printf(s, "for (int64_t %s%d = 0; %s%d < %lld; %s%d++) {\n", var, k, var, k, (long long)dims[k],
-                   var, k);
+/* Opens loops VAR0 < dims[0], VAR1 < dims[1], ... (closed by ns kb_end), their
+ * variables into idx. */
+static void open_loops(KBuilder *b, const char *const *names, const int64_t *dims, int ns, KExpr **idx) {
+    for (int j = 0; j < ns; j++)
+        idx[j] = k_var(b, kb_for(b, names[j], KT_I64, k_int(b, 0), k_int(b, dims[j]), NULL, 0));
 }
 
-static void close_loops(Str *s, int ns) {
-    for (int k = 0; k < ns; k++)
-        str_printf(s, "}\n");
+static void close_blocks(KBuilder *b, int count) {
+    for (int j = 0; j < count; j++)
+        kb_end(b);
 }
 
-/* sum of VAR0 * strides[0] + ... into e (appended). */
-static void offset_expr(char *e, size_t cap, const char *var, const int64_t *strides, int ns) {
-    char name[16];
-    for (int k = 0; k < ns; k++) {
-        snprintf(name, sizeof name, "%s%d", var, k);
-        append_term(e, cap, name, strides[k]);
-    }
-    if (!*e)
-        snprintf(e, cap, "0");
+/* sum of idx[j] * strides[j]. */
+static KExpr *offset_of(KBuilder *b, KExpr *const *idx, const int64_t *strides, int ns) {
+    KExpr *e = k_int(b, 0);
+    for (int j = 0; j < ns; j++)
+        e = k_add(b, e, k_mul(b, idx[j], k_int(b, strides[j])));
+    return e;
 }
 
-/* The LOOP of a pool gradient, one iteration per (batch, channel) plane of dx: the
- * planes' pointers dxp and dyp (and xp, with x), the plane of dx zeroed, and the
- * loops over dy's positions p opened; *at and *yat are the offsets of q in x and of
- * p in dy. The caller emits the body and closes the loops. */
-static Kernel *plane_grad_loop(Program *p, const Node *n, const View *xv, const View *yv, bool with_x,
-                               char *at, char *yat, size_t cap, Diag *d) {
+static const char *const q_names[] = {"q0", "q1", "q2"}, *const p_names[] = {"p0", "p1", "p2"},
+                         *const k_names[] = {"k0", "k1", "k2"}, *const s_names[] = {"s0", "s1", "s2"},
+                         *const e_names[] = {"e0", "e1", "e2"}, *const h_names[] = {"h0", "h1", "h2"};
+
+/* A pool gradient's plane: iteration i of its LOOP is one (batch, channel) plane of
+ * dx, at offset dxo in dx (xo in x, yo in dy); the plane zeroed, then the loops
+ * over dy's positions p opened (the caller closes them). */
+typedef struct {
+    Kernel *k;
+    int dx, x, dy;
+    KExpr *dxo, *xo, *yo;
+    KExpr *p[3];
+} PlaneLoop;
+
+static int plane_grad_loop(Program *p, const Node *n, const View *xv, const View *yv, bool with_x,
+                           PlaneLoop *pl, Diag *d) {
     int ns = xv->ns;
     int64_t plane = 1;
     for (int j = 0; j < ns; j++)
         plane *= xv->sp[j];
     Kernel *k = kernel_loop(p, n, NULL, xv->n * xv->c, 16384 / (plane ? plane : 1) + 1, d);
     if (!k)
-        return NULL;
-    Str *s = &k->body;
-    str_printf(s, "int64_t b = i / %lld, c = i %% %lld;\n", (long long)xv->c, (long long)xv->c);
-    str_printf(s, "float *dxp = %s + b * %lld + c * %lld;\n", value_name(p, n->out[0]), (long long)xv->sn,
-               (long long)xv->sc);
-    if (with_x)
-        str_printf(s, "const float *xp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[1]),
-                   (long long)xv->sn, (long long)xv->sc);
-    str_printf(s, "const float *dyp = %s + b * %lld + c * %lld;\n", value_name(p, n->in[0]),
-               (long long)yv->sn, (long long)yv->sc);
-    at[0] = yat[0] = 0;
-    offset_expr(at, cap, "q", xv->ss, ns);
-    open_loops(s, "q", xv->sp, ns);
-    str_printf(s, "dxp[%s] = 0.0f;\n", at);
-    close_loops(s, ns);
-    offset_expr(yat, cap, "p", yv->ss, ns);
-    open_loops(s, "p", yv->sp, ns);
-    return k;
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    KExpr *bi = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, xv->c))));
+    KExpr *c = k_var(b, kb_let(b, "c", KT_I64, k_mod(b, i, k_int(b, xv->c))));
+    *pl = (PlaneLoop){.k = k, .dx = kb_value(b, n->out[0], true), .dy = kb_value(b, n->in[0], false)};
+    pl->dxo = k_var(
+        b, kb_let(b, "dxo", KT_I64, k_add(b, k_mul(b, bi, k_int(b, xv->sn)), k_mul(b, c, k_int(b, xv->sc)))));
+    if (with_x) {
+        pl->x = kb_value(b, n->in[1], false);
+        pl->xo = k_var(b, kb_let(b, "xo", KT_I64,
+                                 k_add(b, k_mul(b, bi, k_int(b, xv->sn)), k_mul(b, c, k_int(b, xv->sc)))));
+    }
+    pl->yo = k_var(
+        b, kb_let(b, "yo", KT_I64, k_add(b, k_mul(b, bi, k_int(b, yv->sn)), k_mul(b, c, k_int(b, yv->sc)))));
+    KExpr *q[3];
+    open_loops(b, q_names, xv->sp, ns, q);
+    kb_store(b, pl->dx, k_add(b, pl->dxo, offset_of(b, q, xv->ss, ns)), k_f32(b, 0));
+    close_blocks(b, ns);
+    open_loops(b, p_names, yv->sp, ns, pl->p);
+    return 0;
+}
+
+/* min(v, hi) as C's v < hi ? v : hi. */
+static KExpr *at_most(KBuilder *b, KExpr *v, KExpr *hi) {
+    return k_select(b, k_lt(b, v, hi), v, hi);
 }
 
 /* Iteration i is one (batch, channel) plane of dx: zeroed, then each of dy's windows
@@ -145,46 +160,59 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
     if (is_max)
         node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
-    char at[256], yat[256];
-    Kernel *k = plane_grad_loop(p, n, &xv, &yv, true, at, yat, sizeof at, d);
-    if (!k)
+    PlaneLoop pl;
+    if (plane_grad_loop(p, n, &xv, &yv, true, &pl, d))
         return -1;
-    Str *s = &k->body;
-    str_printf(s, "float g = dyp[%s];\n", yat);
+    KBuilder *b = &pl.k->b;
+    KExpr *gv =
+        k_var(b, kb_let(b, "g", KT_F32, k_load(b, pl.dy, k_add(b, pl.yo, offset_of(b, pl.p, yv.ss, ns)))));
+    KExpr *st[3], *h[3] = {NULL, NULL, NULL}, *kk[3];
     for (int j = 0; j < ns; j++)
-        str_printf(s, "int64_t s%d = p%d * %lld - %lld;\n", j, j, (long long)strides[j], (long long)pads[j]);
-    char xat[256] = "";
-    offset_expr(xat, sizeof xat, "h", xv.ss, ns);
+        st[j] = k_var(b, kb_let(b, s_names[j], KT_I64,
+                                k_sub(b, k_mul(b, pl.p[j], k_int(b, strides[j])), k_int(b, pads[j]))));
+    int best = -1, m = -1;
+    KExpr *share = NULL;
     if (is_max) {
-        str_printf(s, "int64_t best = -1;\nfloat m = -INFINITY;\n");
+        best = kb_decl(b, "best", KT_I64, k_int(b, -1));
+        m = kb_decl(b, "m", KT_F32, k_f32(b, -INFINITY));
     } else {
-        str_printf(s, "int64_t count = 1;\n");
-        for (int j = 0; j < ns; j++)
-            if (node_bool(n, ATTR_COUNT_INCLUDE_PAD))
-                str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - s%d;\n", j,
-                           (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j,
-                           (long long)kernel[j], (long long)(xv.sp[j] + pads[ns + j]), j);
-            else
-                str_printf(s, "count *= (s%d + %lld < %lld ? s%d + %lld : %lld) - (s%d > 0 ? s%d : 0);\n", j,
-                           (long long)kernel[j], (long long)xv.sp[j], j, (long long)kernel[j],
-                           (long long)xv.sp[j], j, j);
-        str_printf(s, "float share = (float)((double)g / (double)count);\n");
+        int count = kb_decl(b, "count", KT_I64, k_int(b, 1));
+        bool include_pad = node_bool(n, ATTR_COUNT_INCLUDE_PAD);
+        for (int j = 0; j < ns; j++) {
+            KExpr *end = at_most(b, k_add(b, st[j], k_int(b, kernel[j])),
+                                 k_int(b, include_pad ? xv.sp[j] + pads[ns + j] : xv.sp[j]));
+            KExpr *start =
+                include_pad ? st[j] : k_select(b, k_bin(b, KE_GT, st[j], k_int(b, 0)), st[j], k_int(b, 0));
+            kb_assign(b, count, k_mul(b, k_var(b, count), k_sub(b, end, start)));
+        }
+        share = k_var(b, kb_let(b, "share", KT_F32,
+                                k_cast(b, KT_F32,
+                                       k_div(b, k_cast(b, KT_F64, gv), k_cast(b, KT_F64, k_var(b, count))))));
     }
-    open_loops(s, "k", kernel, ns);
-    for (int j = 0; j < ns; j++)
-        str_printf(s, "int64_t h%d = s%d + k%d * %lld;\nif (h%d < 0 || h%d >= %lld) continue;\n", j, j, j,
-                   (long long)dilations[j], j, j, (long long)xv.sp[j]);
-    if (is_max)
-        str_printf(s,
-                   "int64_t at = %s;\nfloat v = xp[at];\nif (best < 0 || v != v || v > m) {\nbest = at;\nm = "
-                   "v;\n}\n",
-                   xat);
-    else
-        str_printf(s, "dxp[%s] += share;\n", xat);
-    close_loops(s, ns);
-    if (is_max)
-        str_printf(s, "if (best >= 0)\ndxp[best] += g;\n");
-    close_loops(s, ns);
+    open_loops(b, k_names, kernel, ns, kk);
+    for (int j = 0; j < ns; j++) { /* a tap outside x adds nothing */
+        h[j] =
+            k_var(b, kb_let(b, h_names[j], KT_I64, k_add(b, st[j], k_mul(b, kk[j], k_int(b, dilations[j])))));
+        kb_if(b, k_and(b, k_bin(b, KE_GE, h[j], k_int(b, 0)), k_lt(b, h[j], k_int(b, xv.sp[j]))));
+    }
+    KExpr *xat = offset_of(b, h, xv.ss, ns);
+    if (is_max) {
+        KExpr *at = k_var(b, kb_let(b, "at", KT_I64, xat));
+        KExpr *v = k_var(b, kb_let(b, "v", KT_F32, k_load(b, pl.x, k_add(b, pl.xo, at))));
+        kb_if(b, k_bin(b, KE_OR, k_bin(b, KE_OR, k_lt(b, k_var(b, best), k_int(b, 0)), k_bin(b, KE_NE, v, v)),
+                       k_bin(b, KE_GT, v, k_var(b, m))));
+        kb_assign(b, best, at);
+        kb_assign(b, m, v);
+        kb_end(b);
+    } else
+        kb_store_add(b, pl.dx, k_add(b, pl.dxo, xat), share);
+    close_blocks(b, 2 * ns); /* the ifs and the tap loops */
+    if (is_max) {
+        kb_if(b, k_bin(b, KE_GE, k_var(b, best), k_int(b, 0)));
+        kb_store_add(b, pl.dx, k_add(b, pl.dxo, k_var(b, best)), gv);
+        kb_end(b);
+    }
+    close_blocks(b, ns);
     return 0;
 }
 
@@ -197,23 +225,30 @@ int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View yv = view_of(&g->values[n->in[0]].type, nhwc), xv = view_of(&g->values[n->in[1]].type, nhwc);
     int ns = xv.ns;
-    char at[256], yat[256];
-    Kernel *k = plane_grad_loop(p, n, &xv, &yv, false, at, yat, sizeof at, d);
-    if (!k)
+    PlaneLoop pl;
+    if (plane_grad_loop(p, n, &xv, &yv, false, &pl, d))
         return -1;
-    Str *s = &k->body;
-    str_printf(s, "int64_t count = 1;\n");
+    KBuilder *b = &pl.k->b;
+    int count = kb_decl(b, "count", KT_I64, k_int(b, 1));
+    KExpr *st[3], *en[3], *q[3] = {NULL, NULL, NULL};
     for (int j = 0; j < ns; j++) {
-        long long in = xv.sp[j], out = yv.sp[j];
-        str_printf(s, "int64_t s%d = p%d * %lld / %lld, e%d = ((p%d + 1) * %lld + %lld) / %lld;\n", j, j, in,
-                   out, j, j, in, out - 1, out);
-        str_printf(s, "count *= e%d - s%d;\n", j, j);
+        int64_t in = xv.sp[j], out = yv.sp[j];
+        st[j] =
+            k_var(b, kb_let(b, s_names[j], KT_I64, k_div(b, k_mul(b, pl.p[j], k_int(b, in)), k_int(b, out))));
+        en[j] = k_var(b, kb_let(b, e_names[j], KT_I64,
+                                k_div(b,
+                                      k_add(b, k_mul(b, k_add(b, pl.p[j], k_int(b, 1)), k_int(b, in)),
+                                            k_int(b, out - 1)),
+                                      k_int(b, out))));
+        kb_assign(b, count, k_mul(b, k_var(b, count), k_sub(b, en[j], st[j])));
     }
-    str_printf(s, "float share = (float)((double)dyp[%s] / (double)count);\n", yat);
+    KExpr *dy = k_load(b, pl.dy, k_add(b, pl.yo, offset_of(b, pl.p, yv.ss, ns)));
+    KExpr *share = k_var(
+        b, kb_let(b, "share", KT_F32,
+                  k_cast(b, KT_F32, k_div(b, k_cast(b, KT_F64, dy), k_cast(b, KT_F64, k_var(b, count))))));
     for (int j = 0; j < ns; j++)
-        str_printf(s, "for (int64_t q%d = s%d; q%d < e%d; q%d++) {\n", j, j, j, j, j);
-    str_printf(s, "dxp[%s] += share;\n", at);
-    close_loops(s, ns);
-    close_loops(s, ns);
+        q[j] = k_var(b, kb_for(b, q_names[j], KT_I64, st[j], en[j], NULL, 0));
+    kb_store_add(b, pl.dx, k_add(b, pl.dxo, offset_of(b, q, xv.ss, ns)), share);
+    close_blocks(b, 2 * ns);
     return 0;
 }

@@ -92,9 +92,7 @@ static int write_all(const Options *o, const Toolchain *tc, const Source *c, con
         const Output *out = &outs->items[i];
         bool header = o->header && strcmp(out->what, "--header") == 0;
         size_t len = strlen(out->path);
-        const Str *text = header                                                       ? h
-                          : len > 4 && strcmp(out->path + len - 4, ".kir") == 0 ? &c->kir
-                                                                                        : shown;
+        const Str *text = header ? h : len > 4 && strcmp(out->path + len - 4, ".kir") == 0 ? &c->kir : shown;
         if (text->oom)
             return diag_error(d, (Loc){0}, "out of memory writing '%s'", out->path);
         if (outputs_write(outs, i, text->s ? text->s : "", text->len, d))

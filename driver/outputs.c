@@ -135,7 +135,7 @@ static int check_input(const Output *o, const char *path, const char *role, Diag
 }
 
 /* --dump-dir writes DIR/NN-STAGE.kiln and .safetensors as the passes run (and
- * DIR/model.c): a file read from there under such a name, as when a dumped stage is
+ * DIR/model.c and DIR/model.kir): a file read from there under such a name, as when a dumped stage is
  * re-run, would be overwritten. */
 static int check_dump_dir(const char *dir, const char *path, const char *role, Diag *d) {
     if (!dir || !path)
@@ -149,7 +149,8 @@ static int check_dump_dir(const char *dir, const char *path, const char *role, D
         return 0;
     const char *base = in_name + n + 1;
     bool stage = base[0] >= '0' && base[0] <= '9' && base[1] >= '0' && base[1] <= '9' && base[2] == '-';
-    if (!stage && strcmp(base, "model.c") != 0 && strcmp(base, "model.cu") != 0)
+    if (!stage && strcmp(base, "model.c") != 0 && strcmp(base, "model.cu") != 0 &&
+        strcmp(base, "model.kir") != 0)
         return 0;
     return diag_error(d, (Loc){0},
                       "--dump-dir '%s' would overwrite %s '%s' (the dumps are written there); choose another "

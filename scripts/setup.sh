@@ -2,7 +2,7 @@
 # Installs the Debian packages kiln needs to build and test, when any is missing.
 # Non-interactive; uses sudo when not run as root.
 set -eu
-packages="build-essential cmake pkg-config clang-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata"
+packages="build-essential cmake pkg-config clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
