@@ -87,7 +87,12 @@ static const char *buf_name(const Printer *pr, int buf, char *tmp, size_t n) {
     case KB_VALUE: return value_name(pr->p, b->value);
     case KB_OUTPUT: snprintf(tmp, n, "out%d", b->value); return tmp;
     case KB_SCRATCH: return "scratch";
-    case KB_TABLE: return "table";
+    case KB_TABLE: /* declared as floats; another element type reads it through a cast */
+        if (b->type == KT_F32)
+            return "table";
+        snprintf(tmp, n, "((%s%s *)table)", pr->dump ? "" : "const ",
+                 pr->dump ? dump_type(b->type) : type_name(pr->l, b->type));
+        return tmp;
     case KB_LOCAL:
     case KB_SHARED: return b->name;
     }
