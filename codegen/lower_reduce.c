@@ -16,7 +16,6 @@
 #include "../ir/ops_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 enum { REDUCE_WORK = 16384 }; /* input elements worth giving a thread */
 
