@@ -38,7 +38,7 @@ static int place_buf(KBuilder *b, const Place *s, bool writable) {
     return s->value >= 0 ? kb_value(b, s->value, writable) : kb_scratch(b);
 }
 
-/* Lets NAME = where the data of `s` at index `at` of stride `stride` starts. */
+/* Lets NAME = where row `at` of s starts, its rows `stride` elements apart. */
 static KExpr *let_start(KBuilder *b, const char *name, const Place *s, KExpr *at, int64_t stride) {
     return k_var(b, kb_let(b, name, KT_I64, k_add(b, k_int(b, s->offset), k_mul(b, at, k_int(b, stride)))));
 }
