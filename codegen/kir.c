@@ -41,7 +41,7 @@ static int add_buf(KBuilder *b, KBuf buf) {
     KBody *kb = b->kb;
     for (int i = 0; i < kb->n_bufs; i++)
         if (buf.kind != KB_LOCAL && buf.kind != KB_SHARED && kb->bufs[i].kind == buf.kind &&
-            kb->bufs[i].value == buf.value) {
+            kb->bufs[i].value == buf.value && kb->bufs[i].type == buf.type) {
             kb->bufs[i].writable |= buf.writable;
             return i;
         }
@@ -74,6 +74,10 @@ int kb_table(KBuilder *b) {
 
 int kb_param_buf(KBuilder *b, const char *name, bool writable) {
     return add_buf(b, (KBuf){KB_PARAM, -2 - b->kb->n_bufs, writable, KT_F32, 0, 0, name});
+}
+
+int kb_table_of(KBuilder *b, KType t) {
+    return add_buf(b, (KBuf){KB_TABLE, 0, false, t, 0, 0, NULL});
 }
 
 static KStmt *append(KBuilder *b, KStmtKind kind) {

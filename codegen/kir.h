@@ -156,6 +156,9 @@ bool kb_failed(const KBuilder *b);
 int kb_value(KBuilder *b, int id, bool writable);
 int kb_scratch(KBuilder *b);
 int kb_table(KBuilder *b);
+/* The kernel's table read as elements of another 4-byte type t (KT_I32: int32
+ * indices stored beside float weights), element k at byte 4 k. */
+int kb_table_of(KBuilder *b, KType t);
 /* A local array of `rows` x `cols` elements (cols 0: 1-D of rows), declared at this
  * point of the body; shared: CUDA shared memory. */
 int kb_array(KBuilder *b, const char *name, KType t, int64_t rows, int64_t cols, bool shared, bool zero);

@@ -10,6 +10,7 @@
 #include "codegen.h"
 #include "kir.h"
 
+#include <math.h>
 #include <string.h>
 
 enum {
@@ -87,7 +88,12 @@ static const char *buf_name(const Printer *pr, int buf, char *tmp, size_t n) {
     case KB_VALUE: return value_name(pr->p, b->value);
     case KB_OUTPUT: snprintf(tmp, n, "out%d", b->value); return tmp;
     case KB_SCRATCH: return "scratch";
-    case KB_TABLE: return "table";
+    case KB_TABLE: /* declared as floats; another element type reads it through a cast */
+        if (b->type == KT_F32)
+            return "table";
+        snprintf(tmp, n, "((%s%s *)table)", pr->dump ? "" : "const ",
+                 pr->dump ? dump_type(b->type) : type_name(pr->l, b->type));
+        return tmp;
     case KB_LOCAL:
     case KB_SHARED:
     case KB_PARAM: return b->name;
@@ -143,8 +149,13 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
             char lit[48];
             float_literal(e->f, lit, sizeof lit);
             str_printf(o, "%s", lit);
-        } else
-            str_printf(o, "%.17g%s", e->f, e->f == (double)(int64_t)e->f ? ".0" : "");
+        } else if (!isfinite(e->f))
+            str_printf(o, "(%s / 0.0)", isnan(e->f) ? "0.0" : e->f < 0 ? "-1.0" : "1.0");
+        else {
+            char lit[40];
+            snprintf(lit, sizeof lit, "%.17g", e->f);
+            str_printf(o, "%s%s", lit, strpbrk(lit, ".e") ? "" : ".0"); /* `1` is an int */
+        }
         break;
     case KE_VAR: str_printf(o, "%s", pr->kb->vars[e->var].name); break;
     case KE_LOAD: print_index(pr, e->buf, e->a, e->n_args == 2); break;

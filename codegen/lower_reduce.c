@@ -1,27 +1,42 @@
 /* Lowering of the reductions and normalizations: sum, mean, reduce_max, softmax,
  * log_softmax, batch_norm and layer_norm.
  *
- * Each is one LOOP kernel. A reduction gives an iteration to each result: x is seen
- * as runs of dims, adjacent dims that are all reduced or all kept merged into one
- * run (dims of size 1 dropped), so the result's flat index maps to its first input
- * element through the kept runs' constant strides, and the reduced runs become
- * nested `for` loops in the body. softmax and layer_norm give an iteration to each
- * row (one position of every other dim) and make the reference's passes over it:
- * the max (softmax) or the mean (layer_norm) first, so that large inputs neither
- * overflow nor cancel. batch_norm is elementwise: each element finds its channel and
- * computes that channel's scale / sqrt(var + eps) from the params. Sums accumulate
- * in double, as the interpreter does; everything else is float. */
+ * Each is one LOOP kernel, built as kernel IR. A reduction gives an iteration to
+ * each result: x is seen as runs of dims, adjacent dims that are all reduced or all
+ * kept merged into one run (dims of size 1 dropped), so the result's flat index
+ * maps to its first input element through the kept runs' constant strides, and the
+ * reduced runs become nested `for` loops in the body. softmax and layer_norm give
+ * an iteration to each row (one position of every other dim) and make the
+ * reference's passes over it: the max (softmax) or the mean (layer_norm) first, so
+ * that large inputs neither overflow nor cancel. batch_norm is elementwise: each
+ * element finds its channel and computes that channel's scale / sqrt(var + eps)
+ * from the params. Sums accumulate in double, as the interpreter does (each float
+ * converted before it is added); everything else is float. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
 #include <math.h>
-#include <string.h>
 
 enum { REDUCE_WORK = 16384 }; /* input elements worth giving a thread */
 
 static Kernel *new_loop(Program *p, const Node *n, int64_t count, int64_t work_per_iteration, Diag *d) {
     int64_t grain = work_per_iteration >= REDUCE_WORK ? 1 : REDUCE_WORK / work_per_iteration;
     return kernel_loop(p, n, NULL, count, grain, d);
+}
+
+/* for (NAME = 0; NAME < count; NAME++), opened; returns NAME as an expression. */
+static KExpr *open_loop(KBuilder *b, const char *name, int64_t count) {
+    return k_var(b, kb_for(b, name, KT_I64, k_int(b, 0), k_int(b, count), NULL, 0));
+}
+
+/* base + var * stride, the index of a loop's element. */
+static KExpr *step(KBuilder *b, KExpr *base, KExpr *var, int64_t stride) {
+    return k_add(b, base, k_mul(b, var, k_int(b, stride)));
+}
+
+/* (double)x, as C converts a float added to a double. */
+static KExpr *widen(KBuilder *b, KExpr *x) {
+    return k_cast(b, KT_F64, x);
 }
 
 /* ---- sum, mean, reduce_max ---- */
@@ -61,6 +76,9 @@ static void reduced_dims(const Node *n, const Type *x, bool *reduced) {
         reduced[norm_axis(a->ints[i], x->rank)] = true;
 }
 
+/* The loop variables of the reduced runs, r0 the outermost. */
+static const char *const run_vars[KILN_MAX_RANK] = {"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"};
+
 int lower_reduce(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type;
     bool reduced[KILN_MAX_RANK];
@@ -73,75 +91,70 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_loop(p, n, results, group, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
     /* the first element of result i: its kept runs unraveled from i */
-    str_printf(s, "const float *x = %s + ", value_name(p, n->in[0]));
+    KExpr *first = k_int(b, 0);
     int64_t after = results; /* results per step of the current kept run */
-    bool any = false;
     for (int r = 0; r < n_runs; r++) {
         if (runs[r].reduced)
             continue;
-        int64_t size = runs[r].size;
-        after /= size;
-        /* * / and % bind alike, left to right: i / after % size * stride */
-        str_printf(s, "%si", any ? " + " : "");
-        if (after > 1)
-            str_printf(s, " / %lld", (long long)after);
-        if (after * size < results)
-            str_printf(s, " %% %lld", (long long)size);
-        str_printf(s, " * %lld", (long long)runs[r].stride);
-        any = true;
+        after /= runs[r].size;
+        KExpr *at = k_div(b, i, k_int(b, after));
+        if (after * runs[r].size < results)
+            at = k_mod(b, at, k_int(b, runs[r].size));
+        first = step(b, first, at, runs[r].stride);
     }
-    str_printf(s, "%s;\n", any ? "" : "0");
+    KExpr *start = first->kind == KE_INT ? first : k_var(b, kb_let(b, "first", KT_I64, first));
     bool is_max = n->op == OP_REDUCE_MAX;
-    char inf[32];
-    float_literal(-INFINITY, inf, sizeof inf);
-    if (is_max)
-        str_printf(s, "float acc = %s;\n", inf);
-    else
-        str_printf(s, "double acc = 0.0;\n");
+    int acc =
+        is_max ? kb_decl(b, "acc", KT_F32, k_f32(b, -INFINITY)) : kb_decl(b, "acc", KT_F64, k_f64(b, 0));
     /* one loop per reduced run, r0 outermost */
     int depth = 0;
-    char at[256] = "0";
-    size_t len = 0;
+    KExpr *at = start;
     for (int r = 0; r < n_runs; r++) {
         if (!runs[r].reduced)
             continue;
-        str_printf(s, "%*sfor (int64_t r%d = 0; r%d < %lld; r%d++)%s\n", 4 * depth, "", depth, depth,
-                   (long long)runs[r].size, depth, is_max ? " {" : "");
-        len += (size_t)snprintf(at + len, sizeof at - len, "%sr%d * %lld", len ? " + " : "", depth,
-                                (long long)runs[r].stride);
+        at = step(b, at, open_loop(b, run_vars[depth], runs[r].size), runs[r].stride);
         depth++;
     }
+    KExpr *element = k_load(b, kb_value(b, n->in[0], false), at);
+    KExpr *result;
     if (is_max) {
         /* NaN wins, as in the reference: once acc is NaN nothing is greater */
-        str_printf(s, "%*sfloat v = x[%s];\n", 4 * depth, "", at);
-        str_printf(s, "%*sif (v != v || v > acc)\n%*sacc = v;\n", 4 * depth, "", 4 * depth + 4, "");
-        for (int level = depth - 1; level >= 0; level--)
-            str_printf(s, "%*s}\n", 4 * level, "");
-        str_printf(s, "%s[i] = acc;\n", value_name(p, n->out[0]));
+        KExpr *v = k_var(b, kb_let(b, "v", KT_F32, element)), *a = k_var(b, acc);
+        kb_if(b, k_bin(b, KE_OR, k_bin(b, KE_NE, v, v), k_bin(b, KE_GT, v, a)));
+        kb_assign(b, acc, v);
+        kb_end(b);
+        result = k_var(b, acc);
     } else {
-        str_printf(s, "%*sacc += x[%s];\n", 4 * depth, "", at);
+        kb_accum(b, acc, widen(b, element));
+        result = k_var(b, acc);
         if (n->op == OP_MEAN)
-            str_printf(s, "%s[i] = (float)(acc / %lld.0);\n", value_name(p, n->out[0]), (long long)group);
-        else
-            str_printf(s, "%s[i] = (float)acc;\n", value_name(p, n->out[0]));
+            result = k_div(b, result, k_f64(b, (double)group));
     }
+    while (depth-- > 0)
+        kb_end(b);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_cast(b, KT_F32, result));
     return 0;
 }
 
 /* ---- softmax, log_softmax ---- */
 
-/* `const float *NAME = V + first;` for a row of length len: x walked as [outer,
- * len, inner], row i starting at element (i / inner, 0, i % inner). */
-static void row_pointer(Str *s, const char *decl, const char *v, int64_t outer, int64_t len, int64_t inner) {
+/* Where row i of x, walked as [outer, len, inner], starts: at element (i / inner,
+ * 0, i % inner); its element j is inner elements after element j - 1. */
+static KExpr *row_start(KBuilder *b, KExpr *i, int64_t outer, int64_t len, int64_t inner) {
     if (inner == 1)
-        str_printf(s, "%s = %s + i * %lld;\n", decl, v, (long long)len);
-    else if (outer == 1)
-        str_printf(s, "%s = %s + i;\n", decl, v);
-    else
-        str_printf(s, "%s = %s + i / %lld * %lld + i %% %lld;\n", decl, v, (long long)inner,
-                   (long long)(len * inner), (long long)inner);
+        return k_mul(b, i, k_int(b, len));
+    if (outer == 1)
+        return i;
+    return k_madd(b, k_div(b, i, k_int(b, inner)), len * inner, k_mod(b, i, k_int(b, inner)));
+}
+
+/* expf(x - max) */
+static KExpr *exp_shifted(KBuilder *b, KExpr *x, int max) {
+    KExpr *shifted = k_sub(b, x, k_var(b, max));
+    return k_call(b, KT_F32, "expf", 1, &shifted);
 }
 
 int lower_softmax(Program *p, const Node *n, Diag *d) {
@@ -152,28 +165,37 @@ int lower_softmax(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_loop(p, n, outer * inner, len, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
-    char inf[32], e[32] = "[j]"; /* element j of the row */
-    float_literal(-INFINITY, inf, sizeof inf);
-    if (inner > 1)
-        snprintf(e, sizeof e, "[j * %lld]", (long long)inner);
-    row_pointer(s, "const float *x", value_name(p, n->in[0]), outer, len, inner);
-    row_pointer(s, "float *y", value_name(p, n->out[0]), outer, len, inner);
+    KBuilder *b = &k->b;
+    int xs = kb_value(b, n->in[0], false), ys = kb_value(b, n->out[0], true);
+    KExpr *first = row_start(b, k_var(b, k->iter), outer, len, inner);
+    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, first));
     /* NaN is skipped by the max, but reaches every result through the sum */
-    str_printf(s, "float max = %s;\n", inf);
-    str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    max = x%s > max ? x%s : max;\n", (long long)len, e,
-               e);
-    str_printf(s, "double sum = 0.0;\n");
+    int max = kb_decl(b, "max", KT_F32, k_f32(b, -INFINITY));
+    KExpr *at = step(b, row, open_loop(b, "j", len), inner);
+    KExpr *xj = k_load(b, xs, at);
+    kb_assign(b, max, k_select(b, k_bin(b, KE_GT, xj, k_var(b, max)), xj, k_var(b, max)));
+    kb_end(b);
+    int sum = kb_decl(b, "sum", KT_F64, k_f64(b, 0));
     if (n->op == OP_SOFTMAX) {
-        str_printf(s, "for (int64_t j = 0; j < %lld; j++) {\n", (long long)len);
-        str_printf(s, "    y%s = expf(x%s - max);\n    sum += y%s;\n}\n", e, e, e);
-        str_printf(s, "float scale = (float)(1.0 / sum);\n");
-        str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    y%s *= scale;\n", (long long)len, e);
+        at = step(b, row, open_loop(b, "j", len), inner);
+        kb_store(b, ys, at, exp_shifted(b, k_load(b, xs, at), max));
+        kb_accum(b, sum, widen(b, k_load(b, ys, at)));
+        kb_end(b);
+        KExpr *inverse = k_cast(b, KT_F32, k_div(b, k_f64(b, 1), k_var(b, sum)));
+        KExpr *scale = k_var(b, kb_let(b, "scale", KT_F32, inverse));
+        at = step(b, row, open_loop(b, "j", len), inner);
+        kb_store(b, ys, at, k_mul(b, k_load(b, ys, at), scale));
+        kb_end(b);
     } else {
-        str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    sum += expf(x%s - max);\n", (long long)len, e);
-        str_printf(s, "float log_sum = (float)log(sum);\n");
-        str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    y%s = x%s - max - log_sum;\n", (long long)len,
-                   e, e);
+        at = step(b, row, open_loop(b, "j", len), inner);
+        kb_accum(b, sum, widen(b, exp_shifted(b, k_load(b, xs, at), max)));
+        kb_end(b);
+        KExpr *total = k_var(b, sum);
+        KExpr *log_sum =
+            k_var(b, kb_let(b, "log_sum", KT_F32, k_cast(b, KT_F32, k_call(b, KT_F64, "log", 1, &total))));
+        at = step(b, row, open_loop(b, "j", len), inner);
+        kb_store(b, ys, at, k_sub(b, k_sub(b, k_load(b, xs, at), k_var(b, max)), log_sum));
+        kb_end(b);
     }
     return 0;
 }
@@ -193,33 +215,37 @@ int lower_batch_norm(Program *p, const Node *n, Diag *d) {
     if (!k)
         return -1;
     k->in_place = true; /* x is read at the element written; the others have another type */
-    char eps[32];
-    float_literal(node_float(n, ATTR_EPSILON), eps, sizeof eps);
-    const char *y = value_name(p, n->out[0]), *xs = value_name(p, n->in[0]);
-    const char *scale = value_name(p, n->in[1]), *bias = value_name(p, n->in[2]);
-    const char *mean = value_name(p, n->in[3]), *var = value_name(p, n->in[4]);
-    const char *ch = inner > 1 ? "c" : "j";
-    if (inner > 1)
-        str_printf(&k->body, "int64_t c = i %% %lld;\n", (long long)channels);
-    str_printf(&k->body, "for (int64_t j = 0; j < %lld; j++) {\n", (long long)run);
-    str_printf(&k->body, "    float scale = %s[%s] / sqrtf(%s[%s] + %s);\n", scale, ch, var, ch, eps);
-    str_printf(&k->body, "    %s[i * %lld + j] = (%s[i * %lld + j] - %s[%s]) * scale + %s[%s];\n}\n", y,
-               (long long)run, xs, (long long)run, mean, ch, bias, ch);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    /* the channel: the run's (nchw), or j (nhwc) */
+    KExpr *run_channel = inner > 1 ? k_var(b, kb_let(b, "c", KT_I64, k_mod(b, i, k_int(b, channels)))) : NULL;
+    KExpr *j = open_loop(b, "j", run), *ch = run_channel ? run_channel : j;
+    KExpr *var = k_add(b, k_load(b, kb_value(b, n->in[4], false), ch), k_f32(b, node_float(n, ATTR_EPSILON)));
+    KExpr *root = k_call(b, KT_F32, "sqrtf", 1, &var);
+    KExpr *scale =
+        k_var(b, kb_let(b, "scale", KT_F32, k_div(b, k_load(b, kb_value(b, n->in[1], false), ch), root)));
+    KExpr *at = k_madd(b, i, run, j);
+    KExpr *centered =
+        k_sub(b, k_load(b, kb_value(b, n->in[0], false), at), k_load(b, kb_value(b, n->in[3], false), ch));
+    kb_store(b, kb_value(b, n->out[0], true), at,
+             k_add(b, k_mul(b, centered, scale), k_load(b, kb_value(b, n->in[2], false), ch)));
+    kb_end(b);
     return 0;
 }
 
 /* ---- layer_norm ---- */
 
 /* The element of an optional scale or bias t for position j of the normalized
- * shape: j itself when t has that shape, else through the n0.. unraveled from j.
- * Returns whether it needs them. */
-static bool norm_operand(const Program *p, int v, const Type *norm, char *buf, size_t cap) {
+ * shape: j itself when t has that shape, else through norm's multi-index idx. */
+static KExpr *norm_operand(KBuilder *b, const Program *p, int v, const Type *norm, KExpr *j,
+                           KExpr *const *idx) {
     const Type *t = &p->g->values[v].type;
-    char off[256] = "j";
-    if (!type_equal(t, norm))
-        broadcast_offset(t, norm, "n", off, sizeof off);
-    snprintf(buf, cap, "%s[%s]", value_name(p, v), off);
-    return !type_equal(t, norm) && type_numel(t) > 1;
+    KExpr *at = j;
+    if (!type_equal(t, norm)) {
+        KView view = kview_broadcast(t, norm);
+        at = kview_index(b, &view, idx);
+    }
+    return k_load(b, kb_value(b, v, false), at);
 }
 
 int lower_layer_norm(Program *p, const Node *n, Diag *d) {
@@ -231,36 +257,35 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d) {
     Kernel *k = new_loop(p, n, rows, size, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
-    str_printf(s, "const float *x = %s + i * %lld;\n", value_name(p, n->in[0]), (long long)size);
-    str_printf(s, "float *y = %s + i * %lld;\n", value_name(p, n->out[0]), (long long)size);
-    str_printf(s, "double mean = 0.0, var = 0.0;\n");
-    str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    mean += x[j];\n", (long long)size);
-    str_printf(s, "mean /= %lld.0;\n", (long long)size);
-    str_printf(s, "for (int64_t j = 0; j < %lld; j++)\n    var += (x[j] - mean) * (x[j] - mean);\n",
-               (long long)size);
-    str_printf(s, "float m = (float)mean, rstd = (float)(1.0 / sqrt(var / %lld.0 + %.17g));\n",
-               (long long)size, node_float(n, ATTR_EPSILON));
-    char sc[320] = "", bi[320] = "";
-    bool unravel = false;
+    KBuilder *b = &k->b;
+    int xs = kb_value(b, n->in[0], false);
+    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_mul(b, k_var(b, k->iter), k_int(b, size))));
+    int mean = kb_decl(b, "mean", KT_F64, k_f64(b, 0)), var = kb_decl(b, "var", KT_F64, k_f64(b, 0));
+    KExpr *xj = k_load(b, xs, k_add(b, row, open_loop(b, "j", size)));
+    kb_accum(b, mean, widen(b, xj));
+    kb_end(b);
+    KExpr *count = k_f64(b, (double)size);
+    kb_assign(b, mean, k_div(b, k_var(b, mean), count));
+    xj = k_load(b, xs, k_add(b, row, open_loop(b, "j", size)));
+    KExpr *dev = k_sub(b, widen(b, xj), k_var(b, mean));
+    kb_accum(b, var, k_mul(b, dev, dev));
+    kb_end(b);
+    KExpr *m = k_var(b, kb_let(b, "m", KT_F32, k_cast(b, KT_F32, k_var(b, mean))));
+    KExpr *spread = k_add(b, k_div(b, k_var(b, var), count), k_f64(b, node_float(n, ATTR_EPSILON)));
+    KExpr *rstd =
+        k_var(b, kb_let(b, "rstd", KT_F32,
+                        k_cast(b, KT_F32, k_div(b, k_f64(b, 1), k_call(b, KT_F64, "sqrt", 1, &spread)))));
+    KExpr *j = open_loop(b, "j", size), *idx[KILN_MAX_RANK];
+    bool broadcast = (scale >= 0 && !type_equal(&p->g->values[scale].type, &norm)) ||
+                     (bias >= 0 && !type_equal(&p->g->values[bias].type, &norm));
+    if (broadcast)
+        kb_unravel(b, j, &norm, "n", idx);
+    KExpr *y = k_mul(b, k_sub(b, k_load(b, xs, k_add(b, row, j)), m), rstd);
     if (scale >= 0)
-        unravel |= norm_operand(p, scale, &norm, sc, sizeof sc);
+        y = k_mul(b, y, norm_operand(b, p, scale, &norm, j, idx));
     if (bias >= 0)
-        unravel |= norm_operand(p, bias, &norm, bi, sizeof bi);
-    str_printf(s, "for (int64_t j = 0; j < %lld; j++) {\n", (long long)size);
-    if (unravel) {
-        Str idx = {0};
-        emit_unravel(&idx, "j", &norm, "n");
-        for (const char *line = idx.s; line && *line;) {
-            const char *nl = strchr(line, '\n');
-            str_printf(s, "    %.*s\n", (int)(nl - line), line);
-            line = nl + 1;
-        }
-        if (idx.oom)
-            s->oom = true;
-        str_free(&idx);
-    }
-    str_printf(s, "    y[j] = (x[j] - m) * rstd%s%s%s%s;\n}\n", scale >= 0 ? " * " : "", sc,
-               bias >= 0 ? " + " : "", bi);
+        y = k_add(b, y, norm_operand(b, p, bias, &norm, j, idx));
+    kb_store(b, kb_value(b, n->out[0], true), k_add(b, row, j), y);
+    kb_end(b);
     return 0;
 }

@@ -2,9 +2,10 @@
  *
  * A resampling is a short list of 1-D passes, one per axis it changes (see
  * ir/op_resize.c, whose resample_plan also drives the interpreter, so both use the
- * same indices and weights). Each pass is one LOOP kernel whose index and weight
- * tables are computed now and stored in the weights blob (int32 indices, then float
- * weights, `taps` per output position); the data is seen as [outer, len, inner]:
+ * same indices and weights). Each pass is one LOOP kernel, built as kernel IR, whose
+ * index and weight tables are computed now and stored in the weights blob (int32
+ * indices, then float weights, `taps` per output position, read through the
+ * kernel's table as ints and as floats); the data is seen as [outer, len, inner]:
  *   - inner > 1: one iteration per output row of `inner` contiguous elements, a
  *     weighted sum of `taps` input rows that vectorizes;
  *   - inner = 1 (the last axis): one iteration per outer row, each output element
@@ -19,21 +20,32 @@
 
 enum { WORK_PER_THREAD = 16384 };
 
-/* Where a pass reads or writes: a value, or a scratch region. */
+/* Where a pass reads or writes: a value, or a region of the node's scratch. */
 typedef struct {
-    char name[96];
+    int value;      /* the value, or -1: scratch */
+    int64_t offset; /* scratch: the region's first float */
 } Place;
 
-static Place place_value(const Program *p, int v) {
-    Place s;
-    snprintf(s.name, sizeof s.name, "%s", value_name(p, v));
-    return s;
+static Place place_value(int v) {
+    return (Place){v, 0};
 }
 
 static Place place_scratch(int region, int64_t region_floats) {
-    Place s;
-    snprintf(s.name, sizeof s.name, "(scratch + %lld)", (long long)(region * region_floats));
-    return s;
+    return (Place){-1, region * region_floats};
+}
+
+static int place_buf(KBuilder *b, const Place *s, bool writable) {
+    return s->value >= 0 ? kb_value(b, s->value, writable) : kb_scratch(b);
+}
+
+/* Lets NAME = where row `at` of s starts, its rows `stride` elements apart. */
+static KExpr *let_start(KBuilder *b, const char *name, const Place *s, KExpr *at, int64_t stride) {
+    return k_var(b, kb_let(b, name, KT_I64, k_add(b, k_int(b, s->offset), k_mul(b, at, k_int(b, stride)))));
+}
+
+/* Opens for (NAME = lo; NAME < hi; NAME++); returns NAME. */
+static KExpr *open_loop(KBuilder *b, const char *name, int64_t lo, int64_t hi) {
+    return k_var(b, kb_for(b, name, KT_I64, k_int(b, lo), k_int(b, hi), NULL, 0));
 }
 
 /* Stores axis a's tables as the kernel's table: int32 indices, then float weights,
@@ -75,27 +87,47 @@ static bool is_selection(const ResampleAxis *a) {
     return true;
 }
 
-/* Emits `lhs = sum_j WEIGHT_j * TAP_j;`, TAP_j and WEIGHT_j being the texts `tap`
- * and `weight` with j for %1$d and j * out_len for %2$lld; a selection copies TAP_0. */
-static void emit_sum(Str *s, const ResampleAxis *a, const char *lhs, const char *tap, const char *weight) {
-    bool copy = is_selection(a);
-    str_printf(s, "%s = ", lhs);
-    for (int j = 0; j < (copy ? 1 : a->taps); j++) {
-        char t[96], w[96];
-        long long at = (long long)j * a->out_len;
-        snprintf(t, sizeof t, tap, j, at);
-        snprintf(w, sizeof w, weight, j, at);
-        if (copy)
-            str_printf(s, "%s", t);
-        else
-            str_printf(s, "%s%s * %s", j ? " + " : "", w, t);
-    }
-    str_printf(s, ";\n");
+/* A pass's kernel as it is built: the axis, the table as indices and as weights,
+ * and the buffers it reads and writes. */
+typedef struct {
+    KBuilder *b;
+    const ResampleAxis *a;
+    int index, weight, src, dst;
+} Pass;
+
+/* Tap j's input index (an int32) for output position o, and its weight. */
+static KExpr *tap_index(const Pass *s, KExpr *j, KExpr *o) {
+    KBuilder *b = s->b;
+    return k_load(b, s->index, k_add(b, k_mul(b, j, k_int(b, s->a->out_len)), o));
 }
 
-/* A pass's kernel (forward or adjoint) with its tables. */
-static Kernel *pass_kernel(Program *p, const Node *n, const ResampleAxis *a, bool first, bool last,
-                           int64_t scratch_bytes, Diag *d) {
+static KExpr *tap_weight(const Pass *s, KExpr *j, KExpr *o) {
+    KBuilder *b = s->b;
+    int64_t weights = s->a->out_len * s->a->taps; /* after the indices */
+    return k_load(b, s->weight,
+                  k_add(b, k_add(b, k_int(b, weights), k_mul(b, j, k_int(b, s->a->out_len))), o));
+}
+
+/* An int32 index as a term of int64_t index arithmetic. */
+static KExpr *wide(KBuilder *b, KExpr *index) {
+    return k_cast(b, KT_I64, index);
+}
+
+/* sum_j w[j] * tap[j] over the axis's taps, left to right; a selection copies tap[0]. */
+static KExpr *weighted_sum(KBuilder *b, const ResampleAxis *a, KExpr *const *w, KExpr *const *tap) {
+    if (is_selection(a))
+        return tap[0];
+    KExpr *sum = NULL;
+    for (int j = 0; j < a->taps; j++) {
+        KExpr *term = k_mul(b, w[j], tap[j]);
+        sum = sum ? k_add(b, sum, term) : term;
+    }
+    return sum;
+}
+
+/* A pass's kernel (forward or adjoint) with its tables, reading `from` and writing `to`. */
+static Kernel *pass_kernel(Program *p, const Node *n, const ResampleAxis *a, int64_t scratch_bytes,
+                           const Place *from, const Place *to, Pass *s, Diag *d) {
     char what[32];
     snprintf(what, sizeof what, "axis%d", a->axis);
     Kernel *k = kernel_new(p, n, K_LOOP, what);
@@ -103,15 +135,15 @@ static Kernel *pass_kernel(Program *p, const Node *n, const ResampleAxis *a, boo
         diag_error(d, n->loc, "out of memory");
         return NULL;
     }
-    if (first)
-        kernel_reads(k, n->in[0]);
-    if (last)
-        kernel_writes(k, n->out[0]);
+    if (from->value >= 0)
+        kernel_reads(k, from->value);
+    if (to->value >= 0)
+        kernel_writes(k, to->value);
     k->scratch_bytes = scratch_bytes;
     if (store_tables(p, k, a, d))
         return NULL;
-    str_printf(&k->body, "const int32_t *index = (const int32_t *)table;\nconst float *weight = table + %lld;\n",
-               (long long)(a->out_len * a->taps));
+    KBuilder *b = &k->b;
+    *s = (Pass){b, a, kb_table_of(b, KT_I32), kb_table(b), place_buf(b, from, false), place_buf(b, to, true)};
     return k;
 }
 
@@ -170,138 +202,179 @@ static bool find_period(const ResampleAxis *a, Period *q) {
     return false;
 }
 
-/* Emits the statements computing dst[o] for o in [from, to) from the tables. */
-static void emit_gather(Str *s, const ResampleAxis *a, const char *from, const char *to, const char *e) {
-    long long out_len = a->out_len;
-    if (a->taps > 4) {
-        str_printf(s,
-                   "for (int64_t o = %s; o < %s; o++) {\n"
-                   "    float sum = 0.0f;\n"
-                   "    for (int64_t j = 0; j < %d; j++)\n"
-                   "        sum += weight[j * %lld + o] * src[index[j * %lld + o]];\n"
-                   "    dst[o] = sum;\n}\n",
-                   from, to, a->taps, out_len, out_len);
-        return;
-    }
-    str_printf(s, "for (int64_t o = %s; o < %s; o++)\n    ", from, to);
-    if (has_outside(a))
-        str_printf(s, "if (index[o] < 0)\n        dst[o] = %s;\n    else\n        ", e);
-    emit_sum(s, a, "dst[o]", "src[index[%2$lld + o]]", "weight[%2$lld + o]");
+/* e + c, written e - |c| for a negative c. */
+static KExpr *plus(KBuilder *b, KExpr *e, int64_t c) {
+    return c < 0 ? k_sub(b, e, k_int(b, -c)) : k_add(b, e, k_int(b, c));
 }
 
-/* Emits the repeating part: per statements per period, constants baked in. */
-static void emit_period(Str *s, const ResampleAxis *a, const Period *q) {
-    str_printf(s,
-               "for (int64_t p = %lld; p < %lld; p++) {\n"
-               "    const float *in = src + p * %lld;\n    float *out = dst + p * %d;\n",
-               (long long)q->p0, (long long)q->p1, (long long)q->step, q->per);
-    bool copy = is_selection(a);
-    for (int r = 0; r < q->per; r++) {
-        str_printf(s, "    out[%d] = ", r);
-        for (int j = 0; j < (copy ? 1 : a->taps); j++) {
-            char w[40];
-            float_literal(q->weight[r][j], w, sizeof w);
-            if (copy)
-                str_printf(s, "in[%lld]", (long long)q->offset[r][j]);
-            else
-                str_printf(s, "%s%s * in[%lld]", j ? " + " : "", w, (long long)q->offset[r][j]);
-        }
-        str_printf(s, ";\n");
+/* The statements computing dst[o] for o in [from, to) from the tables, the row of
+ * src starting at src_at and that of dst at dst_at; e: the extrapolation value. */
+static void gather(const Pass *s, int64_t from, int64_t to, KExpr *src_at, KExpr *dst_at, KExpr *e) {
+    KBuilder *b = s->b;
+    const ResampleAxis *a = s->a;
+    if (from >= to)
+        return;
+    KExpr *o = open_loop(b, "o", from, to);
+    if (a->taps > 4) {
+        int sum = kb_decl(b, "sum", KT_F32, k_f32(b, 0));
+        KExpr *j = open_loop(b, "j", 0, a->taps);
+        KExpr *tap = k_load(b, s->src, k_add(b, src_at, wide(b, tap_index(s, j, o))));
+        kb_accum(b, sum, k_mul(b, tap_weight(s, j, o), tap));
+        kb_end(b);
+        kb_store(b, s->dst, k_add(b, dst_at, o), k_var(b, sum));
+        kb_end(b);
+        return;
     }
-    str_printf(s, "}\n");
+    if (has_outside(a)) {
+        kb_if(b, k_lt(b, tap_index(s, k_int(b, 0), o), k_i32(b, 0)));
+        kb_store(b, s->dst, k_add(b, dst_at, o), e);
+        kb_else(b);
+    }
+    KExpr *w[4], *tap[4];
+    for (int j = 0; j < a->taps; j++) {
+        w[j] = tap_weight(s, k_int(b, j), o);
+        tap[j] = k_load(b, s->src, k_add(b, src_at, wide(b, tap_index(s, k_int(b, j), o))));
+    }
+    kb_store(b, s->dst, k_add(b, dst_at, o), weighted_sum(b, a, w, tap));
+    if (has_outside(a))
+        kb_end(b);
+    kb_end(b);
 }
+
+/* The repeating part: per statements per period, constants baked in. */
+static void periodic(const Pass *s, const Period *q, KExpr *src_at, KExpr *dst_at) {
+    KBuilder *b = s->b;
+    const ResampleAxis *a = s->a;
+    KExpr *p = open_loop(b, "p", q->p0, q->p1);
+    KExpr *in = k_var(b, kb_let(b, "in", KT_I64, k_add(b, src_at, k_mul(b, p, k_int(b, q->step)))));
+    KExpr *out = k_var(b, kb_let(b, "out", KT_I64, k_add(b, dst_at, k_mul(b, p, k_int(b, q->per)))));
+    for (int r = 0; r < q->per; r++) {
+        KExpr *w[4], *tap[4];
+        for (int j = 0; j < a->taps; j++) {
+            w[j] = k_f32(b, q->weight[r][j]);
+            tap[j] = k_load(b, s->src, plus(b, in, q->offset[r][j]));
+        }
+        kb_store(b, s->dst, plus(b, out, r), weighted_sum(b, a, w, tap));
+    }
+    kb_end(b);
+}
+
+/* Names of the taps' rows and weights in a pass over rows. */
+static const char *const row_names[4] = {"row0", "row1", "row2", "row3"};
+static const char *const weight_names[4] = {"w0", "w1", "w2", "w3"};
 
 /* y[b, o, q] = sum_j w[j, o] x[b, index[j, o], q], or the extrapolation value where
  * o lies outside. */
 static int forward_pass(Program *p, const Node *n, const ResampleAxis *a, int64_t outer, int64_t inner,
-                        double extrapolation, const Place *from, const Place *to, bool first, bool last,
-                        int64_t scratch_bytes, Diag *d) {
-    Kernel *k = pass_kernel(p, n, a, first, last, scratch_bytes, d);
+                        double extrapolation, const Place *from, const Place *to, int64_t scratch_bytes,
+                        Diag *d) {
+    Pass s;
+    Kernel *k = pass_kernel(p, n, a, scratch_bytes, from, to, &s, d);
     if (!k)
         return -1;
-    long long in_len = a->in_len, out_len = a->out_len, taps = a->taps, in = inner;
-    char e[40];
-    float_literal(extrapolation, e, sizeof e);
-    bool outside = has_outside(a);
-    Str *s = &k->body;
+    KBuilder *b = s.b;
+    KExpr *i = k_var(b, k->iter), *e = k_f32(b, extrapolation);
+    int64_t in_len = a->in_len, out_len = a->out_len;
     if (inner == 1) {
         k->count = outer;
         k->grain = grain_for(a->out_len * a->taps);
-        str_printf(s, "const float *src = %s + i * %lld;\nfloat *dst = %s + i * %lld;\n", from->name, in_len,
-                   to->name, out_len);
+        KExpr *src = let_start(b, "src", from, i, in_len);
+        KExpr *dst = let_start(b, "dst", to, i, out_len);
         Period q;
         if (!find_period(a, &q)) {
-            char end[24];
-            snprintf(end, sizeof end, "%lld", out_len);
-            emit_gather(s, a, "0", end, e);
+            gather(&s, 0, out_len, src, dst, e);
             return 0;
         }
-        char lo[24], hi[24], end[24];
-        snprintf(lo, sizeof lo, "%lld", (long long)(q.p0 * q.per));
-        snprintf(hi, sizeof hi, "%lld", (long long)(q.p1 * q.per));
-        snprintf(end, sizeof end, "%lld", out_len);
-        emit_gather(s, a, "0", lo, e);
-        emit_period(s, a, &q);
-        emit_gather(s, a, hi, end, e);
+        gather(&s, 0, q.p0 * q.per, src, dst, e);
+        periodic(&s, &q, src, dst);
+        gather(&s, q.p1 * q.per, out_len, src, dst, e);
         return 0;
     }
     k->count = outer * a->out_len;
     k->grain = grain_for(inner * a->taps);
-    str_printf(s, "int64_t b = i / %lld, o = i %% %lld;\nconst float *src = %s + b * %lld;\nfloat *dst = %s + i * %lld;\n",
-               out_len, out_len, from->name, in_len * in, to->name, in);
-    if (outside)
-        str_printf(s, "if (index[o] < 0) {\n    for (int64_t q = 0; q < %lld; q++)\n        dst[q] = %s;\n} else {\n",
-                   in, e);
-    if (taps > 4) {
-        str_printf(s,
-                   "for (int64_t q = 0; q < %lld; q++)\n    dst[q] = 0.0f;\n"
-                   "for (int64_t j = 0; j < %lld; j++) {\n"
-                   "    const float *row = src + index[j * %lld + o] * %lld;\n"
-                   "    float w = weight[j * %lld + o];\n"
-                   "    for (int64_t q = 0; q < %lld; q++)\n        dst[q] += w * row[q];\n}\n",
-                   in, taps, out_len, in, out_len, in);
+    KExpr *bo = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, out_len))));
+    KExpr *o = k_var(b, kb_let(b, "o", KT_I64, k_mod(b, i, k_int(b, out_len))));
+    KExpr *src = let_start(b, "src", from, bo, in_len * inner);
+    KExpr *dst = let_start(b, "dst", to, i, inner);
+    bool outside = has_outside(a);
+    if (outside) {
+        kb_if(b, k_lt(b, tap_index(&s, k_int(b, 0), o), k_i32(b, 0)));
+        KExpr *q = open_loop(b, "q", 0, inner);
+        kb_store(b, s.dst, k_add(b, dst, q), e);
+        kb_end(b);
+        kb_else(b);
+    }
+    if (a->taps > 4) {
+        KExpr *q = open_loop(b, "q", 0, inner);
+        kb_store(b, s.dst, k_add(b, dst, q), k_f32(b, 0));
+        kb_end(b);
+        KExpr *j = open_loop(b, "j", 0, a->taps);
+        KExpr *row = k_var(b, kb_let(b, "row", KT_I64,
+                                     k_add(b, src, k_mul(b, wide(b, tap_index(&s, j, o)), k_int(b, inner)))));
+        KExpr *w = k_var(b, kb_let(b, "w", KT_F32, tap_weight(&s, j, o)));
+        q = open_loop(b, "q", 0, inner);
+        kb_store_add(b, s.dst, k_add(b, dst, q), k_mul(b, w, k_load(b, s.src, k_add(b, row, q))));
+        kb_end(b);
+        kb_end(b);
     } else {
         int used = is_selection(a) ? 1 : a->taps;
+        KExpr *row[4], *w[4], *tap[4];
+        for (int j = 0; j < used; j++) {
+            KExpr *first_row =
+                k_add(b, src, k_mul(b, wide(b, tap_index(&s, k_int(b, j), o)), k_int(b, inner)));
+            row[j] = k_var(b, kb_let(b, row_names[j], KT_I64, first_row));
+            w[j] = k_var(b, kb_let(b, weight_names[j], KT_F32, tap_weight(&s, k_int(b, j), o)));
+        }
+        KExpr *q = open_loop(b, "q", 0, inner);
         for (int j = 0; j < used; j++)
-            str_printf(s, "const float *row%d = src + index[%lld + o] * %lld;\nfloat w%d = weight[%lld + o];\n", j,
-                       j * out_len, in, j, j * out_len);
-        str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    ", in);
-        emit_sum(s, a, "dst[q]", "row%1$d[q]", "w%1$d");
+            tap[j] = k_load(b, s.src, k_add(b, row[j], q));
+        kb_store(b, s.dst, k_add(b, dst, q), weighted_sum(b, a, w, tap));
+        kb_end(b);
     }
     if (outside)
-        str_printf(s, "}\n");
+        kb_end(b);
     return 0;
 }
 
 /* The adjoint: dx[b, index[j, o], q] += w[j, o] dy[b, o, q], one outer slab per
  * iteration. */
 static int adjoint_pass(Program *p, const Node *n, const ResampleAxis *a, int64_t outer, int64_t inner,
-                        const Place *from, const Place *to, bool first, bool last, int64_t scratch_bytes, Diag *d) {
-    Kernel *k = pass_kernel(p, n, a, first, last, scratch_bytes, d);
+                        const Place *from, const Place *to, int64_t scratch_bytes, Diag *d) {
+    Pass s;
+    Kernel *k = pass_kernel(p, n, a, scratch_bytes, from, to, &s, d);
     if (!k)
         return -1;
-    long long in_len = a->in_len, out_len = a->out_len, taps = a->taps, in = inner;
+    int64_t in_len = a->in_len, out_len = a->out_len;
     k->count = outer;
     k->grain = grain_for(a->out_len * a->taps * inner);
-    Str *s = &k->body;
-    str_printf(s,
-               "const float *src = %s + i * %lld;\nfloat *dst = %s + i * %lld;\n"
-               "for (int64_t e = 0; e < %lld; e++)\n    dst[e] = 0.0f;\n"
-               "for (int64_t o = 0; o < %lld; o++)\n"
-               "    for (int64_t j = 0; j < %lld; j++) {\n"
-               "        int32_t at = index[j * %lld + o];\n"
-               "        float w = weight[j * %lld + o];\n",
-               from->name, out_len * in, to->name, in_len * in, in_len * in, out_len, taps, out_len, out_len);
-    if (has_outside(a))
-        str_printf(s, "        if (at < 0)\n            continue;\n");
+    KBuilder *b = s.b;
+    KExpr *i = k_var(b, k->iter);
+    KExpr *src = let_start(b, "src", from, i, out_len * inner);
+    KExpr *dst = let_start(b, "dst", to, i, in_len * inner);
+    KExpr *e = open_loop(b, "e", 0, in_len * inner);
+    kb_store(b, s.dst, k_add(b, dst, e), k_f32(b, 0));
+    kb_end(b);
+    KExpr *o = open_loop(b, "o", 0, out_len);
+    KExpr *j = open_loop(b, "j", 0, a->taps);
+    KExpr *at = k_var(b, kb_let(b, "at", KT_I32, tap_index(&s, j, o)));
+    KExpr *w = k_var(b, kb_let(b, "w", KT_F32, tap_weight(&s, j, o)));
+    bool outside = has_outside(a);
+    if (outside) /* a position outside the input took no input */
+        kb_if(b, k_bin(b, KE_GE, at, k_i32(b, 0)));
     if (inner == 1)
-        str_printf(s, "        dst[at] += w * src[o];\n    }\n");
-    else
-        str_printf(s,
-                   "        float *row = dst + at * %lld;\n"
-                   "        const float *g = src + o * %lld;\n"
-                   "        for (int64_t q = 0; q < %lld; q++)\n            row[q] += w * g[q];\n    }\n",
-                   in, in, in);
+        kb_store_add(b, s.dst, k_add(b, dst, wide(b, at)), k_mul(b, w, k_load(b, s.src, k_add(b, src, o))));
+    else {
+        KExpr *row =
+            k_var(b, kb_let(b, "row", KT_I64, k_add(b, dst, k_mul(b, wide(b, at), k_int(b, inner)))));
+        KExpr *g = k_var(b, kb_let(b, "g", KT_I64, k_add(b, src, k_mul(b, o, k_int(b, inner)))));
+        KExpr *q = open_loop(b, "q", 0, inner);
+        kb_store_add(b, s.dst, k_add(b, row, q), k_mul(b, w, k_load(b, s.src, k_add(b, g, q))));
+        kb_end(b);
+    }
+    if (outside)
+        kb_end(b);
+    kb_end(b);
+    kb_end(b);
     return 0;
 }
 
@@ -314,8 +387,9 @@ static int copy_kernel(Program *p, const Node *n, Diag *d) {
     kernel_writes(k, n->out[0]);
     k->count = type_numel(&p->g->values[n->out[0]].type);
     k->grain = WORK_PER_THREAD;
-    str_printf(&k->body, "%s[i] = ", value_name(p, n->out[0]));
-    str_printf(&k->body, "%s[i];\n", value_name(p, n->in[0]));
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_load(b, kb_value(b, n->in[0], false), i));
     return 0;
 }
 
@@ -338,12 +412,12 @@ static int lower_passes(Program *p, const Node *n, const Type *x, const Type *y,
     for (int step = 0; step < r.n_axes && rc == 0; step++) {
         int pass = adjoint ? r.n_axes - 1 - step : step;
         bool first = step == 0, last = step == r.n_axes - 1;
-        Place from = first ? place_value(p, n->in[0]) : place_scratch((step - 1) % 2, region);
-        Place to = last ? place_value(p, n->out[0]) : place_scratch(step % 2, region);
+        Place from = first ? place_value(n->in[0]) : place_scratch((step - 1) % 2, region);
+        Place to = last ? place_value(n->out[0]) : place_scratch(step % 2, region);
         int64_t outer, inner;
         resample_pass_shape(&r, x, pass, &outer, &inner);
-        rc = adjoint ? adjoint_pass(p, n, &r.axes[pass], outer, inner, &from, &to, first, last, scratch_bytes, d)
-                     : forward_pass(p, n, &r.axes[pass], outer, inner, r.extrapolation, &from, &to, first, last,
+        rc = adjoint ? adjoint_pass(p, n, &r.axes[pass], outer, inner, &from, &to, scratch_bytes, d)
+                     : forward_pass(p, n, &r.axes[pass], outer, inner, r.extrapolation, &from, &to,
                                     scratch_bytes, d);
     }
     resample_free(&r);
