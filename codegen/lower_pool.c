@@ -1,15 +1,16 @@
 /* Lowering of the pools: max_pool, avg_pool, global_avg_pool and adaptive_avg_pool,
- * in either layout.
+ * in either layout, built as kernel IR.
  *
  * Each is one LOOP kernel. max_pool, avg_pool and adaptive_avg_pool take one
  * iteration per output element (max_pool and avg_pool with channels last: per
- * output position, each tap's channels a contiguous vector): the body unravels it into (b, c, p...), and loops
- * over its window with the kernel sizes, strides, dilations and pads baked in as
- * constants, skipping the positions outside the input. Windows start at
- * p * stride - pad_begin; max keeps the last NaN it meets (as the interpreter does)
- * and -inf for a window of padding only; avg divides by the real elements, or with
- * count_include_pad by the window clipped to the padded input. Adaptive windows
- * are torch's [floor(p * in / out), ceil((p + 1) * in / out)), computed in the body.
+ * output position, each tap's channels a contiguous vector accumulated in place in
+ * the result): the body unravels it into (b, c, p...), and loops over its window
+ * with the kernel sizes, strides, dilations and pads as constants, skipping the
+ * positions outside the input. Windows start at p * stride - pad_begin; max keeps
+ * the last NaN it meets (as the interpreter does) and -inf for a window of padding
+ * only; avg divides by the real elements, or with count_include_pad by the window
+ * clipped to the padded input. Adaptive windows are torch's
+ * [floor(p * in / out), ceil((p + 1) * in / out)), computed in the body.
  * global_avg_pool takes one iteration per (b, c) and sums its spatial extent in
  * double. */
 #include "codegen.h"
@@ -24,59 +25,67 @@ static int64_t grain_for(int64_t work) {
     return work >= WORK_PER_THREAD ? 1 : WORK_PER_THREAD / work;
 }
 
-/* Emits `int64_t b = i / ..., c = ..., p0 = ...;`: the output element i as (b, c, p...)
- * of the view y, in the layout's order; a dim of size 1 is 0, and b is left out then. */
-static void emit_output_index(Str *s, const View *y, bool nhwc) {
-    char names[KILN_MAX_RANK][8];
-    int64_t sizes[KILN_MAX_RANK], stride = 1;
+/* PREFIXk as a name the IR may keep (it holds the pointer). */
+static const char *numbered(KBuilder *b, const char *prefix, int k) {
+    char name[16];
+    snprintf(name, sizeof name, "%s%d", prefix, k);
+    char *kept = b->oom ? NULL : arena_strdup(b->arena, name);
+    if (!kept)
+        b->oom = true;
+    return kept ? kept : prefix;
+}
+
+/* The coordinates of an output element, or of an output position (channels last). */
+typedef struct {
+    KExpr *b, *c, *p[KILN_MAX_RANK - 2];
+} Coords;
+
+/* Lets b, c and p0... be the coordinates of element i of the view y, in the
+ * layout's order; a dim of size 1 is the constant 0. */
+static Coords output_index(KBuilder *b, KExpr *i, const View *y, bool nhwc) {
+    Coords at;
+    const char *names[KILN_MAX_RANK];
+    KExpr **dst[KILN_MAX_RANK];
+    int64_t sizes[KILN_MAX_RANK];
     int n = 0;
-    if (y->n > 1) {
-        snprintf(names[n], sizeof names[n], "b");
-        sizes[n++] = y->n;
-    }
-    if (!nhwc) {
-        snprintf(names[n], sizeof names[n], "c");
-        sizes[n++] = y->c;
-    }
-    for (int k = 0; k < y->ns; k++) {
-        snprintf(names[n], sizeof names[n], "p%d", k);
-        sizes[n++] = y->sp[k];
-    }
-    if (nhwc) {
-        snprintf(names[n], sizeof names[n], "c");
-        sizes[n++] = y->c;
-    }
-    int64_t strides[KILN_MAX_RANK];
+    names[n] = "b", dst[n] = &at.b, sizes[n++] = y->n;
+    if (!nhwc)
+        names[n] = "c", dst[n] = &at.c, sizes[n++] = y->c;
+    for (int k = 0; k < y->ns; k++)
+        names[n] = numbered(b, "p", k), dst[n] = &at.p[k], sizes[n++] = y->sp[k];
+    if (nhwc)
+        names[n] = "c", dst[n] = &at.c, sizes[n++] = y->c;
+    int64_t strides[KILN_MAX_RANK], stride = 1;
     for (int k = n - 1; k >= 0; k--) {
         strides[k] = stride;
         stride *= sizes[k];
     }
+    bool outermost = true; /* every dim before k has size 1 */
     for (int k = 0; k < n; k++) {
-        if (sizes[k] == 1)
-            str_printf(s, "int64_t %s = 0;\n", names[k]);
-        else if (k == 0 && strides[k] == 1)
-            str_printf(s, "int64_t %s = i;\n", names[k]);
-        else if (k == 0)
-            str_printf(s, "int64_t %s = i / %lld;\n", names[k], (long long)strides[k]);
-        else if (strides[k] == 1)
-            str_printf(s, "int64_t %s = i %% %lld;\n", names[k], (long long)sizes[k]);
-        else
-            str_printf(s, "int64_t %s = i / %lld %% %lld;\n", names[k], (long long)strides[k],
-                       (long long)sizes[k]);
+        if (sizes[k] == 1) {
+            *dst[k] = k_int(b, 0);
+            continue;
+        }
+        KExpr *e = k_div(b, i, k_int(b, strides[k]));
+        if (!outermost)
+            e = k_mod(b, e, k_int(b, sizes[k]));
+        *dst[k] = k_var(b, kb_let(b, names[k], KT_I64, e));
+        outermost = false;
     }
+    return at;
 }
 
-/* The offset expression of x[b, c, in0...] into e. */
-static void x_offset(const View *x, char *e, size_t cap) {
-    e[0] = 0;
-    if (x->n > 1)
-        append_term(e, cap, "b", x->sn);
-    append_term(e, cap, "c", x->sc);
-    for (int s = 0; s < x->ns; s++) {
-        char v[16];
-        snprintf(v, sizeof v, "in%d", s);
-        append_term(e, cap, v, x->ss[s]);
-    }
+/* The offset of x[b, c, in0...]. */
+static KExpr *x_offset(KBuilder *b, const View *x, const Coords *at, KExpr *const *in) {
+    KExpr *e = k_add(b, k_mul(b, at->b, k_int(b, x->sn)), k_mul(b, at->c, k_int(b, x->sc)));
+    for (int s = 0; s < x->ns; s++)
+        e = k_add(b, e, k_mul(b, in[s], k_int(b, x->ss[s])));
+    return e;
+}
+
+/* max's step: v when it is NaN or above acc, else acc. */
+static KExpr *max_step(KBuilder *b, KExpr *v, KExpr *acc) {
+    return k_select(b, k_bin(b, KE_OR, k_bin(b, KE_NE, v, v), k_bin(b, KE_GT, v, acc)), v, acc);
 }
 
 /* One iteration per output element, each doing `work`. */
@@ -100,87 +109,79 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     int64_t window = lower_flops(ns, kernel); /* at most KILN_MAX_NUMEL (infer_pool) */
     /* channels last: an iteration per output position, over all its channels */
     bool vec = nhwc && x.c > 1;
-    View at = y;
+    View pos = y;
     if (vec)
-        at.c = 1;
+        pos.c = 1;
     int64_t numel = type_numel(&p->g->values[n->out[0]].type);
-    Kernel *k = vec ? kernel_loop(p, n, NULL, numel / y.c, grain_for(lower_flops(2, (int64_t[]){window, y.c})), d)
-                    : loop_over_output(p, n, window, d);
+    Kernel *k =
+        vec ? kernel_loop(p, n, NULL, numel / y.c, grain_for(lower_flops(2, (int64_t[]){window, y.c})), d)
+            : loop_over_output(p, n, window, d);
     if (!k)
         return -1;
-    char xn[80], yn[80], e[256];
-    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
-    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
-    Str *b = &k->body;
-    emit_output_index(b, &at, nhwc);
-    for (int s = 0; s < ns; s++) {
-        char pos[16];
-        snprintf(pos, sizeof pos, "p%d", s);
-        e[0] = 0;
-        append_term(e, sizeof e, pos, strides[s]);
-        if (pads[s])
-            snprintf(e + strlen(e), sizeof e - strlen(e), " - %lld", (long long)pads[s]);
-        str_printf(b, "int64_t start%d = %s;\n", s, e);
+    KBuilder *b = &k->b;
+    int xb = kb_value(b, n->in[0], false), yb = kb_value(b, n->out[0], true);
+    KExpr *i = k_var(b, k->iter), *start[MAX_SPATIAL], *in[MAX_SPATIAL];
+    Coords at = output_index(b, i, &pos, nhwc);
+    for (int s = 0; s < ns; s++)
+        start[s] = k_var(b, kb_let(b, numbered(b, "start", s), KT_I64,
+                                   k_sub(b, k_mul(b, at.p[s], k_int(b, strides[s])), k_int(b, pads[s]))));
+    KExpr *init = k_f32(b, is_max ? -INFINITY : 0), *acc = NULL, *row_at = NULL;
+    int acc_var = -1;
+    if (vec) { /* the accumulators are the result's channels, at + q */
+        row_at = k_var(b, kb_let(b, "at", KT_I64, k_mul(b, i, k_int(b, y.c))));
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        kb_store(b, yb, k_add(b, row_at, q), init);
+        kb_end(b);
+    } else {
+        acc_var = kb_decl(b, "acc", KT_F32, init);
+        acc = k_var(b, acc_var);
     }
-    char acc[32] = "acc", top[384];
-    if (vec)
-        snprintf(acc, sizeof acc, "acc[q]");
-    float_literal(is_max ? -INFINITY : 0, e, sizeof e);
-    if (vec)
-        str_printf(b, "float *acc = %s + i * %lld;\nfor (int64_t q = 0; q < %lld; q++)\n    acc[q] = %s;\n", yn,
-                   (long long)y.c, (long long)y.c, e);
-    else
-        str_printf(b, "float acc = %s;\n", e);
+    KExpr *count = NULL;
     if (!is_max) {
         /* the divisor: the window clipped to the input, or to the padded input */
-        str_printf(b, "int64_t count = 1;\n");
+        count = k_int(b, 1);
         for (int s = 0; s < ns; s++) {
-            long long end = count_pad ? x.sp[s] + pads[ns + s] : x.sp[s], kn = kernel[s];
-            if (count_pad)
-                str_printf(b, "count *= (start%d + %lld < %lld ? start%d + %lld : %lld) - start%d;\n", s, kn,
-                           end, s, kn, end, s);
-            else
-                str_printf(b,
-                           "count *= (start%d + %lld < %lld ? start%d + %lld : %lld) - (start%d > 0 ? "
-                           "start%d : 0);\n",
-                           s, kn, end, s, kn, end, s, s);
+            KExpr *end = k_int(b, count_pad ? x.sp[s] + pads[ns + s] : x.sp[s]);
+            KExpr *stop = k_add(b, start[s], k_int(b, kernel[s]));
+            KExpr *first = count_pad
+                               ? start[s]
+                               : k_select(b, k_bin(b, KE_GT, start[s], k_int(b, 0)), start[s], k_int(b, 0));
+            count = k_mul(b, count, k_sub(b, k_select(b, k_lt(b, stop, end), stop, end), first));
         }
+        count = k_cast(b, KT_F32, k_var(b, kb_let(b, "count", KT_I64, count)));
     }
     for (int s = 0; s < ns; s++) {
-        int ind = 4 * s;
-        str_printf(b, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", s, s, (long long)kernel[s],
-                   s);
-        if (dil[s] == 1)
-            str_printf(b, "%*s    int64_t in%d = start%d + k%d;\n", ind, "", s, s, s);
-        else
-            str_printf(b, "%*s    int64_t in%d = start%d + k%d * %lld;\n", ind, "", s, s, s,
-                       (long long)dil[s]);
-        str_printf(b, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", s, s,
-                   (long long)x.sp[s], ind, "");
+        KExpr *tap =
+            k_var(b, kb_for(b, numbered(b, "k", s), KT_I64, k_int(b, 0), k_int(b, kernel[s]), NULL, 0));
+        in[s] = k_var(
+            b, kb_let(b, numbered(b, "in", s), KT_I64, k_add(b, start[s], k_mul(b, tap, k_int(b, dil[s])))));
+        kb_if(b, k_and(b, k_bin(b, KE_GE, in[s], k_int(b, 0)), k_lt(b, in[s], k_int(b, x.sp[s]))));
     }
-    x_offset(&x, e, sizeof e);
-    int ind = 4 * ns;
+    KExpr *from = x_offset(b, &x, &at, in);
     if (vec) {
-        str_printf(b, "%*sconst float *row = %s + %s;\n%*sfor (int64_t q = 0; q < %lld; q++) {\n", ind, "", xn, e,
-                   ind, "", (long long)y.c);
-        snprintf(top, sizeof top, "row[q]");
-        ind += 4;
-    } else {
-        snprintf(top, sizeof top, "%s[%s]", xn, e);
-    }
-    if (is_max)
-        str_printf(b, "%*sfloat v = %s;\n%*s%s = v != v || v > %s ? v : %s;\n", ind, "", top, ind, "", acc, acc,
-                   acc);
-    else
-        str_printf(b, "%*s%s += %s;\n", ind, "", acc, top);
-    if (vec)
-        str_printf(b, "%*s}\n", ind - 4, "");
-    for (int s = ns - 1; s >= 0; s--)
-        str_printf(b, "%*s}\n", 4 * s, "");
-    if (vec && !is_max)
-        str_printf(b, "for (int64_t q = 0; q < %lld; q++)\n    acc[q] = acc[q] / (float)count;\n", (long long)y.c);
-    else if (!vec)
-        str_printf(b, "%s[i] = %s;\n", yn, is_max ? "acc" : "acc / (float)count");
+        KExpr *row = k_var(b, kb_let(b, "row", KT_I64, from));
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        KExpr *to = k_add(b, row_at, q), *top = k_load(b, xb, k_add(b, row, q));
+        if (is_max) {
+            KExpr *v = k_var(b, kb_let(b, "v", KT_F32, top));
+            kb_store(b, yb, to, max_step(b, v, k_load(b, yb, to)));
+        } else
+            kb_store_add(b, yb, to, top);
+        kb_end(b);
+    } else if (is_max) {
+        KExpr *v = k_var(b, kb_let(b, "v", KT_F32, k_load(b, xb, from)));
+        kb_assign(b, acc_var, max_step(b, v, acc));
+    } else
+        kb_accum(b, acc_var, k_load(b, xb, from));
+    for (int s = 0; s < 2 * ns; s++)
+        kb_end(b);
+    if (vec && !is_max) {
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        KExpr *to = k_add(b, row_at, q);
+        kb_store(b, yb, to, k_div(b, k_load(b, yb, to), count));
+        kb_end(b);
+    } else if (!vec)
+        kb_store(b, yb, i, is_max ? acc : k_div(b, acc, count));
     return 0;
 }
 
@@ -195,22 +196,21 @@ int lower_global_avg_pool(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, count, d);
     if (!k)
         return -1;
-    char xn[80], yn[80];
-    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
-    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
-    /* y is [N, C] in both layouts: iteration i is (b, c) = (i / C, i % C) */
-    char at[128];
-    if (nhwc)
-        snprintf(at, sizeof at, "i / %lld * %lld + i %% %lld + q * %lld", (long long)x.c, (long long)x.sn,
-                 (long long)x.c, (long long)x.c);
-    else
-        snprintf(at, sizeof at, "i * %lld + q", (long long)count);
-    str_printf(&k->body,
-               "double sum = 0.0;\n"
-               "for (int64_t q = 0; q < %lld; q++)\n"
-               "    sum += %s[%s];\n"
-               "%s[i] = (float)(sum / %lld.0);\n",
-               (long long)count, xn, at, yn, (long long)count);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    /* y is [N, C] in both layouts: iteration i is (b, c) = (i / C, i % C), whose
+     * spatial elements are q * C apart (channels last) or adjacent */
+    KExpr *first =
+        nhwc ? k_add(b, k_mul(b, k_div(b, i, k_int(b, x.c)), k_int(b, x.sn)), k_mod(b, i, k_int(b, x.c)))
+             : k_mul(b, i, k_int(b, count));
+    first = k_var(b, kb_let(b, "at", KT_I64, first));
+    int sum = kb_decl(b, "sum", KT_F64, k_f64(b, 0.0));
+    KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0));
+    KExpr *at = k_add(b, first, nhwc ? k_mul(b, q, k_int(b, x.c)) : q);
+    kb_accum(b, sum, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), at)));
+    kb_end(b);
+    kb_store(b, kb_value(b, n->out[0], true), i,
+             k_cast(b, KT_F32, k_div(b, k_var(b, sum), k_f64(b, (double)count))));
     return 0;
 }
 
@@ -226,22 +226,25 @@ int lower_adaptive_avg_pool(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, window, d);
     if (!k)
         return -1;
-    char xn[80], yn[80], e[256];
-    snprintf(xn, sizeof xn, "%s", value_name(p, n->in[0]));
-    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
-    Str *b = &k->body;
-    emit_output_index(b, &y, nhwc);
-    str_printf(b, "float acc = 0.0f;\nint64_t count = 1;\n");
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *start[KILN_MAX_RANK], *end[KILN_MAX_RANK], *in[KILN_MAX_RANK] = {0};
+    Coords at = output_index(b, i, &y, nhwc);
+    int acc = kb_decl(b, "acc", KT_F32, k_f32(b, 0));
+    KExpr *count = k_int(b, 1);
     for (int s = 0; s < ns; s++) {
-        long long in = x.sp[s], out = y.sp[s];
-        str_printf(b, "int64_t start%d = p%d * %lld / %lld, end%d = ((p%d + 1) * %lld + %lld) / %lld;\n", s,
-                   s, in, out, s, s, in, out - 1, out);
-        str_printf(b, "count *= end%d - start%d;\n", s, s);
+        int64_t from = x.sp[s], to = y.sp[s];
+        start[s] = k_var(b, kb_let(b, numbered(b, "start", s), KT_I64,
+                                   k_div(b, k_mul(b, at.p[s], k_int(b, from)), k_int(b, to))));
+        KExpr *stop = k_add(b, k_mul(b, k_add(b, at.p[s], k_int(b, 1)), k_int(b, from)), k_int(b, to - 1));
+        end[s] = k_var(b, kb_let(b, numbered(b, "end", s), KT_I64, k_div(b, stop, k_int(b, to))));
+        count = k_mul(b, count, k_sub(b, end[s], start[s]));
     }
+    count = k_var(b, kb_let(b, "count", KT_I64, count));
     for (int s = 0; s < ns; s++)
-        str_printf(b, "%*sfor (int64_t in%d = start%d; in%d < end%d; in%d++)\n", 4 * s, "", s, s, s, s, s);
-    x_offset(&x, e, sizeof e);
-    str_printf(b, "%*sacc += %s[%s];\n", 4 * ns, "", xn, e);
-    str_printf(b, "%s[i] = acc / (float)count;\n", yn);
+        in[s] = k_var(b, kb_for(b, numbered(b, "in", s), KT_I64, start[s], end[s], NULL, 0));
+    kb_accum(b, acc, k_load(b, kb_value(b, n->in[0], false), x_offset(b, &x, &at, in)));
+    for (int s = 0; s < ns; s++)
+        kb_end(b);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_div(b, k_var(b, acc), k_cast(b, KT_F32, count)));
     return 0;
 }

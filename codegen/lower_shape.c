@@ -1,17 +1,17 @@
 /* Lowering of the data-movement ops: transpose, concat, slice and pad.
  *
- * Each is one LOOP kernel over the result's elements that maps element i back to
- * the input element it copies, as the reference kernels in ir/op_shape.c do, with
- * every start, stride and bound a constant of the text. transpose and slice copy a
- * block of the result's last dims per iteration, unravelling the block's index and
- * summing its coordinates times constant strides (a slice's start folded into one
- * base offset, its step into the strides); concat splits i into the positions
- * before, along and after the axis and picks its input with a chain of `if`s on the
- * axis position; pad maps each padded coordinate into the (cropped) input through
- * the mode's rule, and constant padding tests the coordinates' bounds. Dims of size
- * 1 in the result contribute nothing and are left out of the sums. pad_grad, the
- * adjoint of pad, gathers for each element of its result the elements of dy that
- * copy it. */
+ * Each is one LOOP kernel over the result's elements, built as kernel IR, that maps
+ * element i back to the input element it copies, as the reference kernels in
+ * ir/op_shape.c do, with every start, stride and bound a constant. transpose and
+ * slice copy a block of the result's last dims per iteration, unravelling the
+ * block's index and summing its coordinates times constant strides (a slice's start
+ * folded into one base offset, its step into the strides); concat splits i into the
+ * positions before, along and after the axis and picks its input with one `if` per
+ * input on the axis position (siblings, not a nest, so that any number of inputs
+ * fits); pad maps each padded coordinate into the (cropped) input through the mode's
+ * rule, and constant padding tests the coordinates' bounds. Dims of size 1 in the
+ * result contribute nothing and fold out of the sums. pad_grad, the adjoint of pad,
+ * gathers for each element of its result the elements of dy that copy it. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
@@ -23,30 +23,38 @@ static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), COPY_GRAIN, d);
 }
 
-/* Appends ` + VAR * COEF` (` - VAR * -COEF` when negative) to an index expression
- * of len characters in buf, or `VAR * COEF` when it is empty. */
-static size_t add_term(char *buf, size_t len, size_t cap, const char *var, int k, int64_t coef) {
-    if (len >= cap)
-        return len;
-    const char *sign = coef < 0 ? (len ? " - " : "-") : len ? " + " : "";
-    unsigned long long mag = coef < 0 ? 0ull - (unsigned long long)coef : (unsigned long long)coef;
-    return len + (size_t)snprintf(buf + len, cap - len, "%s%s%d * %llu", sign, var, k, mag);
+/* PREFIXk as a name the IR may keep (it holds the pointer). */
+static const char *numbered(KBuilder *b, const char *prefix, int k) {
+    char name[16];
+    snprintf(name, sizeof name, "%s%d", prefix, k);
+    char *kept = b->oom ? NULL : arena_strdup(b->arena, name);
+    if (!kept)
+        b->oom = true;
+    return kept ? kept : prefix;
 }
 
-/* BASE + TERMS as an index into out, either part left out when it adds nothing. */
-static void with_base(char *out, size_t cap, int64_t base, const char *terms) {
-    if (!*terms)
-        snprintf(out, cap, "%lld", (long long)base);
-    else if (base == 0)
-        snprintf(out, cap, "%s", terms);
-    else
-        snprintf(out, cap, "%lld + %s", (long long)base, terms);
+/* e as a let named `name`, unless it is a constant or a variable already. */
+static KExpr *named(KBuilder *b, const char *name, KExpr *e) {
+    return e->kind == KE_INT || e->kind == KE_VAR ? e : k_var(b, kb_let(b, name, KT_I64, e));
+}
+
+/* e + c, spelled e - |c| when c is negative. */
+static KExpr *plus(KBuilder *b, KExpr *e, int64_t c) {
+    return c < 0 ? k_sub(b, e, k_int(b, -c)) : k_add(b, e, k_int(b, c));
+}
+
+/* base + idx[0] * strides[0] + ... + idx[n-1] * strides[n-1]. */
+static KExpr *offset(KBuilder *b, int64_t base, int n, KExpr *const *idx, const int64_t *strides) {
+    KExpr *e = k_int(b, base);
+    for (int j = 0; j < n; j++)
+        e = k_add(b, e, k_mul(b, idx[j], k_int(b, strides[j])));
+    return e;
 }
 
 /* The LOOP copying y[o0, o1, ...] from x[base + o0 * coef[0] + ...] (transpose and
  * slice). An iteration copies a block of the last two dims of y (the last one when
  * that is long), so the index arithmetic is paid per block, and the inner loops
- * walk the block with constant strides; dims of size 1 are left out. */
+ * walk the block with constant strides; dims of size 1 fold away. */
 static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *coef, Diag *d) {
     const Type *y = &p->g->values[n->out[0]].type;
     int r = y->rank, inner = r >= 2 && y->dims[r - 1] < 256 ? 2 : r >= 1 ? 1 : 0;
@@ -56,32 +64,31 @@ static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *
         block *= y->dims[j];
         outer.dims[j] = 1;
     }
-    Kernel *k = kernel_loop(p, n, NULL, type_numel(y) / block, block >= COPY_GRAIN ? 1 : COPY_GRAIN / block, d);
+    Kernel *k =
+        kernel_loop(p, n, NULL, type_numel(y) / block, block >= COPY_GRAIN ? 1 : COPY_GRAIN / block, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
-    emit_unravel(s, "i", &outer, "o");
-    char terms[512] = "", at[600], yn[80];
-    size_t len = 0;
-    for (int j = 0; j < r - inner; j++)
-        if (y->dims[j] != 1)
-            len = add_term(terms, len, sizeof terms, "o", j, coef[j]);
-    with_base(at, sizeof at, base, terms);
-    snprintf(yn, sizeof yn, "%s", value_name(p, n->out[0]));
-    str_printf(s, "const float *src = %s + %s;\nfloat *dst = %s + i * %lld;\n", value_name(p, n->in[0]), at, yn,
-               (long long)block);
-    if (inner == 0)
-        str_printf(s, "dst[0] = src[0];\n");
-    else if (inner == 1)
-        str_printf(s, "for (int64_t b = 0; b < %lld; b++)\n    dst[b] = src[b * %lld];\n",
-                   (long long)y->dims[r - 1], (long long)coef[r - 1]);
-    else
-        str_printf(s,
-                   "for (int64_t a = 0; a < %lld; a++)\n"
-                   "    for (int64_t b = 0; b < %lld; b++)\n"
-                   "        dst[a * %lld + b] = src[a * %lld + b * %lld];\n",
-                   (long long)y->dims[r - 2], (long long)y->dims[r - 1], (long long)y->dims[r - 1],
-                   (long long)coef[r - 2], (long long)coef[r - 1]);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK];
+    kb_unravel(b, i, &outer, "o", o);
+    KExpr *src = named(b, "src", offset(b, base, r - inner, o, coef));
+    KExpr *dst = named(b, "dst", k_mul(b, i, k_int(b, block)));
+    int x = kb_value(b, n->in[0], false), yb = kb_value(b, n->out[0], true);
+    if (inner == 0) {
+        kb_store(b, yb, dst, k_load(b, x, src));
+        return 0;
+    }
+    KExpr *at_a = k_int(b, 0), *at_b = k_int(b, 0);
+    if (inner == 2) {
+        KExpr *a = k_var(b, kb_for(b, "a", KT_I64, k_int(b, 0), k_int(b, y->dims[r - 2]), NULL, 0));
+        at_a = k_mul(b, a, k_int(b, y->dims[r - 1]));
+        at_b = k_mul(b, a, k_int(b, coef[r - 2]));
+    }
+    KExpr *bv = k_var(b, kb_for(b, "b", KT_I64, k_int(b, 0), k_int(b, y->dims[r - 1]), NULL, 0));
+    kb_store(b, yb, k_add(b, k_add(b, dst, at_a), bv),
+             k_load(b, x, k_add(b, k_add(b, src, at_b), k_mul(b, bv, k_int(b, coef[r - 1])))));
+    for (int j = 0; j < inner; j++)
+        kb_end(b);
     return 0;
 }
 
@@ -102,45 +109,37 @@ int lower_transpose(Program *p, const Node *n, Diag *d) {
 int lower_concat(Program *p, const Node *n, Diag *d) {
     const Type *y = &p->g->values[n->out[0]].type;
     int axis = norm_axis(node_int(n, ATTR_AXIS), y->rank);
-    int64_t before, after;
-    split_at_axis(y, axis, &before, &after);
-    long long outer = before, along = y->dims[axis], inner = after; /* as the text prints them */
+    int64_t outer, inner, along = y->dims[axis];
+    split_at_axis(y, axis, &outer, &inner);
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
     /* i is (o, a, r): before the axis, along it, after it */
-    if (outer > 1)
-        str_printf(s, "int64_t o = i / %lld;\n", along * inner);
-    str_printf(s, "int64_t a = i");
-    if (inner > 1)
-        str_printf(s, " / %lld", inner);
-    if (outer > 1)
-        str_printf(s, " %% %lld", along);
-    str_printf(s, ";\n");
-    if (inner > 1)
-        str_printf(s, "int64_t r = i %% %lld;\n", inner);
-    char yname[80];
-    snprintf(yname, sizeof yname, "%s", value_name(p, n->out[0]));
-    long long first = 0; /* the axis position where input `in` starts */
+    KExpr *o = outer > 1 ? named(b, "o", k_div(b, i, k_int(b, along * inner))) : k_int(b, 0);
+    KExpr *a = k_div(b, i, k_int(b, inner));
+    a = named(b, "a", outer > 1 ? k_mod(b, a, k_int(b, along)) : a);
+    KExpr *r = named(b, "r", k_mod(b, i, k_int(b, inner)));
+    int yb = kb_value(b, n->out[0], true);
+    int64_t first = 0; /* the axis position where input `in` starts */
     for (int in = 0; in < n->n_in; in++) {
-        long long extent = p->g->values[n->in[in]].type.dims[axis];
-        bool last = in == n->n_in - 1;
-        if (n->n_in > 1)
-            str_printf(s, "%s", in == 0 ? "if" : last ? "else" : "else if");
-        if (!last)
-            str_printf(s, " (a < %lld)", first + extent);
-        str_printf(s, "%s%s[i] = %s[", n->n_in > 1 ? "\n    " : "", yname, value_name(p, n->in[in]));
-        if (outer > 1)
-            str_printf(s, "o * %lld + ", extent * inner);
-        if (first > 0 && inner > 1)
-            str_printf(s, "(a - %lld) * %lld + r];\n", first, inner);
-        else if (inner > 1)
-            str_printf(s, "a * %lld + r];\n", inner);
-        else if (first > 0)
-            str_printf(s, "a - %lld];\n", first);
-        else
-            str_printf(s, "a];\n");
+        int64_t extent = p->g->values[n->in[in]].type.dims[axis];
+        KExpr *cond = NULL;
+        if (in > 0)
+            cond = k_bin(b, KE_GE, a, k_int(b, first));
+        if (in < n->n_in - 1) {
+            KExpr *below = k_lt(b, a, k_int(b, first + extent));
+            cond = cond ? k_and(b, cond, below) : below;
+        }
+        if (cond)
+            kb_if(b, cond);
+        KExpr *at =
+            k_add(b, k_mul(b, o, k_int(b, extent * inner)), k_mul(b, plus(b, a, -first), k_int(b, inner)));
+        at = k_add(b, at, r);
+        kb_store(b, yb, i, k_load(b, kb_value(b, n->in[in], false), at));
+        if (cond)
+            kb_end(b);
         first += extent;
     }
     return 0;
@@ -185,92 +184,67 @@ int lower_slice(Program *p, const Node *n, Diag *d) {
 /* Result coordinate oK becomes position jK of the cropped input: the kept part of
  * x, crop = max(-begin, 0) elements in. Outside [0, kept), constant padding reads
  * the value, edge the nearest end and reflect the mirror image (the ends not
- * repeated), as ir/op_shape.c's pad_source does. */
+ * repeated), as ir/op_shape.c's pad_source does; sK is the position edge and
+ * reflect read. */
 int lower_pad(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
     const Attr *pads = node_attr(n, ATTR_PADS);
-    bool constant = node_enum(n, ATTR_MODE) == PAD_MODE_CONSTANT;
+    int mode = node_enum(n, ATTR_MODE);
+    bool edge = mode == PAD_MODE_EDGE, constant = mode == PAD_MODE_CONSTANT;
     int64_t xs[KILN_MAX_RANK], base = 0;
     type_strides(x, xs);
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
-    emit_unravel(s, "i", y, "o");
-    char terms[512] = "", inside[512] = "";
-    size_t len = 0, in_len = 0;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *at[KILN_MAX_RANK] = {0}, *inside = NULL;
+    kb_unravel(b, i, y, "o", o);
     for (int j = 0; j < x->rank; j++) {
-        long long b = pads->ints[j], e = pads->ints[j + x->rank];
-        long long crop = b < 0 ? -b : 0, kept = x->dims[j] - crop - (e < 0 ? -e : 0);
+        int64_t begin = pads->ints[j], end = pads->ints[j + x->rank];
+        int64_t crop = begin < 0 ? -begin : 0, kept = x->dims[j] - crop - (end < 0 ? -end : 0);
         base += crop * xs[j];
-        if (b <= 0 && e <= 0) { /* only cropped: o is already the position */
-            if (y->dims[j] != 1)
-                len = add_term(terms, len, sizeof terms, "o", j, xs[j]);
+        if (begin <= 0 && end <= 0) { /* only cropped: o is already the position */
+            at[j] = o[j];
             continue;
         }
-        if (b > 0)
-            str_printf(s, "int64_t j%d = o%d - %lld;\n", j, j, b);
-        else
-            str_printf(s, "int64_t j%d = o%d;\n", j, j);
+        KExpr *pos = named(b, numbered(b, "j", j), begin > 0 ? k_sub(b, o[j], k_int(b, begin)) : o[j]);
+        at[j] = pos;
         /* below 0 only with a begin pad, at kept or above only with an end pad */
         if (constant) {
-            if (b > 0)
-                in_len += (size_t)snprintf(inside + in_len, sizeof inside - in_len, "%sj%d >= 0",
-                                           in_len ? " && " : "", j);
-            if (e > 0 && in_len < sizeof inside)
-                in_len += (size_t)snprintf(inside + in_len, sizeof inside - in_len, "%sj%d < %lld",
-                                           in_len ? " && " : "", j, kept);
-            len = add_term(terms, len, sizeof terms, "j", j, xs[j]);
+            KExpr *tests[2] = {begin > 0 ? k_bin(b, KE_GE, pos, k_int(b, 0)) : NULL,
+                               end > 0 ? k_lt(b, pos, k_int(b, kept)) : NULL};
+            for (int t = 0; t < 2; t++)
+                if (tests[t])
+                    inside = inside ? k_and(b, inside, tests[t]) : tests[t];
             continue;
         }
-        char below[64] = "", above[80] = "";
-        if (node_enum(n, ATTR_MODE) == PAD_MODE_EDGE) {
-            if (b > 0)
-                snprintf(below, sizeof below, "j%d < 0 ? 0 : ", j);
-            if (e > 0)
-                snprintf(above, sizeof above, "j%d > %lld ? %lld : ", j, kept - 1, kept - 1);
-        } else {
-            if (b > 0)
-                snprintf(below, sizeof below, "j%d < 0 ? -j%d : ", j, j);
-            if (e > 0)
-                snprintf(above, sizeof above, "j%d > %lld ? %lld - j%d : ", j, kept - 1, 2 * (kept - 1), j);
-        }
-        str_printf(s, "j%d = %s%sj%d;\n", j, below, above, j);
-        len = add_term(terms, len, sizeof terms, "j", j, xs[j]);
+        KExpr *src = pos;
+        if (end > 0)
+            src = k_select(b, k_bin(b, KE_GT, pos, k_int(b, kept - 1)),
+                           edge ? k_int(b, kept - 1) : k_sub(b, k_int(b, 2 * (kept - 1)), pos), src);
+        if (begin > 0)
+            src = k_select(b, k_lt(b, pos, k_int(b, 0)), edge ? k_int(b, 0) : k_neg(b, pos), src);
+        at[j] = k_var(b, kb_let(b, numbered(b, "s", j), KT_I64, src));
     }
-    char index[600];
-    with_base(index, sizeof index, base, terms);
-    char yname[80];
-    snprintf(yname, sizeof yname, "%s", value_name(p, n->out[0]));
-    if (constant && in_len > 0) {
-        char value[32];
-        float_literal(node_float(n, ATTR_VALUE), value, sizeof value);
-        str_printf(s, "%s[i] = %s ? %s[%s] : %s;\n", yname, inside, value_name(p, n->in[0]), index, value);
-    } else {
-        str_printf(s, "%s[i] = %s[%s];\n", yname, value_name(p, n->in[0]), index);
-    }
+    KExpr *value = k_load(b, kb_value(b, n->in[0], false), offset(b, base, x->rank, at, xs));
+    if (inside)
+        value = k_select(b, inside, value, k_f32(b, node_float(n, ATTR_VALUE)));
+    kb_store(b, kb_value(b, n->out[0], true), i, value);
     return 0;
 }
 
 /* ---- pad_grad ---- */
-
-/* Appends the condition `q{k} OP bound` to a conjunction in buf. */
-static size_t add_bound(char *buf, size_t len, size_t cap, int k, const char *op, long long bound) {
-    if (len >= cap)
-        return len;
-    return len + (size_t)snprintf(buf + len, cap - len, "%sq%d %s %lld", len ? " && " : "", k, op, bound);
-}
 
 /* Iteration i is element i of dx: the sum of the elements of dy that copy it,
  * pad_source's preimage one dim at a time. Along dim K, coordinate qK is position
  * jK = qK - crop of the kept part of x (crop: what a negative begin width cuts),
  * which dy's position jK + begin copies (begin, end: the positive widths). With
  * edge padding the first kept element also gathers the whole begin padding and the
- * last the end padding, a range oK = loK .. hiK; with reflect, position j also
+ * last the end padding, a range oK = loK .. endK - 1; with reflect, position j also
  * gathers its mirror images begin - j (for 1 <= j <= begin) and
- * begin + 2 (kept - 1) - j (for kept - 1 - end <= j <= kept - 2), a list cK of up
- * to three. Constant padding gathers nothing more, and a cropped element nothing
- * at all. The sum is in double, as in the reference. */
+ * begin + 2 (kept - 1) - j (for kept - 1 - end <= j <= kept - 2), a local list cK
+ * of up to three, nK long. Constant padding gathers nothing more, and a cropped
+ * element nothing at all. The sum is in double, as in the reference. */
 int lower_pad_grad(Program *p, const Node *n, Diag *d) {
     const Type *y = &p->g->values[n->in[0]].type, *x = &p->g->values[n->in[1]].type;
     const Attr *pads = node_attr(n, ATTR_PADS);
@@ -281,58 +255,73 @@ int lower_pad_grad(Program *p, const Node *n, Diag *d) {
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
-    Str *s = &k->body;
-    emit_unravel(s, "i", x, "q");
-    char terms[512] = "", inside[512] = "";
-    size_t len = 0, in_len = 0;
-    int loops = 0;
-    Str open = {0};
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *q[KILN_MAX_RANK], *at[KILN_MAX_RANK], *inside = NULL;
+    /* per gathering dim: edge's range [lo, end), or reflect's list and its length */
+    KExpr *lo[KILN_MAX_RANK] = {0}, *hi[KILN_MAX_RANK] = {0};
+    int list[KILN_MAX_RANK];
+    kb_unravel(b, i, x, "q", q);
     for (int j = 0; j < x->rank; j++) {
-        long long b = pads->ints[j], e = pads->ints[j + x->rank];
-        long long crop = b < 0 ? -b : 0, kept = x->dims[j] - crop - (e < 0 ? -e : 0);
-        long long begin = b > 0 ? b : 0, end = e > 0 ? e : 0, shift = begin - crop;
-        if (crop > 0)
-            in_len = add_bound(inside, in_len, sizeof inside, j, ">=", crop);
-        if (crop + kept < x->dims[j])
-            in_len = add_bound(inside, in_len, sizeof inside, j, "<", crop + kept);
+        int64_t bw = pads->ints[j], ew = pads->ints[j + x->rank];
+        int64_t crop = bw < 0 ? -bw : 0, kept = x->dims[j] - crop - (ew < 0 ? -ew : 0);
+        int64_t begin = bw > 0 ? bw : 0, end = ew > 0 ? ew : 0, shift = begin - crop;
+        KExpr *tests[2] = {crop > 0 ? k_bin(b, KE_GE, q[j], k_int(b, crop)) : NULL,
+                           crop + kept < x->dims[j] ? k_lt(b, q[j], k_int(b, crop + kept)) : NULL};
+        for (int t = 0; t < 2; t++)
+            if (tests[t])
+                inside = inside ? k_and(b, inside, tests[t]) : tests[t];
+        at[j] = q[j];
         if ((!edge && !reflect) || (begin == 0 && end == 0)) { /* one element: the same place, shifted */
             base += shift * ys[j];
-            len = add_term(terms, len, sizeof terms, "q", j, ys[j]);
             continue;
         }
         if (edge) {
-            str_printf(s, "int64_t lo%d = q%d + %lld, hi%d = q%d + %lld;\n", j, j, shift, j, j, shift);
+            KExpr *first = plus(b, q[j], shift), *last = plus(b, q[j], shift + 1);
             if (begin > 0)
-                str_printf(s, "if (q%d == %lld)\n    lo%d = 0;\n", j, crop, j);
+                first = k_select(b, k_bin(b, KE_EQ, q[j], k_int(b, crop)), k_int(b, 0), first);
             if (end > 0)
-                str_printf(s, "if (q%d == %lld)\n    hi%d = %lld;\n", j, crop + kept - 1, j,
-                           (long long)y->dims[j] - 1);
-            str_printf(&open, "for (int64_t o%d = lo%d; o%d <= hi%d; o%d++) {\n", j, j, j, j, j);
-        } else {
-            str_printf(s, "int64_t c%d[3] = {q%d + %lld}, n%d = 1;\n", j, j, shift, j);
-            if (begin > 0)
-                str_printf(s, "if (q%d >= %lld && q%d <= %lld)\n    c%d[n%d++] = %lld - q%d;\n", j, crop + 1,
-                           j, crop + begin, j, j, begin + crop, j);
-            if (end > 0)
-                str_printf(s, "if (q%d >= %lld && q%d <= %lld)\n    c%d[n%d++] = %lld - q%d;\n", j,
-                           crop + kept - 1 - end, j, crop + kept - 2, j, j, begin + 2 * (kept - 1) + crop, j);
-            str_printf(&open, "for (int64_t t%d = 0; t%d < n%d; t%d++) {\nint64_t o%d = c%d[t%d];\n", j, j, j,
-                       j, j, j, j);
+                last =
+                    k_select(b, k_bin(b, KE_EQ, q[j], k_int(b, crop + kept - 1)), k_int(b, y->dims[j]), last);
+            lo[j] = k_var(b, kb_let(b, numbered(b, "lo", j), KT_I64, first));
+            hi[j] = k_var(b, kb_let(b, numbered(b, "end", j), KT_I64, last));
+            continue;
         }
-        len = add_term(terms, len, sizeof terms, "o", j, ys[j]);
+        list[j] = kb_array(b, numbered(b, "c", j), KT_I64, 3, 0, false, false);
+        int len = kb_decl(b, numbered(b, "n", j), KT_I64, k_int(b, 1));
+        hi[j] = k_var(b, len);
+        kb_store(b, list[j], k_int(b, 0), plus(b, q[j], shift));
+        int64_t mirror_lo[2] = {crop + 1, crop + kept - 1 - end},
+                mirror_hi[2] = {crop + begin, crop + kept - 2};
+        int64_t mirror_sum[2] = {begin + crop, begin + 2 * (kept - 1) + crop};
+        for (int side = 0; side < 2; side++) {
+            if ((side == 0 ? begin : end) == 0)
+                continue;
+            kb_if(b, k_and(b, k_bin(b, KE_GE, q[j], k_int(b, mirror_lo[side])),
+                           k_bin(b, KE_LE, q[j], k_int(b, mirror_hi[side]))));
+            kb_store(b, list[j], hi[j], k_sub(b, k_int(b, mirror_sum[side]), q[j]));
+            kb_accum(b, len, k_int(b, 1));
+            kb_end(b);
+        }
+    }
+    int acc = kb_decl(b, "acc", KT_F64, k_f64(b, 0.0));
+    if (inside)
+        kb_if(b, inside);
+    int loops = 0;
+    for (int j = 0; j < x->rank; j++) {
+        if (!hi[j])
+            continue;
+        if (lo[j])
+            at[j] = k_var(b, kb_for(b, numbered(b, "o", j), KT_I64, lo[j], hi[j], NULL, 0));
+        else {
+            KExpr *t = k_var(b, kb_for(b, numbered(b, "t", j), KT_I64, k_int(b, 0), hi[j], NULL, 0));
+            at[j] = k_var(b, kb_let(b, numbered(b, "o", j), KT_I64, k_load(b, list[j], t)));
+        }
         loops++;
     }
-    char index[600];
-    with_base(index, sizeof index, base, terms);
-    str_printf(s, "double acc = 0.0;\n");
-    if (in_len)
-        str_printf(s, "if (%s) {\n", inside);
-    str_printf(s, "%s", open.s ? open.s : "");
-    str_printf(s, "acc += %s[%s];\n", value_name(p, n->in[0]), index);
-    for (int j = 0; j < loops + (in_len > 0); j++)
-        str_printf(s, "}\n");
-    str_printf(s, "%s[i] = (float)acc;\n", value_name(p, n->out[0]));
-    bool oom = open.oom;
-    str_free(&open);
-    return oom ? diag_error(d, n->loc, "out of memory") : 0;
+    kb_accum(b, acc,
+             k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), offset(b, base, x->rank, at, ys))));
+    for (int j = 0; j < loops + (inside != NULL); j++)
+        kb_end(b);
+    kb_store(b, kb_value(b, n->out[0], true), i, k_cast(b, KT_F32, k_var(b, acc)));
+    return 0;
 }
