@@ -6,22 +6,26 @@
  * is either
  *   - a LOOP: `count` independent iterations, the body computing iteration `i`
  *     (one output element, or one row for reductions); C runs the iterations on the
- *     runtime's thread pool, CUDA would give each one a thread; or
- *   - a CALL: a body run once, in order (a BLAS call such as cblas_sgemm).
- * Bodies are C-like statements that read and write values through the names
- * `value_name(g, id)` gives; they use only what C and CUDA share (int64_t, float,
- * double, the <math.h> names). What differs between languages, how a kernel is
- * declared and how it finds its iteration, is the `Lang` description.
+ *     runtime's thread pool, CUDA gives each one a thread;
+ *   - a CALL: a body run once, in order (a BLAS call such as cblas_sgemm); or
+ *   - a GEMM: products of matrices given by their element loads, which gemm.c
+ *     schedules for the target (row loops for C, shared-memory tiles for CUDA).
+ * Bodies are kernel IR (kir.h), built by the lowerings, simplified and verified
+ * when lowering ends (kernel_finish), and printed per language by kir_print.c: what
+ * differs between languages, how a kernel is declared and how it finds its
+ * iteration, is the `Lang` description.
  *
  * Memory: inputs and outputs are the caller's buffers; params and consts live in
  * one weights blob; every other value lives in one workspace that the instance
  * allocates once. A param that an update changes lives in the instance's state,
  * which starts as a copy of the blob's first state_bytes; after the kernels of a
  * run, each update's value is copied there, unless the plan could put the value
- * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives each workspace buffer its
- * offset: with the `memplan` stage, buffers whose lifetimes (in kernel order) are disjoint share memory, an
- * elementwise kernel may write over an input that dies there, and a view (reshape, flatten, squeeze,
- * unsqueeze, identity) is its input's buffer; without it, every value has its own offset. */
+ * there directly (see lower_updates in lower.c). The memory plan (plan.c) gives
+ * each workspace buffer its offset: with the `memplan` stage, buffers whose
+ * lifetimes (in kernel order) are disjoint share memory, an elementwise kernel may
+ * write over an input that dies there, and a view (reshape, flatten, squeeze,
+ * unsqueeze, identity) is its input's buffer; without it, every value has its own
+ * offset. */
 #ifndef KILN_CODEGEN_H
 #define KILN_CODEGEN_H
 
