@@ -48,13 +48,9 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     str_printf(out, "\n\n");
     if (emulated)
         str_printf(out, "#include <stdint.h>\n\n");
-    else /* index arithmetic declares every dim of a multi-index, and a kernel uses
-            those it needs: the compiler drops the others without a word */
-        str_printf(out,
-                   "typedef long long int64_t;\ntypedef int int32_t;\n"
-                   "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n\n"
-                   "#pragma nv_diag_suppress 177 /* declared but never referenced */\n"
-                   "#pragma nv_diag_suppress 550 /* set but never used */\n\n");
+    else
+        str_printf(out, "typedef long long int64_t;\ntypedef int int32_t;\n"
+                        "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n\n");
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);
