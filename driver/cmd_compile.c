@@ -49,7 +49,7 @@ static const Command command = {
 
 /* --check of the compiled model: loaded and run on the check's inputs, its outputs
  * are compared with the interpreter's before the passes. */
-static int check_compiled(const Check *check, const Graph *g, const char *path, Diag *d) {
+static int check_compiled(const Check *check, const Graph *g, const char *path, const char *target, Diag *d) {
     kiln_error err = {.message = ""};
     kiln_module *m = kiln_load(path, &err);
     if (!m)
@@ -70,8 +70,11 @@ static int check_compiled(const Check *check, const Graph *g, const char *path, 
             outputs[k] = out[k]->data;
     if (!rc && kiln_run(m, inputs, outputs, &err))
         rc = diag_relay_error(d, &err);
-    if (!rc)
-        rc = check_outputs(check, g, out, "target c", "the compiled model", d);
+    if (!rc) {
+        char name[64];
+        snprintf(name, sizeof name, "target %s", target);
+        rc = check_outputs(check, g, out, name, "the compiled model", d);
+    }
     for (int k = 0; out && k < g->n_outputs; k++)
         tensor_free(out[k]);
     ir_free(in);
@@ -101,7 +104,7 @@ static int write_all(const Options *o, const Toolchain *tc, const Source *c, con
     const char *so = outputs_temp(outs, 0, d);
     if (!so || cc_compile_so(c, p, so, tc, d))
         return -1;
-    if (o->pipeline.check && check_compiled(check, g, so, d))
+    if (o->pipeline.check && check_compiled(check, g, so, p->target == TARGET_CUDA ? "cuda" : "c", d))
         return -1;
     return 0;
 }

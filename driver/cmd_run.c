@@ -244,8 +244,9 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];
-        snprintf(name, sizeof name, "target %s", interp ? "interp" : "c");
-        snprintf(what, sizeof what, "target '%s'", interp ? "interp" : "c");
+        const char *target = o->target ? o->target : "c";
+        snprintf(name, sizeof name, "target %s", target);
+        snprintf(what, sizeof what, "target '%s'", target);
         rc = check_outputs(&check, g, out, name, what, d);
     }
     if (!rc && o->n_outputs > 0)
