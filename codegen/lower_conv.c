@@ -29,7 +29,6 @@
 #include "../ir/ops_impl.h"
 
 #include <limits.h>
-#include <string.h>
 
 enum { MAX_SPATIAL = 3, WORK_PER_THREAD = 16384 };
 
@@ -826,14 +825,6 @@ int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
     return 0;
 }
 
-/* conv_transpose as a GEMM and a gather. The GEMM multiplies each input position's
- * channels by the weights of its group, giving what it contributes through every tap
- * to every output channel (the scratch): nhwc: cols[(b, q), g, (k, oc)] = x[(b, q),
- * g] w[g]; nchw: cols[b, g, (oc, k), q] = w[g]^T x[b, g]. The gather then sums, for
- * each output element, the contributions of the taps that reach it: output position
- * p meets, through tap k, input position q = (p + pad - k * dilation) / stride when
- * that divides exactly. */
-
 /* Opens, for conv_transpose, the loop over each tap k{i} and inside it a block
  * where output position p{i} meets input position in{i} through it:
  * in * stride - pad + k * dilation == p. Returns the blocks opened. */
@@ -863,6 +854,13 @@ static KExpr *flat_index(KBuilder *b, KExpr *const *idx, const int64_t *sp, int 
     return e;
 }
 
+/* conv_transpose as a GEMM and a gather. The GEMM multiplies each input position's
+ * channels by the weights of its group, giving what it contributes through every tap
+ * to every output channel (the scratch): nhwc: cols[(b, q), g, (k, oc)] = x[(b, q),
+ * g] w[g]; nchw: cols[b, g, (oc, k), q] = w[g]^T x[b, g]. The gather then sums, for
+ * each output element, the contributions of the taps that reach it: output position
+ * p meets, through tap k, input position q = (p + pad - k * dilation) / stride when
+ * that divides exactly. */
 static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
     int64_t cg = c->x.c / c->groups, og = c->w.c, ktaps = og * c->taps, in_positions = 1;
     for (int s = 0; s < c->ns; s++)

@@ -22,7 +22,7 @@
 #include "codegen.h"
 
 #include <limits.h>
-#include <string.h>
+#include <stdio.h>
 
 /* B^T, G and A^T of F(2x2, 3x3). */
 static const double bt[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
