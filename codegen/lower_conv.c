@@ -24,7 +24,10 @@
  * where a conv adds only its bias; its other inputs have the result's type or one
  * element, so each is read at the offset of the element being finished.
  * The GEMM and depthwise kernels count their FLOPs (2 per multiply-add) for kiln
- * bench. */
+ * bench. Every kernel is built as kernel IR (kir.h): its index arithmetic int64
+ * expressions of the views' strides and the attributes, a tap whose input lies
+ * outside x skipped by an if around the work it would do, and the BLAS calls
+ * cblas_sgemm statements (kb_sgemm) on addresses into the values and the scratch. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
