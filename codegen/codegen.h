@@ -258,6 +258,11 @@ void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *
  * `at` (an expression of the variables bi, r and q). */
 void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at);
 
+/* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the
+ * sum running over `depth`, with the float scalars alpha and beta (lower_conv.c). */
+void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
+              int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc);
+
 typedef int (*LowerFn)(Program *p, const Node *n, Diag *d);
 
 /* The lowerings the op table names, one family per file (lower_*.c). */

@@ -24,12 +24,14 @@
  * where a conv adds only its bias; its other inputs have the result's type or one
  * element, so each is read at the offset of the element being finished.
  * The GEMM and depthwise kernels count their FLOPs (2 per multiply-add) for kiln
- * bench. */
+ * bench. Every kernel is built as kernel IR (kir.h): its index arithmetic int64
+ * expressions of the views' strides and the attributes, a tap whose input lies
+ * outside x skipped by an if around the work it would do, and the BLAS calls
+ * cblas_sgemm statements (kb_sgemm) on addresses into the values and the scratch. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
 #include <limits.h>
-#include <string.h>
 
 enum { MAX_SPATIAL = 3, WORK_PER_THREAD = 16384 };
 
@@ -39,9 +41,9 @@ typedef struct {
     int ns;
     View x, w, y;
     int64_t strides[MAX_SPATIAL], pads[2 * MAX_SPATIAL], dilations[MAX_SPATIAL], groups;
-    int64_t taps;                        /* kernel elements per channel */
-    int64_t positions;                   /* output elements per channel and batch item */
-    char xn[80], wn[80], bn[80], yn[80]; /* value names; bn empty without bias */
+    int64_t taps;       /* kernel elements per channel */
+    int64_t positions;  /* output elements per channel and batch item */
+    int xv, wv, yv, bv; /* value ids; bv -1 without bias */
     const Node *node;
     const Expr *epilogue; /* fused_conv's expr, else NULL */
 } Conv;
@@ -50,7 +52,7 @@ typedef struct {
  * its result, and dy in the place of the conv's result). */
 static Conv conv_views(const Program *p, const Node *n, int x, int w, int y) {
     const Graph *g = p->g;
-    Conv c = {.nhwc = layout_is_nhwc(n), .node = n};
+    Conv c = {.nhwc = layout_is_nhwc(n), .node = n, .xv = x, .wv = w, .yv = y, .bv = -1};
     c.x = view_of(&g->values[x].type, c.nhwc);
     c.w = view_of(&g->values[w].type, c.nhwc);
     c.y = view_of(&g->values[y].type, c.nhwc);
@@ -64,11 +66,8 @@ static Conv conv_views(const Program *p, const Node *n, int x, int w, int y) {
         c.taps *= c.w.sp[s];
         c.positions *= c.y.sp[s];
     }
-    snprintf(c.xn, sizeof c.xn, "%s", value_name(p, x));
-    snprintf(c.wn, sizeof c.wn, "%s", value_name(p, w));
-    snprintf(c.yn, sizeof c.yn, "%s", value_name(p, y));
     if (n->n_in > 2 && n->in[2] >= 0)
-        snprintf(c.bn, sizeof c.bn, "%s", value_name(p, n->in[2]));
+        c.bv = n->in[2];
     return c;
 }
 
@@ -82,114 +81,154 @@ static int64_t grain_for(int64_t work) {
 
 /* ---- Index arithmetic ---- */
 
+/* The names of the per-spatial-dim variables: output position, tap, input
+ * position, and conv_transpose's input position times the stride. */
+static const char *const p_name[MAX_SPATIAL] = {"p0", "p1", "p2"};
+static const char *const k_name[MAX_SPATIAL] = {"k0", "k1", "k2"};
+static const char *const in_name[MAX_SPATIAL] = {"in0", "in1", "in2"};
+static const char *const t_name[MAX_SPATIAL] = {"t0", "t1", "t2"};
+
+/* The coordinates a kernel names: batch item, output and input channel, group,
+ * and per spatial dim the output position, tap and input position; 0 until a
+ * kernel sets them. */
 typedef struct {
-    char name[8];
+    KExpr *b, *o, *c, *g, *p[MAX_SPATIAL], *k[MAX_SPATIAL], *in[MAX_SPATIAL];
+} Coords;
+
+static Coords coords_zero(KBuilder *b) {
+    KExpr *zero = k_int(b, 0);
+    Coords at = {zero, zero, zero, zero, {zero, zero, zero}, {zero, zero, zero}, {zero, zero, zero}};
+    return at;
+}
+
+/* A let of an int64 index, or the expression itself where it is a constant or a
+ * variable already. */
+static KExpr *let_index(KBuilder *b, const char *name, KExpr *e) {
+    return e->kind == KE_INT || e->kind == KE_VAR ? e : k_var(b, kb_let(b, name, KT_I64, e));
+}
+
+/* e + v * stride. */
+static KExpr *plus(KBuilder *b, KExpr *e, KExpr *v, int64_t stride) {
+    return k_add(b, e, k_mul(b, v, k_int(b, stride)));
+}
+
+/* 0 <= v < size. */
+static KExpr *within(KBuilder *b, KExpr *v, int64_t size) {
+    return k_and(b, k_bin(b, KE_GE, v, k_int(b, 0)), k_lt(b, v, k_int(b, size)));
+}
+
+/* cond && more, or more alone where cond is NULL. */
+static KExpr *and_also(KBuilder *b, KExpr *cond, KExpr *more) {
+    return cond ? k_and(b, cond, more) : more;
+}
+
+typedef struct {
+    const char *name;
     int64_t size;
+    KExpr **at; /* where the dim's coordinate goes */
 } Dim;
 
-/* Emits `int64_t NAME = i / stride % size;` for each dim, outermost first, of a
- * row-major index space; a dim of size 1 is 0 (callers leave out those they never
- * name). */
-static void emit_dims(Str *s, const Dim *dims, int n) {
+static Dim dim(const char *name, int64_t size, KExpr **at) {
+    return (Dim){name, size, at};
+}
+
+/* Lets NAME = i / stride % size for each dim, outermost first, of a row-major
+ * index space over flat index i; a dim of size 1 is 0. */
+static void let_dims(KBuilder *b, KExpr *i, const Dim *dims, int n) {
     int64_t stride = 1, strides[2 * KILN_MAX_RANK];
     for (int k = n - 1; k >= 0; k--) {
         strides[k] = stride;
         stride *= dims[k].size;
     }
     for (int k = 0; k < n; k++) {
-        if (dims[k].size == 1)
-            str_printf(s, "int64_t %s = 0;\n", dims[k].name);
-        else if (k == 0 && strides[k] == 1)
-            str_printf(s, "int64_t %s = i;\n", dims[k].name);
-        else if (k == 0)
-            str_printf(s, "int64_t %s = i / %lld;\n", dims[k].name, (long long)strides[k]);
-        else if (strides[k] == 1)
-            str_printf(s, "int64_t %s = i %% %lld;\n", dims[k].name, (long long)dims[k].size);
-        else
-            str_printf(s, "int64_t %s = i / %lld %% %lld;\n", dims[k].name, (long long)strides[k],
-                       (long long)dims[k].size);
+        KExpr *e = k_div(b, i, k_int(b, strides[k]));
+        if (k > 0)
+            e = k_mod(b, e, k_int(b, dims[k].size));
+        *dims[k].at = dims[k].size == 1 ? k_int(b, 0) : k_var(b, kb_let(b, dims[k].name, KT_I64, e));
     }
 }
 
-static Dim dim(const char *prefix, int index, int64_t size) {
-    Dim d = {.size = size};
-    snprintf(d.name, sizeof d.name, index < 0 ? "%s" : "%s%d", prefix, index);
-    return d;
+/* Lets NAMEs = the coordinates of flat index `flat` over the spatial sizes sp,
+ * for the dims above 1 (the others are 0), into at. */
+static void let_spatial(KBuilder *b, const char *const *names, KExpr *flat, const int64_t *sp, int ns,
+                        KExpr **at) {
+    int64_t stride = 1;
+    for (int i = ns - 1; i >= 0; i--) {
+        at[i] = sp[i] > 1 ? k_var(b, kb_let(b, names[i], KT_I64,
+                                            k_mod(b, k_div(b, flat, k_int(b, stride)), k_int(b, sp[i]))))
+                          : k_int(b, 0);
+        stride *= sp[i];
+    }
 }
 
-/* Into e: the input position along spatial dim s of output position p{s} and tap
- * k{s}: p * stride - pad + k * dilation. */
-static void input_pos(const Conv *c, int s, char *e, size_t cap) {
-    char p[16], k[16];
-    snprintf(p, sizeof p, "p%d", s);
-    snprintf(k, sizeof k, "k%d", s);
-    e[0] = 0;
-    append_term(e, cap, p, c->strides[s]);
-    size_t len = strlen(e);
-    if (c->pads[s])
-        snprintf(e + len, cap - len, " - %lld", (long long)c->pads[s]);
-    if (c->w.sp[s] > 1)
-        append_term(e, cap, k, c->dilations[s]);
+/* The input position along spatial dim s of output position p and tap k:
+ * p * stride - pad + k * dilation. */
+static KExpr *input_pos(KBuilder *b, const Conv *c, int s, KExpr *p, KExpr *k) {
+    KExpr *e = k_sub(b, k_mul(b, p, k_int(b, c->strides[s])), k_int(b, c->pads[s]));
+    return c->w.sp[s] > 1 ? plus(b, e, k, c->dilations[s]) : e;
 }
 
-/* The offset expression of x[b, channel * scale, in0...] into e; no channel term
- * for a NULL channel; `last`, when not NULL, names the last spatial position. */
-static void x_offset(const Conv *c, const char *channel, int64_t scale, const char *last, char *e,
-                     size_t cap) {
-    e[0] = 0;
-    if (c->x.n > 1)
-        append_term(e, cap, "b", c->x.sn);
+/* The offset of x[batch, channel * scale, pos...]; no channel term for a NULL
+ * channel. */
+static KExpr *x_offset(KBuilder *b, const Conv *c, KExpr *batch, KExpr *channel, int64_t scale,
+                       KExpr *const *pos) {
+    KExpr *e = c->x.n > 1 ? k_mul(b, batch, k_int(b, c->x.sn)) : k_int(b, 0);
     if (channel)
-        append_term(e, cap, channel, c->x.sc * scale);
-    for (int s = 0; s < c->ns; s++) {
-        char v[16];
-        snprintf(v, sizeof v, "in%d", s);
-        append_term(e, cap, last && s == c->ns - 1 ? last : v, c->x.ss[s]);
-    }
+        e = plus(b, e, channel, c->x.sc * scale);
+    for (int s = 0; s < c->ns; s++)
+        e = plus(b, e, pos[s], c->x.ss[s]);
+    return e;
 }
 
-/* Emits, for the last spatial dim (the one a row of outputs runs along), `off`: the
- * input position that output position 0 meets through tap k{last}; and [lo, hi):
- * the output positions p whose input position off + p * stride lies inside x, hi
- * clipped to the row (lo may pass hi). */
-static void emit_row_range(Str *s, const Conv *c, int ind) {
+/* For the last spatial dim (the one a row of outputs runs along): `off`, the input
+ * position that output position 0 meets through tap k (the dim's only tap where it
+ * has one), and the mutable [lo, hi): the output positions p whose input position
+ * off + p * stride lies inside x, hi clipped to the row (lo may pass hi). */
+typedef struct {
+    KExpr *off;
+    int lo, hi;
+} RowRange;
+
+static RowRange row_range(KBuilder *b, const Conv *c, KExpr *k) {
     int l = c->ns - 1;
-    long long st = c->strides[l], w = c->x.sp[l], pad = c->pads[l];
-    char off[64] = "";
-    if (c->w.sp[l] > 1) {
-        char k[16];
-        snprintf(k, sizeof k, "k%d", l);
-        append_term(off, sizeof off, k, c->dilations[l]);
-    }
-    if (!off[0])
-        snprintf(off, sizeof off, "%lld", -pad);
-    else if (pad)
-        snprintf(off + strlen(off), sizeof off - strlen(off), " - %lld", pad);
-    str_printf(s, "%*sint64_t off = %s;\n", ind, "", off);
-    if (st == 1)
-        str_printf(s, "%*sint64_t lo = off < 0 ? -off : 0, hi = off < %lld ? %lld - off : 0;\n", ind, "", w,
-                   w);
-    else
-        str_printf(s,
-                   "%*sint64_t lo = off < 0 ? (%lld - off) / %lld : 0, hi = off < %lld ? (%lld - off) / %lld "
-                   "+ 1 : 0;\n",
-                   ind, "", st - 1, st, w, w - 1, st);
-    str_printf(s, "%*sif (hi > %lld)\n%*s    hi = %lld;\n", ind, "", (long long)c->y.sp[l], ind, "",
-               (long long)c->y.sp[l]);
+    int64_t st = c->strides[l], w = c->x.sp[l];
+    RowRange rr;
+    KExpr *tap = c->w.sp[l] > 1 ? k_mul(b, k, k_int(b, c->dilations[l])) : k_int(b, 0);
+    rr.off = k_var(b, kb_let(b, "off", KT_I64, k_sub(b, tap, k_int(b, c->pads[l]))));
+    KExpr *lo = st == 1 ? k_neg(b, rr.off) : k_div(b, k_sub(b, k_int(b, st - 1), rr.off), k_int(b, st));
+    KExpr *hi = st == 1 ? k_sub(b, k_int(b, w), rr.off)
+                        : k_add(b, k_div(b, k_sub(b, k_int(b, w - 1), rr.off), k_int(b, st)), k_int(b, 1));
+    rr.lo = kb_decl(b, "lo", KT_I64, k_select(b, k_lt(b, rr.off, k_int(b, 0)), lo, k_int(b, 0)));
+    rr.hi = kb_decl(b, "hi", KT_I64, k_select(b, k_lt(b, rr.off, k_int(b, w)), hi, k_int(b, 0)));
+    kb_if(b, k_bin(b, KE_GT, k_var(b, rr.hi), k_int(b, c->y.sp[l])));
+    kb_assign(b, rr.hi, k_int(b, c->y.sp[l]));
+    kb_end(b);
+    return rr;
 }
 
 /* The output's dims as the LOOP over its elements sees them. */
-static int output_dims(const Conv *c, Dim *dims) {
+static int output_dims(const Conv *c, Dim *dims, Coords *at) {
     int n = 0;
     if (c->y.n > 1)
-        dims[n++] = dim("b", -1, c->y.n);
+        dims[n++] = dim("b", c->y.n, &at->b);
     if (!c->nhwc)
-        dims[n++] = dim("o", -1, c->y.c);
+        dims[n++] = dim("o", c->y.c, &at->o);
     for (int s = 0; s < c->ns; s++)
-        dims[n++] = dim("p", s, c->y.sp[s]);
+        dims[n++] = dim(p_name[s], c->y.sp[s], &at->p[s]);
     if (c->nhwc)
-        dims[n++] = dim("o", -1, c->y.c);
+        dims[n++] = dim("o", c->y.c, &at->o);
     return n;
+}
+
+/* The bias of output channel `o`, or 0 without one. */
+static KExpr *bias_or_zero(KBuilder *b, const Conv *c, KExpr *o) {
+    return c->bv >= 0 ? k_load(b, kb_value(b, c->bv, false), o) : k_f32(b, 0);
+}
+
+/* Closes `count` blocks. */
+static void end_blocks(KBuilder *b, int count) {
+    while (count-- > 0)
+        kb_end(b);
 }
 
 /* ---- conv as im2col and GEMM ---- */
@@ -203,80 +242,81 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
         return diag_error(d, n->loc, "out of memory");
     kernel_reads(k, n->in[0]);
     k->scratch_bytes = bytes;
+    KBuilder *b = &k->b;
+    Coords at = coords_zero(b);
     Dim dims[2 * KILN_MAX_RANK];
     int nd = 0, last = c->ns - 1;
     int64_t cg = c->x.c / c->groups, run = c->nhwc ? cg : c->y.sp[last];
     if (c->x.n > 1)
-        dims[nd++] = dim("b", -1, c->x.n);
+        dims[nd++] = dim("b", c->x.n, &at.b);
     if (c->nhwc) {
         for (int s = 0; s < c->ns; s++)
-            dims[nd++] = dim("p", s, c->y.sp[s]);
+            dims[nd++] = dim(p_name[s], c->y.sp[s], &at.p[s]);
         if (c->groups > 1)
-            dims[nd++] = dim("g", -1, c->groups);
+            dims[nd++] = dim("g", c->groups, &at.g);
     } else {
-        dims[nd++] = dim("c", -1, c->x.c);
+        dims[nd++] = dim("c", c->x.c, &at.c);
     }
     /* nhwc: the taps along the last dim are a loop of the iteration, which copies
        the run of taps x C/g columns they fill */
     for (int s = 0; s < (c->nhwc ? last : c->ns); s++)
         if (c->w.sp[s] > 1)
-            dims[nd++] = dim("k", s, c->w.sp[s]);
+            dims[nd++] = dim(k_name[s], c->w.sp[s], &at.k[s]);
     for (int s = 0; !c->nhwc && s < last; s++)
-        dims[nd++] = dim("p", s, c->y.sp[s]);
+        dims[nd++] = dim(p_name[s], c->y.sp[s], &at.p[s]);
     if (c->nhwc)
         run *= c->w.sp[last];
     k->count = 1;
     for (int i = 0; i < nd; i++)
         k->count *= dims[i].size;
     k->grain = grain_for(run);
-    Str *s = &k->body;
-    emit_dims(s, dims, nd);
+    KExpr *i = k_var(b, k->iter);
+    let_dims(b, i, dims, nd);
     /* the dims the iteration fixes: all but the last */
-    int fixed = last;
-    char e[256], inside[512] = "", stride_suffix[32] = "";
-    if (c->strides[last] > 1)
-        snprintf(stride_suffix, sizeof stride_suffix, " * %lld", (long long)c->strides[last]);
-    for (int i = 0; i < fixed; i++) {
-        input_pos(c, i, e, sizeof e);
-        str_printf(s, "int64_t in%d = %s;\n", i, e);
-        size_t len = strlen(inside);
-        snprintf(inside + len, sizeof inside - len, "%sin%d >= 0 && in%d < %lld", len ? " && " : "", i, i,
-                 (long long)c->x.sp[i]);
+    KExpr *inside = NULL;
+    for (int s = 0; s < last; s++) {
+        at.in[s] = k_var(b, kb_let(b, in_name[s], KT_I64, input_pos(b, c, s, at.p[s], at.k[s])));
+        inside = and_also(b, inside, within(b, at.in[s], c->x.sp[s]));
     }
-    if (fixed)
-        str_printf(s, "int inside = %s;\n", inside);
+    if (inside)
+        inside = k_var(b, kb_let(b, "inside", KT_BOOL, inside));
+    int x = kb_value(b, c->xv, false), scratch = kb_scratch(b);
+    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_mul(b, i, k_int(b, run))));
     if (c->nhwc) {
         /* for each tap k{last}, the channels of group g at input position in0...: contiguous */
-        char kl[16];
-        snprintf(kl, sizeof kl, "k%d", last);
-        input_pos(c, last, e, sizeof e);
-        str_printf(s, "float *row = scratch + i * %lld;\n", (long long)run);
-        str_printf(s, "for (int64_t %s = 0; %s < %lld; %s++) {\n", kl, kl, (long long)c->w.sp[last], kl);
-        str_printf(s, "    int64_t in%d = %s;\n", last, e);
-        str_printf(s, "    int in_row = %sin%d >= 0 && in%d < %lld;\n", fixed ? "inside && " : "", last, last,
-                   (long long)c->x.sp[last]);
-        x_offset(c, c->groups > 1 ? "g" : NULL, cg, NULL, e, sizeof e);
-        str_printf(s, "    const float *src = %s + %s;\n", c->xn, e);
-        str_printf(s, "    for (int64_t c = 0; c < %lld; c++)\n", (long long)cg);
-        str_printf(s, "        row[%s * %lld + c] = in_row ? src[c] : 0.0f;\n}\n", kl, (long long)cg);
+        at.k[last] = k_var(b, kb_for(b, k_name[last], KT_I64, k_int(b, 0), k_int(b, c->w.sp[last]), NULL, 0));
+        at.in[last] =
+            k_var(b, kb_let(b, in_name[last], KT_I64, input_pos(b, c, last, at.p[last], at.k[last])));
+        KExpr *in_row = k_var(
+            b, kb_let(b, "in_row", KT_BOOL, and_also(b, inside, within(b, at.in[last], c->x.sp[last]))));
+        KExpr *src =
+            k_var(b, kb_let(b, "src", KT_I64, x_offset(b, c, at.b, c->groups > 1 ? at.g : NULL, cg, at.in)));
+        KExpr *ch = k_var(b, kb_for(b, "c", KT_I64, k_int(b, 0), k_int(b, cg), NULL, 0));
+        kb_store(b, scratch, k_add(b, row, k_madd(b, at.k[last], cg, ch)),
+                 k_select(b, in_row, k_load(b, x, k_add(b, src, ch)), k_f32(b, 0)));
+        end_blocks(b, 2);
         return 0;
     }
     /* a row of cols: zeros, the input positions inside x, zeros */
-    emit_row_range(s, c, 0);
-    if (fixed)
-        str_printf(s, "if (!inside)\n    hi = 0;\n");
-    str_printf(s, "if (lo > hi)\n    lo = hi;\n");
-    x_offset(c, "c", 1, "off", e, sizeof e);
-    str_printf(s, "float *row = scratch + i * %lld;\nint64_t base = %s;\n", (long long)run, e);
-    str_printf(s,
-               "for (int64_t p%d = 0; p%d < lo; p%d++)\n"
-               "    row[p%d] = 0.0f;\n"
-               "for (int64_t p%d = lo; p%d < hi; p%d++)\n"
-               "    row[p%d] = %s[base + p%d%s];\n"
-               "for (int64_t p%d = hi; p%d < %lld; p%d++)\n"
-               "    row[p%d] = 0.0f;\n",
-               last, last, last, last, last, last, last, last, c->xn, last, stride_suffix, last, last,
-               (long long)run, last, last);
+    RowRange rr = row_range(b, c, at.k[last]);
+    if (inside) {
+        kb_if(b, k_not(b, inside));
+        kb_assign(b, rr.hi, k_int(b, 0));
+        kb_end(b);
+    }
+    KExpr *lo = k_var(b, rr.lo), *hi = k_var(b, rr.hi);
+    kb_if(b, k_bin(b, KE_GT, lo, hi));
+    kb_assign(b, rr.lo, hi);
+    kb_end(b);
+    at.in[last] = rr.off;
+    KExpr *base = k_var(b, kb_let(b, "base", KT_I64, x_offset(b, c, at.b, at.c, 1, at.in)));
+    KExpr *bounds[4] = {k_int(b, 0), lo, hi, k_int(b, run)};
+    for (int part = 0; part < 3; part++) {
+        KExpr *pl = k_var(b, kb_for(b, p_name[last], KT_I64, bounds[part], bounds[part + 1], NULL, 0));
+        kb_store(b, scratch, k_add(b, row, pl),
+                 part == 1 ? k_load(b, x, plus(b, base, pl, c->strides[last])) : k_f32(b, 0));
+        kb_end(b);
+    }
     return 0;
 }
 
@@ -292,20 +332,50 @@ static bool fits_int(int64_t v) {
     return v <= INT_MAX;
 }
 
+void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
+              int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
+    KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
+                     k_symbol(b, ta ? "CblasTrans" : "CblasNoTrans"),
+                     k_symbol(b, tb ? "CblasTrans" : "CblasNoTrans"),
+                     m,
+                     n,
+                     k_i32(b, depth),
+                     alpha,
+                     a,
+                     k_i32(b, lda),
+                     bm,
+                     k_i32(b, ldb),
+                     beta,
+                     c,
+                     k_i32(b, ldc)};
+    kb_call(b, "cblas_sgemm", 14, args);
+}
+
 /* Tiles of the output the pool runs in parallel, each one single-threaded cblas_sgemm:
  * along the columns when there are many, else along the rows. */
 enum { TILE_COLS = 256, TILE_ROWS = 64, MIN_TILE_COLS = 32 };
 
-/* The GEMM as a LOOP over (batch item (nchw), group, row tile, column tile): each
- * iteration runs cblas_sgemm on its tile and adds the bias while the tile is in
- * cache. `src` is the column matrix: the scratch, or x itself. */
+/* A LOOP of GEMM tiles: its kernel, and each iteration's tile: first column c0 and
+ * row r0, group g, batch item b, and its int rows m and columns n. */
+typedef struct {
+    Kernel *k;
+    KExpr *c0, *r0, *g, *b, *m, *n;
+} Tiles;
+
+/* The int length of the tile from `start` of a dimension of `total`, at most `len`. */
+static KExpr *tile_len(KBuilder *b, int64_t total, KExpr *start, int64_t len) {
+    if (start->kind == KE_INT)
+        return k_i32(b, total - start->i < len ? total - start->i : len);
+    KExpr *left = k_sub(b, k_int(b, total), start);
+    return k_select(b, k_lt(b, left, k_int(b, len)), k_cast(b, KT_I32, left), k_i32(b, len));
+}
+
 /* A LOOP of GEMM tiles for node n: one iteration per (batch, group, row tile, column
- * tile) of a rows x cols result, its body starting with the tile's c0, r0, g, b, m
- * and n. Tiles run along the columns when there are many, else along the rows, and
- * a short result (the last layers' 7x7 positions) still gets a few column tiles to
- * share among the threads. */
-static Kernel *gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups, int64_t rows, int64_t cols,
-                          Diag *d) {
+ * tile) of a rows x cols result. Tiles run along the columns when there are many,
+ * else along the rows, and a short result (the last layers' 7x7 positions) still
+ * gets a few column tiles to share among the threads. */
+static int gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups, int64_t rows, int64_t cols,
+                      Tiles *t, Diag *d) {
     int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
             tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
     if (tr == rows && tc == cols && rows < 2 * TILE_ROWS && cols >= 4 * MIN_TILE_COLS)
@@ -313,92 +383,107 @@ static Kernel *gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t gr
     int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
     Kernel *k = kernel_loop(p, n, "gemm", batches * groups * n_tr * n_tc, 1, d);
     if (!k)
-        return NULL;
-    Str *s = &k->body;
-    str_printf(s, "int64_t c0 = i %% %lld * %lld, r0 = i / %lld %% %lld * %lld;\n", (long long)n_tc,
-               (long long)tc, (long long)n_tc, (long long)n_tr, (long long)tr);
-    str_printf(s, "int64_t g = i / %lld %% %lld, b = i / %lld;\n", (long long)(n_tc * n_tr), (long long)groups,
-               (long long)(n_tc * n_tr * groups));
-    str_printf(s, "int m = %lld - r0 < %lld ? (int)(%lld - r0) : %lld;\n", (long long)rows, (long long)tr,
-               (long long)rows, (long long)tr);
-    str_printf(s, "int n = %lld - c0 < %lld ? (int)(%lld - c0) : %lld;\n", (long long)cols, (long long)tc,
-               (long long)cols, (long long)tc);
-    str_printf(s, "(void)g, (void)b;\n");
-    return k;
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    t->k = k;
+    t->c0 = let_index(b, "c0", k_mul(b, k_mod(b, i, k_int(b, n_tc)), k_int(b, tc)));
+    t->r0 = let_index(b, "r0", k_mul(b, k_mod(b, k_div(b, i, k_int(b, n_tc)), k_int(b, n_tr)), k_int(b, tr)));
+    t->g = let_index(b, "g", k_mod(b, k_div(b, i, k_int(b, n_tc * n_tr)), k_int(b, groups)));
+    t->b = batches > 1 ? let_index(b, "b", k_div(b, i, k_int(b, n_tc * n_tr * groups))) : k_int(b, 0);
+    t->m = tile_len(b, rows, t->r0, tr);
+    t->n = tile_len(b, cols, t->c0, tc);
+    if (t->m->kind != KE_INT)
+        t->m = k_var(b, kb_let(b, "m", KT_I32, t->m));
+    if (t->n->kind != KE_INT)
+        t->n = k_var(b, kb_let(b, "n", KT_I32, t->n));
+    return 0;
+}
+
+/* A tile's length as the int64 epilogue loops take it. */
+static KExpr *as_index(KBuilder *b, KExpr *e) {
+    return e->kind == KE_INT ? k_int(b, e->i) : k_cast(b, KT_I64, e);
 }
 
 static int gemm_too_large(const Node *n, int64_t rows, int64_t cols, int64_t depth, Diag *d) {
-    return diag_error(d, n->loc, "%s: a GEMM of %lld x %lld x %lld is too large for BLAS", op_table[n->op].name,
-                      (long long)rows, (long long)cols, (long long)depth);
+    return diag_error(d, n->loc, "%s: a GEMM of %lld x %lld x %lld is too large for BLAS",
+                      op_table[n->op].name, (long long)rows, (long long)cols, (long long)depth);
 }
 
+/* The bias of a tile's element: base + q (a row of channels) or base + r. */
+static KExpr *bias_along_q(KBuilder *b, KExpr *r, KExpr *q, const void *base) {
+    (void)r;
+    return k_add(b, *(KExpr *const *)base, q);
+}
+
+static KExpr *bias_along_r(KBuilder *b, KExpr *r, KExpr *q, const void *base) {
+    (void)q;
+    return k_add(b, *(KExpr *const *)base, r);
+}
+
+/* The GEMM as a LOOP over (batch item (nchw), group, row tile, column tile): each
+ * iteration runs cblas_sgemm on its tile and adds the bias while the tile is in
+ * cache. The column matrix is the scratch, or x itself. */
 static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t scratch_bytes, Diag *d) {
     int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
     int64_t rows = c->nhwc ? c->y.n * c->positions : og, cols = c->nhwc ? og : c->positions;
     if (!fits_int(rows) || !fits_int(cols) || !fits_int(depth * c->groups) || !fits_int(c->y.c))
         return gemm_too_large(n, rows, cols, depth, d);
     int64_t batches = c->nhwc ? 1 : c->y.n;
-    Kernel *k = gemm_tiles(p, n, batches, c->groups, rows, cols, d);
-    if (!k)
+    Tiles t;
+    if (gemm_tiles(p, n, batches, c->groups, rows, cols, &t, d))
         return -1;
+    Kernel *k = t.k;
     k->scratch_bytes = scratch_bytes;
     k->flops = lower_flops(6, (int64_t[]){2, rows, cols, depth, c->groups, batches});
-    const char *src = pointwise ? c->xn : "scratch";
-    Str *s = &k->body;
+    KBuilder *b = &k->b;
+    int src = pointwise ? kb_value(b, c->xv, false) : kb_scratch(b), w = kb_value(b, c->wv, false),
+        y = kb_value(b, c->yv, true);
+    KExpr *one = k_f32(b, 1), *zero = k_f32(b, 0);
     if (c->nhwc) {
         /* y[rows, og] = cols[rows, depth] x w[og, depth]^T, rows of y y.c apart */
-        str_printf(s, "float *tile = %s + r0 * %lld + g * %lld + c0;\n", c->yn, (long long)c->y.c,
-                   (long long)og);
-        str_printf(s,
-                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, %lld, 1.0f,\n"
-                   "            %s + r0 * %lld + g * %lld, %lld, %s + (g * %lld + c0) * %lld, %lld, 0.0f, "
-                   "tile, %lld);\n",
-                   (long long)depth, src, (long long)(c->groups * depth), (long long)depth,
-                   (long long)(c->groups * depth), c->wn, (long long)og, (long long)depth, (long long)depth,
-                   (long long)c->y.c);
-        char bias_at[64];
-        snprintf(bias_at, sizeof bias_at, "g * %lld + c0 + q", (long long)og);
-        emit_tile_epilogue(s, p, c->node, c->epilogue, c->bn, bias_at, "m", "n", c->y.c, 1);
+        KExpr *tile = k_var(b, kb_let(b, "tile", KT_I64, plus(b, plus(b, t.c0, t.g, og), t.r0, c->y.c)));
+        KExpr *at_src = plus(b, k_mul(b, t.g, k_int(b, depth)), t.r0, c->groups * depth);
+        kb_sgemm(b, false, true, t.m, t.n, depth, one, k_addr(b, src, at_src), c->groups * depth,
+                 k_addr(b, w, k_mul(b, plus(b, t.c0, t.g, og), k_int(b, depth))), depth, zero,
+                 k_addr(b, y, tile), c->y.c);
+        KExpr *bias_base = plus(b, t.c0, t.g, og);
+        kb_tile_epilogue(b, p, c->node, c->epilogue, c->bv, bias_along_q, &bias_base, y, tile,
+                         as_index(b, t.m), as_index(b, t.n), c->y.c, 1);
     } else {
         /* y[og, positions] = w[og, depth] x cols[depth, positions], per batch item and group */
         int64_t src_batch = pointwise ? c->x.sn : c->groups * depth * c->positions;
-        str_printf(s, "float *tile = %s + b * %lld + (g * %lld + r0) * %lld + c0;\n", c->yn,
-                   (long long)c->y.sn, (long long)og, (long long)cols);
-        str_printf(s,
-                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
-                   "            %s + (g * %lld + r0) * %lld, %lld,\n"
-                   "            %s + b * %lld + g * %lld + c0, %lld, 0.0f, tile, %lld);\n",
-                   (long long)depth, c->wn, (long long)og, (long long)depth, (long long)depth, src,
-                   (long long)src_batch, (long long)(depth * c->positions), (long long)cols, (long long)cols);
-        char bias_at[64];
-        snprintf(bias_at, sizeof bias_at, "g * %lld + r0 + r", (long long)og);
-        emit_tile_epilogue(s, p, c->node, c->epilogue, c->bn, bias_at, "m", "n", cols, 1);
+        KExpr *rows_at = plus(b, t.r0, t.g, og);
+        KExpr *tile =
+            k_var(b, kb_let(b, "tile", KT_I64, plus(b, plus(b, t.c0, rows_at, cols), t.b, c->y.sn)));
+        KExpr *at_src = plus(b, plus(b, t.c0, t.g, depth * c->positions), t.b, src_batch);
+        kb_sgemm(b, false, false, t.m, t.n, depth, one, k_addr(b, w, k_mul(b, rows_at, k_int(b, depth))),
+                 depth, k_addr(b, src, at_src), cols, zero, k_addr(b, y, tile), cols);
+        kb_tile_epilogue(b, p, c->node, c->epilogue, c->bv, bias_along_r, &rows_at, y, tile, as_index(b, t.m),
+                         as_index(b, t.n), cols, 1);
     }
     return 0;
 }
 
 /* ---- Direct loops: depthwise conv and conv_transpose ---- */
 
-/* Emits the loops over a depthwise conv's taps: for each spatial dim but the last,
- * k{i} and the input position in{i}, skipping taps outside x; then the loop over
- * the last dim's taps with the row range (emit_row_range) inside it. Returns the
- * indent of the body; the caller closes the ns braces. */
-static int emit_tap_loops(Str *s, const Conv *c) {
-    int last = c->ns - 1;
-    char e[256];
+/* Opens the loops over a depthwise conv's taps: for each spatial dim but the last,
+ * k{i} and, where the input position in{i} lies inside x, a block; then the loop
+ * over the last dim's taps with the row range (row_range) inside it. Returns the
+ * blocks opened, for the caller to close. */
+static int open_tap_loops(KBuilder *b, const Conv *c, Coords *at, RowRange *rr) {
+    int last = c->ns - 1, opened = 0;
     for (int i = 0; i < c->ns; i++) {
-        int ind = 4 * i;
-        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i],
-                   i);
+        at->k[i] = k_var(b, kb_for(b, k_name[i], KT_I64, k_int(b, 0), k_int(b, c->w.sp[i]), NULL, 0));
+        opened++;
         if (i == last)
             break;
-        input_pos(c, i, e, sizeof e);
-        str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, e);
-        str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i, i,
-                   (long long)c->x.sp[i], ind, "");
+        at->in[i] = k_var(b, kb_let(b, in_name[i], KT_I64, input_pos(b, c, i, at->p[i], at->k[i])));
+        kb_if(b, within(b, at->in[i], c->x.sp[i]));
+        opened++;
     }
-    emit_row_range(s, c, 4 * c->ns);
-    return 4 * c->ns;
+    *rr = row_range(b, c, at->k[last]);
+    return opened;
 }
 
 /* One iteration per row of outputs along the last spatial dim, input channel o / m:
@@ -406,58 +491,45 @@ static int emit_tap_loops(Str *s, const Conv *c) {
  * over the outputs whose input lies inside x. */
 static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
     int last = c->ns - 1;
-    long long run = c->y.sp[last], ys = c->y.ss[last];
+    int64_t run = c->y.sp[last], ys = c->y.ss[last];
     Kernel *k =
         kernel_loop(p, n, "depthwise", c->y.n * c->y.c * c->positions / run, grain_for(c->taps * run), d);
     if (!k)
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+    KBuilder *b = &k->b;
+    Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
-    int nd = output_dims(c, dims);
+    int nd = output_dims(c, dims, &at);
     /* the iteration leaves out the last spatial dim: the row */
     if (c->nhwc)
         dims[nd - 2] = dims[nd - 1];
     nd--;
-    Str *s = &k->body;
-    emit_dims(s, dims, nd);
+    let_dims(b, k_var(b, k->iter), dims, nd);
     int64_t m = c->y.c / c->groups;
-    if (m > 1)
-        str_printf(s, "int64_t c = o / %lld;\n", (long long)m);
-    char e[256] = "", wi[256] = "", ps[32] = "", xs[32] = "";
-    if (c->y.n > 1)
-        append_term(e, sizeof e, "b", c->y.sn);
-    append_term(e, sizeof e, "o", c->y.sc);
-    for (int i = 0; i < last; i++) {
-        char v[16];
-        snprintf(v, sizeof v, "p%d", i);
-        append_term(e, sizeof e, v, c->y.ss[i]);
-    }
-    if (ys > 1)
-        snprintf(ps, sizeof ps, " * %lld", ys);
-    if (c->strides[last] * c->x.ss[last] > 1)
-        snprintf(xs, sizeof xs, " * %lld", (long long)(c->strides[last] * c->x.ss[last]));
-    str_printf(s, "float *row = %s + %s;\n", c->yn, e);
-    str_printf(s, "for (int64_t p%d = 0; p%d < %lld; p%d++)\n    row[p%d%s] = %s%s;\n", last, last, run, last,
-               last, ps, c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
-    append_term(wi, sizeof wi, "o", c->w.sn);
-    for (int i = 0; i < c->ns; i++) {
-        char kv[16];
-        snprintf(kv, sizeof kv, "k%d", i);
-        append_term(wi, sizeof wi, kv, c->w.ss[i]);
-    }
-    int ind = emit_tap_loops(s, c);
-    x_offset(c, m > 1 ? "c" : "o", 1, "off", e, sizeof e);
-    str_printf(s, "%*sfloat wk = %s[%s];\n%*sint64_t base = %s;\n", ind, "", c->wn, wi, ind, "", e);
-    str_printf(s, "%*sfor (int64_t p%d = lo; p%d < hi; p%d++)\n%*s    row[p%d%s] += %s[base + p%d%s] * wk;\n",
-               ind, "", last, last, last, ind, "", last, ps, c->xn, last, xs);
-    for (int i = c->ns - 1; i >= 0; i--)
-        str_printf(s, "%*s}\n", 4 * i, "");
-    if (c->epilogue) {
-        char cols[32];
-        snprintf(cols, sizeof cols, "%lld", run);
-        str_printf(s, "float *tile = row;\n");
-        emit_tile_epilogue(s, p, c->node, c->epilogue, "", NULL, "1", cols, 0, ys);
-    }
+    KExpr *ch = m > 1 ? k_var(b, kb_let(b, "c", KT_I64, k_div(b, at.o, k_int(b, m)))) : at.o;
+    int x = kb_value(b, c->xv, false), w = kb_value(b, c->wv, false), y = kb_value(b, c->yv, true);
+    KExpr *row_at = plus(b, c->y.n > 1 ? k_mul(b, at.b, k_int(b, c->y.sn)) : k_int(b, 0), at.o, c->y.sc);
+    for (int i = 0; i < last; i++)
+        row_at = plus(b, row_at, at.p[i], c->y.ss[i]);
+    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, row_at));
+    KExpr *pl = k_var(b, kb_for(b, p_name[last], KT_I64, k_int(b, 0), k_int(b, run), NULL, 0));
+    kb_store(b, y, plus(b, row, pl, ys), bias_or_zero(b, c, at.o));
+    kb_end(b);
+    RowRange rr;
+    int opened = open_tap_loops(b, c, &at, &rr);
+    KExpr *wi = k_mul(b, at.o, k_int(b, c->w.sn));
+    for (int i = 0; i < c->ns; i++)
+        wi = plus(b, wi, at.k[i], c->w.ss[i]);
+    KExpr *wk = k_var(b, kb_let(b, "wk", KT_F32, k_load(b, w, wi)));
+    at.in[last] = rr.off;
+    KExpr *base = k_var(b, kb_let(b, "base", KT_I64, x_offset(b, c, at.b, ch, 1, at.in)));
+    pl = k_var(b, kb_for(b, p_name[last], KT_I64, k_var(b, rr.lo), k_var(b, rr.hi), NULL, 0));
+    kb_store_add(b, y, plus(b, row, pl, ys),
+                 k_mul(b, k_load(b, x, plus(b, base, pl, c->strides[last] * c->x.ss[last])), wk));
+    kb_end(b);
+    end_blocks(b, opened);
+    kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, run), 0, ys);
     return 0;
 }
 
@@ -468,80 +540,69 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
  * are known then (a param or const), else read with a stride. */
 static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     int last = c->ns - 1;
-    long long run = c->y.sp[last], ch = c->y.c, taps = c->taps;
+    int64_t run = c->y.sp[last], ch = c->y.c, taps = c->taps;
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
     if (!k)
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
     Buffer wb = p->buf[n->in[1]];
-    const char *wt = "table";
-    if (wb.kind == BUF_WEIGHT) {
+    bool relaid = wb.kind == BUF_WEIGHT;
+    if (relaid) {
         float *t = ir_malloc(sizeof(float) * (size_t)(taps * ch) + 1);
         if (!t)
             return diag_error(d, n->loc, "out of memory");
         const float *w = (const float *)(p->weights + wb.offset);
-        for (long long o = 0; o < ch; o++)
-            for (long long tap = 0; tap < taps; tap++)
+        for (int64_t o = 0; o < ch; o++)
+            for (int64_t tap = 0; tap < taps; tap++)
                 t[tap * ch + o] = w[o * taps + tap];
         int rc = program_table(p, k, t, (int64_t)sizeof(float) * taps * ch, d);
         ir_free(t);
         if (rc)
             return -1;
-    } else {
-        wt = c->wn;
     }
+    KBuilder *b = &k->b;
+    Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
-    int nd = output_dims(c, dims) - 2; /* without the last spatial dim and the channels */
-    Str *s = &k->body;
-    emit_dims(s, dims, nd);
-    char e[256] = "", tap[256] = "";
-    if (c->y.n > 1)
-        append_term(e, sizeof e, "b", c->y.sn);
-    for (int i = 0; i < last; i++) {
-        char v[16];
-        snprintf(v, sizeof v, "p%d", i);
-        append_term(e, sizeof e, v, c->y.ss[i]);
+    int nd = output_dims(c, dims, &at) - 2; /* without the last spatial dim and the channels */
+    let_dims(b, k_var(b, k->iter), dims, nd);
+    int x = kb_value(b, c->xv, false), w = relaid ? kb_table(b) : kb_value(b, c->wv, false),
+        y = kb_value(b, c->yv, true);
+    KExpr *row_at = c->y.n > 1 ? k_mul(b, at.b, k_int(b, c->y.sn)) : k_int(b, 0);
+    for (int i = 0; i < last; i++)
+        row_at = plus(b, row_at, at.p[i], c->y.ss[i]);
+    KExpr *row = let_index(b, "row", row_at);
+    if (c->bv >= 0) {
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, run), NULL, 0));
+        KExpr *o = k_var(b, kb_for(b, "o", KT_I64, k_int(b, 0), k_int(b, ch), NULL, 0));
+        kb_store(b, y, k_add(b, row, k_madd(b, q, ch, o)), bias_or_zero(b, c, o));
+        end_blocks(b, 2);
+    } else {
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, run * ch), NULL, 0));
+        kb_store(b, y, k_add(b, row, q), k_f32(b, 0));
+        kb_end(b);
     }
-    str_printf(s, "float *row = %s + %s;\n", c->yn, e[0] ? e : "0");
-    if (c->bn[0])
-        str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    for (int64_t o = 0; o < %lld; o++)\n"
-                      "        row[q * %lld + o] = %s[o];\n", run, ch, ch, c->bn);
-    else
-        str_printf(s, "for (int64_t q = 0; q < %lld; q++)\n    row[q] = 0.0f;\n", run * ch);
+    RowRange rr;
+    int opened = open_tap_loops(b, c, &at, &rr);
+    KExpr *tap = k_int(b, 0);
     int64_t tap_stride = 1;
     for (int i = c->ns - 1; i >= 0; i--) {
-        char kv[16];
-        snprintf(kv, sizeof kv, "k%d", i);
-        append_term(tap, sizeof tap, kv, tap_stride);
+        tap = plus(b, tap, at.k[i], tap_stride);
         tap_stride *= c->w.sp[i];
     }
-    int ind = emit_tap_loops(s, c);
-    x_offset(c, NULL, 1, "off", e, sizeof e);
-    bool relaid = wb.kind == BUF_WEIGHT;
-    char wo[32] = "o";
-    if (!relaid && taps > 1)
-        snprintf(wo, sizeof wo, "o * %lld", taps);
-    if (relaid)
-        str_printf(s, "%*sconst float *wk = %s + (%s) * %lld;\n", ind, "", wt, tap, ch);
-    else
-        str_printf(s, "%*sconst float *wk = %s + %s;\n", ind, "", wt, tap);
-    str_printf(s,
-               "%*sfor (int64_t p%d = lo; p%d < hi; p%d++) {\n"
-               "%*s    const float *xr = %s + %s + p%d * %lld;\n"
-               "%*s    float *yr = row + p%d * %lld;\n"
-               "%*s    for (int64_t o = 0; o < %lld; o++)\n"
-               "%*s        yr[o] += xr[o] * wk[%s];\n"
-               "%*s}\n",
-               ind, "", last, last, last, ind, "", c->xn, e[0] ? e : "0", last,
-               (long long)(c->strides[last] * c->x.ss[last]), ind, "", last, ch, ind, "", ch, ind, "", wo, ind, "");
-    for (int i = c->ns - 1; i >= 0; i--)
-        str_printf(s, "%*s}\n", 4 * i, "");
-    if (c->epilogue) {
-        char cols[32];
-        snprintf(cols, sizeof cols, "%lld", run * ch);
-        str_printf(s, "float *tile = row;\n");
-        emit_tile_epilogue(s, p, c->node, c->epilogue, "", NULL, "1", cols, 0, 1);
-    }
+    KExpr *wk = k_var(b, kb_let(b, "wk", KT_I64, relaid ? k_mul(b, tap, k_int(b, ch)) : tap));
+    at.in[last] = rr.off;
+    KExpr *xrow = x_offset(b, c, at.b, NULL, 1, at.in);
+    KExpr *pl = k_var(b, kb_for(b, p_name[last], KT_I64, k_var(b, rr.lo), k_var(b, rr.hi), NULL, 0));
+    KExpr *xr = k_var(b, kb_let(b, "xr", KT_I64, plus(b, xrow, pl, c->strides[last] * c->x.ss[last])));
+    KExpr *yr = k_var(b, kb_let(b, "yr", KT_I64, plus(b, row, pl, ch)));
+    KExpr *o = k_var(b, kb_for(b, "o", KT_I64, k_int(b, 0), k_int(b, ch), NULL, 0));
+    KExpr *wo = relaid ? o : k_mul(b, o, k_int(b, taps));
+    kb_store_add(b, y, k_add(b, yr, o),
+                 k_mul(b, k_load(b, x, k_add(b, xr, o)), k_load(b, w, k_add(b, wk, wo))));
+    end_blocks(b, 2);
+    end_blocks(b, opened);
+    kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, run * ch), 0,
+                     1);
     return 0;
 }
 
@@ -556,156 +617,132 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
  *   positions, each input element fetched through the tap that reaches it (zero
  *   where none does). */
 
-/* Emits `int64_t PREFIX0 = ..., ...;`: the multi-index of flat index `flat` over
- * the spatial sizes `sp`, declaring only the dims whose size is above 1 (the others
- * are never named). */
-static void emit_spatial(Str *s, const char *prefix, const char *flat, const int64_t *sp, int ns) {
-    int64_t stride = 1;
-    for (int i = ns - 1; i >= 0; i--) {
-        if (sp[i] > 1)
-            str_printf(s, "int64_t %s%d = %s / %lld %% %lld;\n", prefix, i, flat, (long long)stride,
-                       (long long)sp[i]);
-        stride *= sp[i];
-    }
-}
-
-/* Emits `v = `: the element of x, batch item b, channel ch, that output position
- * `pos` (flat over y's spatial dims) meets through tap `tap` (flat over w's), zero
- * in the padding; for conv_transpose, the element whose output reaches `pos`
- * through `tap`, zero where none does. */
-static void emit_x_element(Str *s, const Conv *c, const char *tap, const char *pos) {
+/* Sets the K_GEMM kernel's `v` to the element of x, batch item `batch`, channel
+ * ch, that output position pos (flat over y's spatial dims) meets through tap
+ * `tap` (flat over w's), zero in the padding; for conv_transpose, the element
+ * whose output reaches pos through tap, zero where none does. */
+static void load_x_element(Kernel *k, const Conv *c, KExpr *batch, KExpr *ch, KExpr *tap, KExpr *pos) {
+    KBuilder *b = &k->b;
     bool transposed = c->node->op == OP_CONV_TRANSPOSE;
-    emit_spatial(s, "k", tap, c->w.sp, c->ns);
-    emit_spatial(s, "p", pos, c->y.sp, c->ns);
-    char inside[512] = "", e[256];
+    KExpr *taps[MAX_SPATIAL], *out[MAX_SPATIAL], *in[MAX_SPATIAL], *inside = NULL;
+    let_spatial(b, k_name, tap, c->w.sp, c->ns, taps);
+    let_spatial(b, p_name, pos, c->y.sp, c->ns, out);
     for (int i = 0; i < c->ns; i++) {
-        size_t len = strlen(inside);
         if (transposed) {
             /* in * stride - pad + k * dilation == p */
-            if (c->y.sp[i] == 1)
-                str_printf(s, "int64_t p%d = 0;\n", i);
-            snprintf(e, sizeof e, "p%d + %lld", i, (long long)c->pads[i]);
+            KExpr *t = k_add(b, out[i], k_int(b, c->pads[i]));
             if (c->w.sp[i] > 1)
-                snprintf(e + strlen(e), sizeof e - strlen(e), " - k%d * %lld", i, (long long)c->dilations[i]);
-            str_printf(s, "int64_t t%d = %s, in%d = t%d / %lld;\n", i, e, i, i, (long long)c->strides[i]);
-            snprintf(inside + len, sizeof inside - len, "%st%d >= 0 && t%d %% %lld == 0 && in%d < %lld",
-                     len ? " && " : "", i, i, (long long)c->strides[i], i, (long long)c->x.sp[i]);
+                t = k_sub(b, t, k_mul(b, taps[i], k_int(b, c->dilations[i])));
+            t = let_index(b, t_name[i], t);
+            in[i] = let_index(b, in_name[i], k_div(b, t, k_int(b, c->strides[i])));
+            KExpr *hit = k_bin(b, KE_GE, t, k_int(b, 0));
+            if (c->strides[i] > 1)
+                hit = k_and(b, hit, k_bin(b, KE_EQ, k_mod(b, t, k_int(b, c->strides[i])), k_int(b, 0)));
+            inside = and_also(b, inside, k_and(b, hit, k_lt(b, in[i], k_int(b, c->x.sp[i]))));
         } else {
-            if (c->y.sp[i] == 1)
-                str_printf(s, "int64_t p%d = 0;\n", i);
-            input_pos(c, i, e, sizeof e);
-            str_printf(s, "int64_t in%d = %s;\n", i, e);
-            snprintf(inside + len, sizeof inside - len, "%sin%d >= 0 && in%d < %lld", len ? " && " : "", i, i,
-                     (long long)c->x.sp[i]);
+            in[i] = let_index(b, in_name[i], input_pos(b, c, i, out[i], taps[i]));
+            inside = and_also(b, inside, within(b, in[i], c->x.sp[i]));
         }
     }
-    x_offset(c, "ch", 1, NULL, e, sizeof e);
-    str_printf(s, "v = %s ? %s[%s] : 0.0f;\n", inside[0] ? inside : "1", c->xn, e[0] ? e : "0");
+    KExpr *x = k_load(b, kb_value(b, c->xv, false), x_offset(b, c, batch, ch, 1, in));
+    kb_assign(b, k->gemm.v, k_select(b, inside, x, k_f32(b, 0)));
 }
 
 /* conv, fused_conv and conv_transpose as one implicit GEMM (see above). */
 static int conv_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
     bool transposed = n->op == OP_CONV_TRANSPOSE;
     int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
-    long long G = c->groups, taps = c->taps, positions = c->positions;
+    int64_t G = c->groups, taps = c->taps, positions = c->positions;
     Kernel *k = c->nhwc ? kernel_gemm(p, n, NULL, G, c->y.n * positions, og, depth, d)
                         : kernel_gemm(p, n, NULL, c->y.n * G, og, positions, depth, d);
     if (!k)
         return -1;
-    /* the weight element of output channel `o` (within its group), input channel c, tap */
-    char wi[256] = "";
-    if (transposed) {
-        append_term(wi, sizeof wi, "ch", c->w.sn);
-        append_term(wi, sizeof wi, "o", c->w.sc);
-        for (int i = 0; i < c->ns; i++) {
-            char kv[16];
-            snprintf(kv, sizeof kv, "k%d", i);
-            if (c->w.sp[i] > 1)
-                append_term(wi, sizeof wi, kv, c->w.ss[i]);
+    KBuilder *b = &k->b;
+    KExpr *bi = k_var(b, k->gemm.bi), *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q),
+          *kk = k_var(b, k->gemm.kk);
+    /* the output channel within its group, and the group */
+    KExpr *o = c->nhwc ? q : r, *group = c->nhwc ? bi : k_mod(b, bi, k_int(b, G));
+    for (int side = 0; side < 2; side++) {
+        bool x_side = (side == 0) == c->nhwc; /* A is x's side with channels last, else B */
+        kb_begin_block(b);
+        KExpr *tap = NULL, *ch = NULL;
+        if (x_side || transposed) { /* the element's tap and input channel */
+            tap = let_index(b, "tap", c->nhwc ? k_div(b, kk, k_int(b, cg)) : k_mod(b, kk, k_int(b, taps)));
+            ch = let_index(b, "ch",
+                           c->nhwc ? k_madd(b, group, cg, k_mod(b, kk, k_int(b, cg)))
+                                   : k_madd(b, group, cg, k_div(b, kk, k_int(b, taps))));
         }
-    }
-    char bias[128] = "", at[256];
-    Str la = {0}, lb = {0}, store = {0};
-    Str *a = &la, *b = &lb, *x_side = c->nhwc ? a : b, *w_side = c->nhwc ? b : a;
-    const char *o = c->nhwc ? "q" : "r", *flat_pos = c->nhwc ? "pos" : "q";
-    /* the x side: its element's batch item (only where x has a batch, as x_offset
-       names b only then), tap and channel */
-    if (c->nhwc) {
-        if (c->x.n > 1)
-            str_printf(x_side, "int64_t b = r / %lld;\n", positions);
-        str_printf(x_side, "int64_t pos = r %% %lld, tap = kk / %lld, ch = bi * %lld + kk %% %lld;\n", positions,
-                   (long long)cg, (long long)cg, (long long)cg);
-    } else {
-        if (c->x.n > 1)
-            str_printf(x_side, "int64_t b = bi / %lld;\n", G);
-        str_printf(x_side, "int64_t tap = kk %% %lld, ch = bi %% %lld * %lld + kk / %lld;\n", taps, G,
-                   (long long)cg, taps);
-    }
-    emit_x_element(x_side, c, "tap", flat_pos);
-    /* the w side */
-    if (transposed) {
-        if (c->nhwc)
-            str_printf(w_side, "int64_t tap = kk / %lld, ch = bi * %lld + kk %% %lld;\n", (long long)cg,
-                       (long long)cg, (long long)cg);
+        if (x_side) {
+            /* its batch item (only where x has a batch, as x_offset reads it only then) and position */
+            KExpr *batch = k_int(b, 0), *pos = q;
+            if (c->x.n > 1)
+                batch =
+                    let_index(b, "b", c->nhwc ? k_div(b, r, k_int(b, positions)) : k_div(b, bi, k_int(b, G)));
+            if (c->nhwc)
+                pos = let_index(b, "pos", k_mod(b, r, k_int(b, positions)));
+            load_x_element(k, c, batch, ch, tap, pos);
+        } else if (transposed) {
+            KExpr *kt[MAX_SPATIAL];
+            let_spatial(b, k_name, tap, c->w.sp, c->ns, kt);
+            KExpr *wi = plus(b, k_mul(b, ch, k_int(b, c->w.sn)), o, c->w.sc);
+            for (int i = 0; i < c->ns; i++)
+                wi = plus(b, wi, kt[i], c->w.ss[i]);
+            kb_assign(b, k->gemm.v, k_load(b, kb_value(b, c->wv, false), wi));
+        } else {
+            KExpr *wi = k_madd(b, k_madd(b, group, og, o), depth, kk);
+            kb_assign(b, k->gemm.v, k_load(b, kb_value(b, c->wv, false), wi));
+        }
+        if (side == 0)
+            k->load_a = kb_take(b);
         else
-            str_printf(w_side, "int64_t tap = kk %% %lld, ch = bi %% %lld * %lld + kk / %lld;\n", taps, G,
-                       (long long)cg, taps);
-        str_printf(w_side, "int64_t o = %s;\n", o);
-        emit_spatial(w_side, "k", "tap", c->w.sp, c->ns);
-        str_printf(w_side, "v = %s[%s];\n", c->wn, wi);
-    } else {
-        char group[32] = "bi";
-        if (!c->nhwc)
-            snprintf(group, sizeof group, "bi %% %lld", G);
-        str_printf(w_side, "v = %s[(%s * %lld + %s) * %lld + kk];\n", c->wn, group, (long long)og, o,
-                   (long long)depth);
+            k->load_b = kb_take(b);
     }
     k->a_depth_inner = true; /* nhwc: x's channels; nchw: w's rows */
     k->b_depth_inner = c->nhwc && !transposed;
     /* the store: y[r, g * og + q] (nhwc), y[b, g * og + r, q] (nchw) */
-    if (c->nhwc) {
-        snprintf(at, sizeof at, "r * %lld + bi * %lld + q", (long long)c->y.c, (long long)og);
-        if (c->bn[0])
-            snprintf(bias, sizeof bias, "%s[bi * %lld + q]", c->bn, (long long)og);
-    } else {
-        snprintf(at, sizeof at, "bi / %lld * %lld + (bi %% %lld * %lld + r) * %lld + q", G, (long long)c->y.sn, G,
-                 (long long)og, positions);
-        if (c->bn[0])
-            snprintf(bias, sizeof bias, "%s[bi %% %lld * %lld + r]", c->bn, G, (long long)og);
-    }
-    emit_gemm_store(&store, p, n, c->epilogue, bias[0] ? bias : NULL, at);
-    kernel_gemm_text(k, &la, &lb, &store);
+    kb_begin_block(b);
+    KExpr *channel = k_madd(b, group, og, o), *at;
+    if (c->nhwc)
+        at = k_madd(b, r, c->y.c, channel);
+    else
+        at = k_add(b, k_mul(b, k_div(b, bi, k_int(b, G)), k_int(b, c->y.sn)),
+                   k_madd(b, channel, positions, q));
+    KExpr *bias = c->bv >= 0 ? k_load(b, kb_value(b, c->bv, false), channel) : NULL;
+    kb_gemm_store(k, p, n, c->epilogue, bias, at);
+    k->store = kb_take(b);
     return 0;
 }
 
 /* conv_weight_grad as one implicit GEMM per group (see above). */
 static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
     int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
-    long long positions = c->positions, taps = c->taps;
+    int64_t positions = c->positions, taps = c->taps;
     Kernel *k = kernel_gemm(p, n, NULL, c->groups, og, depth, c->y.n * positions, d);
     if (!k)
         return -1;
-    Str la = {0}, lb = {0}, store = {0};
-    if (c->nhwc)
-        str_printf(&la, "v = %s[kk * %lld + bi * %lld + r];\n", c->yn, (long long)c->y.c, (long long)og);
-    else
-        str_printf(&la, "v = %s[kk / %lld * %lld + (bi * %lld + r) * %lld + kk %% %lld];\n", c->yn, positions,
-                   (long long)c->y.sn, (long long)og, positions, positions);
-    Str *s = &lb;
-    if (c->x.n > 1)
-        str_printf(s, "int64_t b = kk / %lld;\n", positions);
-    str_printf(s, "int64_t pos = kk %% %lld;\n", positions);
-    if (c->nhwc)
-        str_printf(s, "int64_t tap = q / %lld, ch = bi * %lld + q %% %lld;\n", (long long)cg, (long long)cg,
-                   (long long)cg);
-    else
-        str_printf(s, "int64_t tap = q %% %lld, ch = bi * %lld + q / %lld;\n", taps, (long long)cg, taps);
-    emit_x_element(s, c, "tap", "pos");
+    KBuilder *b = &k->b;
+    KExpr *bi = k_var(b, k->gemm.bi), *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q),
+          *kk = k_var(b, k->gemm.kk);
+    KExpr *channel = k_madd(b, bi, og, r); /* dy's channel */
+    kb_begin_block(b);
+    KExpr *dy_at = c->nhwc ? k_madd(b, kk, c->y.c, channel)
+                           : k_add(b, k_mul(b, k_div(b, kk, k_int(b, positions)), k_int(b, c->y.sn)),
+                                   k_madd(b, channel, positions, k_mod(b, kk, k_int(b, positions))));
+    kb_assign(b, k->gemm.v, k_load(b, kb_value(b, c->yv, false), dy_at));
+    k->load_a = kb_take(b);
+    kb_begin_block(b);
+    KExpr *batch = c->x.n > 1 ? let_index(b, "b", k_div(b, kk, k_int(b, positions))) : k_int(b, 0);
+    KExpr *pos = let_index(b, "pos", k_mod(b, kk, k_int(b, positions)));
+    KExpr *tap = let_index(b, "tap", c->nhwc ? k_div(b, q, k_int(b, cg)) : k_mod(b, q, k_int(b, taps)));
+    KExpr *ch = let_index(b, "ch",
+                          c->nhwc ? k_madd(b, bi, cg, k_mod(b, q, k_int(b, cg)))
+                                  : k_madd(b, bi, cg, k_div(b, q, k_int(b, taps))));
+    load_x_element(k, c, batch, ch, tap, pos);
+    k->load_b = kb_take(b);
     k->a_depth_inner = k->b_depth_inner = !c->nhwc;
-    char at[128];
-    snprintf(at, sizeof at, "(bi * %lld + r) * %lld + q", (long long)og, (long long)depth);
-    emit_gemm_store(&store, p, n, NULL, NULL, at);
-    kernel_gemm_text(k, &la, &lb, &store);
+    kb_begin_block(b);
+    kb_gemm_store(k, p, n, NULL, NULL, k_madd(b, channel, depth, q));
+    k->store = kb_take(b);
     return 0;
 }
 
@@ -762,32 +799,62 @@ int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
                   : lower_size(n, "im2col scratch", 5, (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
     if (bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)))
         return -1;
-    Kernel *k = gemm_tiles(p, n, 1, c.groups, og, depth, d);
-    if (!k)
+    Tiles t;
+    if (gemm_tiles(p, n, 1, c.groups, og, depth, &t, d))
         return -1;
+    Kernel *k = t.k;
     k->scratch_bytes = bytes;
     k->flops = lower_flops(6, (int64_t[]){2, og, depth, c.groups, c.y.n, c.positions});
-    const char *src = pointwise ? c.xn : "scratch";
-    Str *s = &k->body;
-    str_printf(s, "float *tile = %s + (g * %lld + r0) * %lld + c0;\n", c.wn, (long long)og, (long long)depth);
+    KBuilder *b = &k->b;
+    int src = pointwise ? kb_value(b, c.xv, false) : kb_scratch(b), dy = kb_value(b, c.yv, false),
+        dw = kb_value(b, c.wv, true);
+    KExpr *rows_at = plus(b, t.r0, t.g, og);
+    KExpr *tile = k_var(b, kb_let(b, "tile", KT_I64, plus(b, t.c0, rows_at, depth)));
     if (c.nhwc) {
-        str_printf(s,
-                   "cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
-                   "            %s + g * %lld + r0, %lld, %s + g * %lld + c0, %lld, 0.0f, tile, %lld);\n",
-                   (long long)inner, c.yn, (long long)og, (long long)c.y.c, src, (long long)depth,
-                   (long long)(c.groups * depth), (long long)depth);
+        kb_sgemm(b, true, false, t.m, t.n, inner, k_f32(b, 1), k_addr(b, dy, rows_at), c.y.c,
+                 k_addr(b, src, plus(b, t.c0, t.g, depth)), c.groups * depth, k_f32(b, 0),
+                 k_addr(b, dw, tile), depth);
     } else {
         int64_t src_batch = pointwise ? c.x.sn : c.groups * depth * c.positions;
-        str_printf(s,
-                   "for (int64_t b = 0; b < %lld; b++)\n"
-                   "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, %lld, 1.0f,\n"
-                   "                %s + b * %lld + (g * %lld + r0) * %lld, %lld,\n"
-                   "                %s + b * %lld + (g * %lld + c0) * %lld, %lld, b ? 1.0f : 0.0f, tile, %lld);\n",
-                   (long long)c.y.n, (long long)inner, c.yn, (long long)c.y.sn, (long long)og, (long long)inner,
-                   (long long)inner, src, (long long)src_batch, (long long)depth, (long long)inner, (long long)inner,
-                   (long long)depth);
+        KExpr *item = k_var(b, kb_for(b, "b", KT_I64, k_int(b, 0), k_int(b, c.y.n), NULL, 0));
+        KExpr *beta = k_select(b, k_bin(b, KE_NE, item, k_int(b, 0)), k_f32(b, 1), k_f32(b, 0));
+        kb_sgemm(
+            b, false, true, t.m, t.n, inner, k_f32(b, 1),
+            k_addr(b, dy, plus(b, k_mul(b, rows_at, k_int(b, inner)), item, c.y.sn)), inner,
+            k_addr(b, src, plus(b, k_mul(b, plus(b, t.c0, t.g, depth), k_int(b, inner)), item, src_batch)),
+            inner, beta, k_addr(b, dw, tile), depth);
+        kb_end(b);
     }
     return 0;
+}
+
+/* Opens, for conv_transpose, the loop over each tap k{i} and inside it a block
+ * where output position p{i} meets input position in{i} through it:
+ * in * stride - pad + k * dilation == p. Returns the blocks opened. */
+static int open_transposed_taps(KBuilder *b, const Conv *c, Coords *at) {
+    for (int i = 0; i < c->ns; i++) {
+        at->k[i] = k_var(b, kb_for(b, k_name[i], KT_I64, k_int(b, 0), k_int(b, c->w.sp[i]), NULL, 0));
+        KExpr *t = let_index(b, t_name[i],
+                             k_sub(b, k_add(b, at->p[i], k_int(b, c->pads[i])),
+                                   k_mul(b, at->k[i], k_int(b, c->dilations[i]))));
+        at->in[i] = let_index(b, in_name[i], k_div(b, t, k_int(b, c->strides[i])));
+        KExpr *hit = k_bin(b, KE_GE, t, k_int(b, 0));
+        if (c->strides[i] > 1)
+            hit = k_and(b, hit, k_bin(b, KE_EQ, k_mod(b, t, k_int(b, c->strides[i])), k_int(b, 0)));
+        kb_if(b, k_and(b, hit, k_lt(b, at->in[i], k_int(b, c->x.sp[i]))));
+    }
+    return 2 * c->ns;
+}
+
+/* The flat index of the coordinates idx over sizes sp, row-major. */
+static KExpr *flat_index(KBuilder *b, KExpr *const *idx, const int64_t *sp, int ns) {
+    KExpr *e = k_int(b, 0);
+    int64_t stride = 1;
+    for (int i = ns - 1; i >= 0; i--) {
+        e = plus(b, e, idx[i], stride);
+        stride *= sp[i];
+    }
+    return e;
 }
 
 /* conv_transpose as a GEMM and a gather. The GEMM multiplies each input position's
@@ -807,28 +874,29 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
     int64_t bytes = lower_size(n, "scratch", 5, (int64_t[]){c->x.n, in_positions, c->groups, ktaps, 4}, d);
     if (bytes < 0)
         return -1;
-    Kernel *k = gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, d);
-    if (!k)
+    Tiles t;
+    if (gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, &t, d))
         return -1;
-    k->scratch_bytes = bytes;
-    k->flops = lower_flops(6, (int64_t[]){2, rows, cols, cg, c->groups, c->nhwc ? 1 : c->x.n});
-    Str *s = &k->body;
+    t.k->scratch_bytes = bytes;
+    t.k->flops = lower_flops(6, (int64_t[]){2, rows, cols, cg, c->groups, c->nhwc ? 1 : c->x.n});
+    KBuilder *b = &t.k->b;
+    int x = kb_value(b, c->xv, false), w = kb_value(b, c->wv, false), scratch = kb_scratch(b);
     if (c->nhwc)
-        str_printf(s,
-                   "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
-                   "            %s + r0 * %lld + g * %lld, %lld, %s + g * %lld + c0, %lld, 0.0f,\n"
-                   "            scratch + r0 * %lld + g * %lld + c0, %lld);\n",
-                   (long long)cg, c->xn, (long long)c->x.c, (long long)cg, (long long)c->x.c, c->wn,
-                   (long long)(cg * ktaps), (long long)ktaps, (long long)(c->groups * ktaps), (long long)ktaps,
-                   (long long)(c->groups * ktaps));
+        kb_sgemm(b, false, false, t.m, t.n, cg, k_f32(b, 1),
+                 k_addr(b, x, plus(b, k_mul(b, t.g, k_int(b, cg)), t.r0, c->x.c)), c->x.c,
+                 k_addr(b, w, plus(b, t.c0, t.g, cg * ktaps)), ktaps, k_f32(b, 0),
+                 k_addr(b, scratch, plus(b, plus(b, t.c0, t.g, ktaps), t.r0, c->groups * ktaps)),
+                 c->groups * ktaps);
     else
-        str_printf(s,
-                   "cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, %lld, 1.0f,\n"
-                   "            %s + g * %lld + r0, %lld, %s + b * %lld + g * %lld + c0, %lld, 0.0f,\n"
-                   "            scratch + ((b * %lld + g) * %lld + r0) * %lld + c0, %lld);\n",
-                   (long long)cg, c->wn, (long long)(cg * ktaps), (long long)ktaps, c->xn, (long long)c->x.sn,
-                   (long long)(cg * in_positions), (long long)in_positions, (long long)c->groups, (long long)ktaps,
-                   (long long)in_positions, (long long)in_positions);
+        kb_sgemm(b, true, false, t.m, t.n, cg, k_f32(b, 1), k_addr(b, w, plus(b, t.r0, t.g, cg * ktaps)),
+                 ktaps, k_addr(b, x, plus(b, plus(b, t.c0, t.g, cg * in_positions), t.b, c->x.sn)),
+                 in_positions, k_f32(b, 0),
+                 k_addr(b, scratch,
+                        k_add(b,
+                              k_mul(b, k_madd(b, k_madd(b, t.b, c->groups, t.g), ktaps, t.r0),
+                                    k_int(b, in_positions)),
+                              t.c0)),
+                 in_positions);
 
     /* nhwc: one iteration per output position, adding each tap's whole row of
        output channels (contiguous in the scratch); nchw: one per output element */
@@ -838,58 +906,46 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
     if (!gk)
         return -1;
     gk->scratch_bytes = bytes;
+    b = &gk->b;
+    Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
-    int nd = output_dims(c, dims) - (c->nhwc ? 1 : 0); /* nhwc: o is the row's */
-    s = &gk->body;
-    emit_dims(s, dims, nd);
-    if (c->y.n == 1)
-        str_printf(s, "int64_t b = 0;\n");
+    int nd = output_dims(c, dims, &at) - (c->nhwc ? 1 : 0); /* nhwc: o is the row's */
+    KExpr *i = k_var(b, gk->iter);
+    let_dims(b, i, dims, nd);
+    int y = kb_value(b, c->yv, true);
+    scratch = kb_scratch(b);
+    KExpr *row = NULL, *g = NULL, *oc = NULL;
+    int acc = -1;
     if (c->nhwc) {
-        str_printf(s, "float *row = %s + i * %lld;\n", c->yn, (long long)c->y.c);
-        str_printf(s, "for (int64_t o = 0; o < %lld; o++)\n    row[o] = %s%s;\n", (long long)c->y.c,
-                   c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+        row = k_var(b, kb_let(b, "row", KT_I64, k_mul(b, i, k_int(b, c->y.c))));
+        KExpr *o = k_var(b, kb_for(b, "o", KT_I64, k_int(b, 0), k_int(b, c->y.c), NULL, 0));
+        kb_store(b, y, k_add(b, row, o), bias_or_zero(b, c, o));
+        kb_end(b);
     } else {
-        str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n(void)g, (void)oc;\n", (long long)og, (long long)og);
-        str_printf(s, "float acc = %s%s;\n", c->bn[0] ? c->bn : "0.0f", c->bn[0] ? "[o]" : "");
+        g = let_index(b, "g", k_div(b, at.o, k_int(b, og)));
+        oc = let_index(b, "oc", k_mod(b, at.o, k_int(b, og)));
+        acc = kb_decl(b, "acc", KT_F32, bias_or_zero(b, c, at.o));
     }
-    char q[256] = "", kf[256] = "";
-    int64_t qstride = 1, kstride = 1;
-    for (int i = c->ns - 1; i >= 0; i--) {
-        char v[16];
-        snprintf(v, sizeof v, "in%d", i);
-        append_term(q, sizeof q, v, qstride);
-        snprintf(v, sizeof v, "k%d", i);
-        append_term(kf, sizeof kf, v, kstride);
-        qstride *= c->x.sp[i];
-        kstride *= c->w.sp[i];
-    }
-    for (int i = 0; i < c->ns; i++) {
-        int ind = 4 * i;
-        char t[128];
-        snprintf(t, sizeof t, "p%d", i);
-        if (c->pads[i])
-            snprintf(t + strlen(t), sizeof t - strlen(t), " + %lld", (long long)c->pads[i]);
-        snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d * %lld", i, (long long)c->dilations[i]);
-        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c->w.sp[i], i);
-        str_printf(s, "%*s    int64_t t%d = %s, in%d = t%d / %lld;\n", ind, "", i, t, i, i, (long long)c->strides[i]);
-        str_printf(s, "%*s    if (t%d < 0 || t%d %% %lld != 0 || in%d >= %lld)\n%*s        continue;\n", ind, "", i,
-                   i, (long long)c->strides[i], i, (long long)c->x.sp[i], ind, "");
-    }
+    int opened = open_transposed_taps(b, c, &at);
+    KExpr *q = flat_index(b, at.in, c->x.sp, c->ns), *kf = flat_index(b, at.k, c->w.sp, c->ns);
     if (c->nhwc) {
-        int ind = 4 * c->ns;
-        str_printf(s, "%*sconst float *src = scratch + (b * %lld + %s) * %lld + (%s) * %lld;\n", ind, "",
-                   (long long)in_positions, q, (long long)(c->groups * ktaps), kf, (long long)og);
-        str_printf(s, "%*sfor (int64_t g = 0; g < %lld; g++)\n", ind, "", (long long)c->groups);
-        str_printf(s, "%*s    for (int64_t oc = 0; oc < %lld; oc++)\n", ind, "", (long long)og);
-        str_printf(s, "%*s        row[g * %lld + oc] += src[g * %lld + oc];\n", ind, "", (long long)og,
-                   (long long)ktaps);
-    } else
-        str_printf(s, "%*sacc += scratch[(((b * %lld + g) * %lld + oc) * %lld + %s) * %lld + %s];\n", 4 * c->ns, "",
-                   (long long)c->groups, (long long)og, (long long)c->taps, kf, (long long)in_positions, q);
-    for (int i = c->ns - 1; i >= 0; i--)
-        str_printf(s, "%*s}\n", 4 * i, "");
+        KExpr *src =
+            k_var(b, kb_let(b, "src", KT_I64,
+                            k_add(b, k_mul(b, k_madd(b, at.b, in_positions, q), k_int(b, c->groups * ktaps)),
+                                  k_mul(b, kf, k_int(b, og)))));
+        g = k_var(b, kb_for(b, "g", KT_I64, k_int(b, 0), k_int(b, c->groups), NULL, 0));
+        oc = k_var(b, kb_for(b, "oc", KT_I64, k_int(b, 0), k_int(b, og), NULL, 0));
+        kb_store_add(b, y, k_add(b, row, k_madd(b, g, og, oc)),
+                     k_load(b, scratch, k_add(b, src, k_madd(b, g, ktaps, oc))));
+        end_blocks(b, 2);
+    } else {
+        KExpr *element = k_madd(b, k_madd(b, k_madd(b, k_madd(b, at.b, c->groups, g), og, oc), c->taps, kf),
+                                in_positions, q);
+        kb_accum(b, acc, k_load(b, scratch, element));
+    }
+    end_blocks(b, opened);
     if (!c->nhwc)
-        str_printf(s, "%s[i] = acc;\n", c->yn);
+        kb_store(b, y, i, k_var(b, acc));
     return 0;
 }
 
@@ -906,53 +962,33 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     Kernel *k = kernel_loop(p, n, NULL, c.y.n * c.y.c * c.positions, grain_for(cg * c.taps), d);
     if (!k)
         return -1;
+    KBuilder *b = &k->b;
+    Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
-    int nd = output_dims(&c, dims);
-    Str *s = &k->body;
-    emit_dims(s, dims, nd);
-    if (c.groups > 1)
-        str_printf(s, "int64_t g = o / %lld, oc = o %% %lld;\n", (long long)og, (long long)og);
-    str_printf(s, "float acc = %s%s;\n", c.bn[0] ? c.bn : "0.0f", c.bn[0] ? "[o]" : "");
+    int nd = output_dims(&c, dims, &at);
+    KExpr *i = k_var(b, k->iter);
+    let_dims(b, i, dims, nd);
+    KExpr *g = NULL, *oc = at.o;
     if (c.groups > 1) {
-        str_printf(s, "for (int64_t ci = 0; ci < %lld; ci++) {\n", (long long)cg);
-        str_printf(s, "    int64_t c = g * %lld + ci;\n", (long long)cg);
+        g = let_index(b, "g", k_div(b, at.o, k_int(b, og)));
+        oc = let_index(b, "oc", k_mod(b, at.o, k_int(b, og)));
+    }
+    int acc = kb_decl(b, "acc", KT_F32, bias_or_zero(b, &c, at.o));
+    if (c.groups > 1) {
+        KExpr *ci = k_var(b, kb_for(b, "ci", KT_I64, k_int(b, 0), k_int(b, cg), NULL, 0));
+        at.c = let_index(b, "c", k_madd(b, g, cg, ci));
     } else {
-        str_printf(s, "for (int64_t c = 0; c < %lld; c++) {\n", (long long)cg);
+        at.c = k_var(b, kb_for(b, "c", KT_I64, k_int(b, 0), k_int(b, cg), NULL, 0));
     }
-    char wi[256] = "";
-    append_term(wi, sizeof wi, "c", c.w.sn);
-    append_term(wi, sizeof wi, c.groups > 1 ? "oc" : "o", c.w.sc);
-    for (int i = 0; i < c.ns; i++) {
-        int ind = 4 * (i + 1);
-        char kv[16], t[128];
-        snprintf(kv, sizeof kv, "k%d", i);
-        append_term(wi, sizeof wi, kv, c.w.ss[i]);
-        /* the input position in with in * stride - pad + k * dilation == p */
-        snprintf(t, sizeof t, "p%d", i);
-        if (c.pads[i])
-            snprintf(t + strlen(t), sizeof t - strlen(t), " + %lld", (long long)c.pads[i]);
-        if (c.dilations[i] == 1)
-            snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d", i);
-        else
-            snprintf(t + strlen(t), sizeof t - strlen(t), " - k%d * %lld", i, (long long)c.dilations[i]);
-        str_printf(s, "%*sfor (int64_t k%d = 0; k%d < %lld; k%d++) {\n", ind, "", i, i, (long long)c.w.sp[i],
-                   i);
-        if (c.strides[i] == 1) {
-            str_printf(s, "%*s    int64_t in%d = %s;\n", ind, "", i, t);
-            str_printf(s, "%*s    if (in%d < 0 || in%d >= %lld)\n", ind, "", i, i, (long long)c.x.sp[i]);
-        } else {
-            str_printf(s, "%*s    int64_t t%d = %s, in%d = t%d / %lld;\n", ind, "", i, t, i, i,
-                       (long long)c.strides[i]);
-            str_printf(s, "%*s    if (t%d < 0 || t%d %% %lld != 0 || in%d >= %lld)\n", ind, "", i, i,
-                       (long long)c.strides[i], i, (long long)c.x.sp[i]);
-        }
-        str_printf(s, "%*s        continue;\n", ind, "");
-    }
-    char xi[256];
-    x_offset(&c, "c", 1, NULL, xi, sizeof xi);
-    str_printf(s, "%*sacc += %s[%s] * %s[%s];\n", 4 * (c.ns + 1), "", c.xn, xi, c.wn, wi);
-    for (int i = c.ns; i >= 0; i--)
-        str_printf(s, "%*s}\n", 4 * i, "");
-    str_printf(s, "%s[i] = acc;\n", c.yn);
+    int opened = open_transposed_taps(b, &c, &at);
+    KExpr *wi = plus(b, k_mul(b, at.c, k_int(b, c.w.sn)), oc, c.w.sc);
+    for (int s = 0; s < c.ns; s++)
+        wi = plus(b, wi, at.k[s], c.w.ss[s]);
+    kb_accum(b, acc,
+             k_mul(b, k_load(b, kb_value(b, c.xv, false), x_offset(b, &c, at.b, at.c, 1, at.in)),
+                   k_load(b, kb_value(b, c.wv, false), wi)));
+    end_blocks(b, opened);
+    kb_end(b);
+    kb_store(b, kb_value(b, c.yv, true), i, k_var(b, acc));
     return 0;
 }

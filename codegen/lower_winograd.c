@@ -22,7 +22,7 @@
 #include "codegen.h"
 
 #include <limits.h>
-#include <string.h>
+#include <stdio.h>
 
 /* B^T, G and A^T of F(2x2, 3x3). */
 static const double bt[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
@@ -35,7 +35,7 @@ typedef struct {
     int64_t th, tw, tiles; /* tile rows and columns per image, tiles in all */
     bool transposed;       /* a conv_transpose: w is [C, 3, 3, O], read flipped */
     int64_t u_at;          /* U in the scratch (weights not known at compile time), else -1 */
-    char xn[80], yn[80], bn[80], wn[80];
+    int xv, yv, wv, bv;    /* value ids; bv -1 without bias */
 } Wino;
 
 /* The 16 GEMMs have a row per tile; with fewer rows BLAS runs them slower than the
@@ -96,11 +96,23 @@ static float *weight_transform(const Program *p, const Node *n, bool transposed,
     return u;
 }
 
+/* A variable's name: prefix and the digits r and q, in the IR's arena. */
+static const char *name_rq(KBuilder *b, const char *prefix, int r, int q) {
+    char name[16];
+    snprintf(name, sizeof name, "%s%d%d", prefix, r, q);
+    const char *kept = arena_strdup(b->arena, name);
+    if (!kept)
+        b->oom = true;
+    return kept ? kept : prefix;
+}
+
 /* The weight transform at run time, into the scratch at u_at: the arithmetic of
  * weight_transform in float, one iteration per input channel, whose 16 rows of U
- * it writes along the output channels (16 store streams). */
-static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
-    long long c = w->x.c, o = w->y.c;
+ * it writes along the output channels (16 store streams). The rows of G are
+ * written out, one statement each, with G's elements as literals. */
+static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes,
+                                    Diag *d) {
+    int64_t c = w->x.c, o = w->y.c;
     Kernel *k = kernel_new(p, n, K_LOOP, "winograd_weights");
     if (!k)
         return diag_error(d, n->loc, "out of memory");
@@ -108,20 +120,44 @@ static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, in
     k->scratch_bytes = scratch_bytes;
     k->count = c;
     k->grain = 1;
-    Str *s = &k->body;
-    str_printf(s, "const float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};\n");
-    str_printf(s, "float *u = scratch + %lld + i * %lld;\n", (long long)w->u_at, o);
-    str_printf(s, "for (int64_t oc = 0; oc < %lld; oc++) {\n    float g[3][3], gg[4][3];\n", o);
-    str_printf(s, "    for (int r = 0; r < 3; r++)\n        for (int t = 0; t < 3; t++)\n");
-    if (w->transposed)
-        str_printf(s, "            g[r][t] = %s[((i * 3 + 2 - r) * 3 + 2 - t) * %lld + oc];\n", w->wn, o);
-    else
-        str_printf(s, "            g[r][t] = %s[(oc * 9 + r * 3 + t) * %lld + i];\n", w->wn, c);
-    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int t = 0; t < 3; t++)\n"
-                  "            gg[a][t] = G[a][0] * g[0][t] + G[a][1] * g[1][t] + G[a][2] * g[2][t];\n");
-    str_printf(s, "    for (int a = 0; a < 4; a++)\n        for (int b = 0; b < 4; b++)\n"
-                  "            u[(a * 4 + b) * %lld + oc] = gg[a][0] * G[b][0] + gg[a][1] * G[b][1] + gg[a][2] * G[b][2];\n}\n",
-               c * o);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    int wt = kb_value(b, w->wv, false), scratch = kb_scratch(b);
+    KExpr *u = k_var(b, kb_let(b, "u", KT_I64, k_add(b, k_int(b, w->u_at), k_mul(b, i, k_int(b, o)))));
+    KExpr *oc = k_var(b, kb_for(b, "oc", KT_I64, k_int(b, 0), k_int(b, o), NULL, 0));
+    int g = kb_array(b, "g", KT_F32, 3, 3, false, false), gg = kb_array(b, "gg", KT_F32, 4, 3, false, false);
+    KExpr *r = k_var(b, kb_for(b, "r", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
+    KExpr *t = k_var(b, kb_for(b, "t", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
+    KExpr *tap =
+        w->transposed
+            ? k_madd(b, k_madd(b, k_sub(b, k_int(b, 2), r), 3, k_madd(b, i, 9, k_sub(b, k_int(b, 2), t))), o,
+                     oc)
+            : k_madd(b, k_madd(b, oc, 9, k_madd(b, r, 3, t)), c, i);
+    kb_store2(b, g, r, t, k_load(b, wt, tap), false);
+    kb_end(b);
+    kb_end(b);
+    t = k_var(b, kb_for(b, "t", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
+    for (int a = 0; a < 4; a++) {
+        KExpr *sum = NULL;
+        for (int j = 0; j < 3; j++) {
+            KExpr *term = k_mul(b, k_f32(b, gm[a][j]), k_load2(b, g, k_int(b, j), t));
+            sum = sum ? k_add(b, sum, term) : term;
+        }
+        kb_store2(b, gg, k_int(b, a), t, sum, false);
+    }
+    kb_end(b);
+    KExpr *row = k_var(b, kb_for(b, "a", KT_I64, k_int(b, 0), k_int(b, 4), NULL, 0));
+    for (int col = 0; col < 4; col++) {
+        KExpr *sum = NULL;
+        for (int j = 0; j < 3; j++) {
+            KExpr *term = k_mul(b, k_load2(b, gg, row, k_int(b, j)), k_f32(b, gm[col][j]));
+            sum = sum ? k_add(b, sum, term) : term;
+        }
+        KExpr *index = k_add(b, u, k_madd(b, k_madd(b, row, 4, k_int(b, col)), c * o, oc));
+        kb_store(b, scratch, index, sum);
+    }
+    kb_end(b);
+    kb_end(b);
     return 0;
 }
 
@@ -134,47 +170,65 @@ static int input_transform(Program *p, const Node *n, const Wino *w, int64_t scr
     k->scratch_bytes = scratch_bytes;
     k->count = w->x.n * w->th;
     k->grain = 1;
-    long long c = w->x.c, h = w->x.sp[0], wd = w->x.sp[1], tiles = w->tiles;
-    Str *s = &k->body;
-    str_printf(s, "int64_t b = i / %lld, th = i %% %lld;\n", (long long)w->th, (long long)w->th);
-    str_printf(s, "for (int64_t tw = 0; tw < %lld; tw++) {\n", (long long)w->tw);
-    str_printf(s, "    int64_t t = i * %lld + tw;\n", (long long)w->tw);
-    /* each of the 16 inputs: a row pointer (clamped inside) and a 0/1 mask */
+    int64_t c = w->x.c, h = w->x.sp[0], wd = w->x.sp[1], tiles = w->tiles;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    int x = kb_value(b, w->xv, false), scratch = kb_scratch(b);
+    KExpr *image = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, w->th))));
+    KExpr *th = k_var(b, kb_let(b, "th", KT_I64, k_mod(b, i, k_int(b, w->th))));
+    KExpr *tw = k_var(b, kb_for(b, "tw", KT_I64, zero, k_int(b, w->tw), NULL, 0));
+    KExpr *t = k_var(b, kb_let(b, "t", KT_I64, k_madd(b, i, w->tw, tw)));
+    /* each of the 16 inputs: a row offset (clamped inside) and a 0/1 mask */
+    KExpr *mask[4][4], *row[4][4];
     for (int r = 0; r < 4; r++)
         for (int q = 0; q < 4; q++) {
-            str_printf(s, "    int64_t h%d%d = th * 2 - %lld + %d, w%d%d = tw * 2 - %lld + %d;\n", r, q,
-                       (long long)w->pad_top, r, r, q, (long long)w->pad_left, q);
-            str_printf(s, "    float m%d%d = h%d%d >= 0 && h%d%d < %lld && w%d%d >= 0 && w%d%d < %lld ? 1.0f : 0.0f;\n",
-                       r, q, r, q, r, q, h, r, q, r, q, wd);
-            str_printf(s,
-                       "    const float *x%d%d = %s + ((b * %lld + (m%d%d != 0.0f ? h%d%d : 0)) * %lld + "
-                       "(m%d%d != 0.0f ? w%d%d : 0)) * %lld;\n",
-                       r, q, w->xn, h, r, q, r, q, wd, r, q, r, q, c);
+            KExpr *hr = k_var(
+                b, kb_let(b, name_rq(b, "h", r, q), KT_I64,
+                          k_add(b, k_sub(b, k_mul(b, th, k_int(b, 2)), k_int(b, w->pad_top)), k_int(b, r))));
+            KExpr *wq = k_var(
+                b, kb_let(b, name_rq(b, "w", r, q), KT_I64,
+                          k_add(b, k_sub(b, k_mul(b, tw, k_int(b, 2)), k_int(b, w->pad_left)), k_int(b, q))));
+            KExpr *in = k_and(b,
+                              k_and(b, k_and(b, k_bin(b, KE_GE, hr, zero), k_lt(b, hr, k_int(b, h))),
+                                    k_bin(b, KE_GE, wq, zero)),
+                              k_lt(b, wq, k_int(b, wd)));
+            mask[r][q] =
+                k_var(b, kb_let(b, name_rq(b, "m", r, q), KT_F32, k_select(b, in, k_f32(b, 1), k_f32(b, 0))));
+            KExpr *on = k_bin(b, KE_NE, mask[r][q], k_f32(b, 0));
+            KExpr *offset =
+                k_mul(b,
+                      k_add(b,
+                            k_mul(b, k_add(b, k_mul(b, image, k_int(b, h)), k_select(b, on, hr, zero)),
+                                  k_int(b, wd)),
+                            k_select(b, on, wq, zero)),
+                      k_int(b, c));
+            row[r][q] = k_var(b, kb_let(b, name_rq(b, "x", r, q), KT_I64, offset));
         }
     /* each of the 16 results its own loop over the channels, a sum of 4 masked inputs
        (B^T has two nonzeros a row): one store stream a loop, which vectorizes */
-    for (int i = 0; i < 4; i++)
+    for (int a = 0; a < 4; a++)
         for (int j = 0; j < 4; j++) {
-            str_printf(s, "    for (int64_t c = 0; c < %lld; c++)\n        scratch[(%lld + t) * %lld + c] =", c,
-                       (long long)((i * 4 + j) * tiles), c);
-            bool first = true;
+            KExpr *ch = k_var(b, kb_for(b, "c", KT_I64, zero, k_int(b, c), NULL, 0));
+            KExpr *sum = NULL;
             for (int r = 0; r < 4; r++)
                 for (int q = 0; q < 4; q++) {
-                    double f = bt[i][r] * bt[j][q];
+                    double f = bt[a][r] * bt[j][q];
                     if (f == 0)
                         continue;
-                    str_printf(s, " %sm%d%d * x%d%d[c]", f < 0 ? "- " : first ? "" : "+ ", r, q, r, q);
-                    first = false;
+                    KExpr *m = sum || f > 0 ? mask[r][q] : k_neg(b, mask[r][q]);
+                    KExpr *term = k_mul(b, m, k_load(b, x, k_add(b, row[r][q], ch)));
+                    sum = !sum ? term : f < 0 ? k_sub(b, sum, term) : k_add(b, sum, term);
                 }
-            str_printf(s, ";\n");
+            kb_store(b, scratch, k_add(b, k_madd(b, t, c, ch), k_int(b, (a * 4 + j) * tiles * c)), sum);
+            kb_end(b);
         }
-    str_printf(s, "}\n");
+    kb_end(b);
     return 0;
 }
 
 /* The 16 GEMMs M[k] = V[k] U[k]. */
 static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
-    long long c = w->x.c, o = w->y.c, tiles = w->tiles;
+    int64_t c = w->x.c, o = w->y.c, tiles = w->tiles;
     Kernel *k = kernel_new(p, n, K_LOOP, "winograd_gemm");
     if (!k)
         return diag_error(d, n->loc, "out of memory");
@@ -182,10 +236,8 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
     k->count = 16;
     k->grain = 1;
     k->flops = lower_flops(4, (int64_t[]){2 * 16, tiles, c, o});
-    char u_expr[64] = "table";
     if (w->u_at >= 0) {
         kernel_reads(k, n->in[1]); /* through U, which the scratch holds */
-        snprintf(u_expr, sizeof u_expr, "scratch + %lld", (long long)w->u_at);
     } else {
         float *u = weight_transform(p, n, w->transposed, c, o);
         if (!u)
@@ -195,53 +247,79 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
         if (rc)
             return -1;
     }
-    str_printf(&k->body,
-               "cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1.0f,\n"
-               "            scratch + i * %lld, %lld, %s + i * %lld, %lld, 0.0f,\n"
-               "            scratch + %lld + i * %lld, %lld);\n",
-               tiles, o, c, tiles * c, c, u_expr, c * o, o, 16 * tiles * c, tiles * o, o);
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    int scratch = kb_scratch(b), table = w->u_at >= 0 ? scratch : kb_table(b);
+    KExpr *u_at = k_madd(b, i, c * o, k_int(b, w->u_at >= 0 ? w->u_at : 0));
+    kb_sgemm(b, false, false, k_i32(b, tiles), k_i32(b, o), c, k_f32(b, 1),
+             k_addr(b, scratch, k_mul(b, i, k_int(b, tiles * c))), c, k_addr(b, table, u_at), o, k_f32(b, 0),
+             k_addr(b, scratch, k_madd(b, i, tiles * o, k_int(b, 16 * tiles * c))), o);
     return 0;
 }
 
 /* The output transform, bias and epilogue: one iteration per tile row of an image. */
-static int output_transform(Program *p, const Node *n, const Wino *w, const Expr *epilogue, int64_t scratch_bytes,
-                            Diag *d) {
+static int output_transform(Program *p, const Node *n, const Wino *w, const Expr *epilogue,
+                            int64_t scratch_bytes, Diag *d) {
     Kernel *k = kernel_loop(p, n, "winograd_out", w->y.n * w->th, 1, d);
     if (!k)
         return -1;
     k->scratch_bytes = scratch_bytes;
-    long long o = w->y.c, ho = w->y.sp[0], wo = w->y.sp[1], tiles = w->tiles, base = 16 * w->tiles * w->x.c;
-    Str *s = &k->body;
-    str_printf(s, "int64_t b = i / %lld, th = i %% %lld;\n", (long long)w->th, (long long)w->th);
-    str_printf(s, "int rows = th * 2 + 1 < %lld ? 2 : 1;\n", ho);
-    str_printf(s, "float *tile = %s + (b * %lld + th * 2) * %lld;\n", w->yn, ho, wo * o);
-    str_printf(s, "for (int64_t tw = 0; tw < %lld; tw++) {\n", (long long)w->tw);
-    str_printf(s, "    int64_t t = i * %lld + tw;\n    int cols = tw * 2 + 1 < %lld ? 2 : 1;\n", (long long)w->tw,
-               wo);
+    int64_t o = w->y.c, ho = w->y.sp[0], wo = w->y.sp[1], tiles = w->tiles, base = 16 * w->tiles * w->x.c;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    int y = kb_value(b, w->yv, true), scratch = kb_scratch(b);
+    KExpr *image = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, w->th))));
+    KExpr *th = k_var(b, kb_let(b, "th", KT_I64, k_mod(b, i, k_int(b, w->th))));
+    KExpr *rows =
+        k_var(b, kb_let(b, "rows", KT_I64,
+                        k_select(b, k_lt(b, k_add(b, k_mul(b, th, k_int(b, 2)), k_int(b, 1)), k_int(b, ho)),
+                                 k_int(b, 2), k_int(b, 1))));
+    KExpr *tile =
+        k_var(b, kb_let(b, "tile", KT_I64,
+                        k_mul(b, k_madd(b, image, ho, k_mul(b, th, k_int(b, 2))), k_int(b, wo * o))));
+    KExpr *tw = k_var(b, kb_for(b, "tw", KT_I64, zero, k_int(b, w->tw), NULL, 0));
+    KExpr *t = k_var(b, kb_let(b, "t", KT_I64, k_madd(b, i, w->tw, tw)));
+    KExpr *cols =
+        k_var(b, kb_let(b, "cols", KT_I64,
+                        k_select(b, k_lt(b, k_add(b, k_mul(b, tw, k_int(b, 2)), k_int(b, 1)), k_int(b, wo)),
+                                 k_int(b, 2), k_int(b, 1))));
     /* each of the 4 outputs of the tile its own loop over the channels, a sum of 9
-       products (A^T has three nonzeros a row), which vectorizes */
-    const char *bias = w->bn[0] ? w->bn : NULL;
+       products (A^T has three nonzeros a row), which vectorizes; the first is
+       always inside the output */
     for (int r = 0; r < 2; r++)
         for (int q = 0; q < 2; q++) {
-            str_printf(s, "    if (%d < rows && %d < cols) {\n", r, q);
-            str_printf(s, "        float *out = tile + %lld + tw * %lld;\n", (long long)(r * wo * o + q * o), 2 * o);
-            str_printf(s, "        for (int64_t o = 0; o < %lld; o++)\n            out[o] =", o);
-            bool first = true;
-            for (int i = 0; i < 4; i++)
+            KExpr *inside = NULL;
+            if (r > 0)
+                inside = k_lt(b, k_int(b, r), rows);
+            if (q > 0)
+                inside = inside ? k_and(b, inside, k_lt(b, k_int(b, q), cols)) : k_lt(b, k_int(b, q), cols);
+            if (inside)
+                kb_if(b, inside);
+            else
+                kb_scope(b);
+            KExpr *out = k_var(b, kb_let(b, "out", KT_I64,
+                                         k_add(b, tile, k_madd(b, tw, 2 * o, k_int(b, r * wo * o + q * o)))));
+            KExpr *oc = k_var(b, kb_for(b, "o", KT_I64, zero, k_int(b, o), NULL, 0));
+            KExpr *sum = NULL;
+            for (int a = 0; a < 4; a++)
                 for (int j = 0; j < 4; j++) {
-                    double f = at[r][i] * at[q][j];
+                    double f = at[r][a] * at[q][j];
                     if (f == 0)
                         continue;
-                    str_printf(s, " %sscratch[%lld + (%lld + t) * %lld + o]", f < 0 ? "- " : first ? "" : "+ ", base,
-                               (long long)((i * 4 + j) * tiles), o);
-                    first = false;
+                    KExpr *term = k_load(
+                        b, scratch, k_add(b, k_madd(b, t, o, oc), k_int(b, base + (a * 4 + j) * tiles * o)));
+                    sum = !sum    ? (f < 0 ? k_neg(b, term) : term)
+                          : f < 0 ? k_sub(b, sum, term)
+                                  : k_add(b, sum, term);
                 }
-            str_printf(s, "%s%s%s;\n    }\n", bias ? " + " : "", bias ? bias : "", bias ? "[o]" : "");
+            if (w->bv >= 0)
+                sum = k_add(b, sum, k_load(b, kb_value(b, w->bv, false), oc));
+            kb_store(b, y, k_add(b, out, oc), sum);
+            kb_end(b);
+            kb_end(b);
         }
-    str_printf(s, "}\n");
-    char cols[32];
-    snprintf(cols, sizeof cols, "%lld", wo * o);
-    emit_tile_epilogue(s, p, n, epilogue, "", NULL, "rows", cols, wo * o, 1);
+    kb_end(b);
+    kb_tile_epilogue(b, p, n, epilogue, -1, NULL, NULL, y, tile, rows, k_int(b, wo * o), wo * o, 1);
     return 0;
 }
 
@@ -249,7 +327,11 @@ int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
     const Graph *g = p->g;
     Wino w = {.x = view_of(&g->values[n->in[0]].type, true),
               .y = view_of(&g->values[n->out[0]].type, true),
-              .transposed = n->op == OP_CONV_TRANSPOSE};
+              .transposed = n->op == OP_CONV_TRANSPOSE,
+              .xv = n->in[0],
+              .yv = n->out[0],
+              .wv = n->in[1],
+              .bv = n->n_in > 2 && n->in[2] >= 0 ? n->in[2] : -1};
     int64_t pads[4];
     node_ints(n, ATTR_PADS, pads, 4, 4);
     w.pad_top = w.transposed ? 2 - pads[0] : pads[0], w.pad_left = w.transposed ? 2 - pads[1] : pads[1];
@@ -257,11 +339,6 @@ int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
     w.tiles = w.x.n * w.th * w.tw;
     if (w.tiles * 16 > INT_MAX || w.tiles * w.x.c > INT_MAX / 16)
         return diag_error(d, n->loc, "conv: too many Winograd tiles for BLAS");
-    snprintf(w.xn, sizeof w.xn, "%s", value_name(p, n->in[0]));
-    snprintf(w.yn, sizeof w.yn, "%s", value_name(p, n->out[0]));
-    snprintf(w.wn, sizeof w.wn, "%s", value_name(p, n->in[1]));
-    if (n->n_in > 2 && n->in[2] >= 0)
-        snprintf(w.bn, sizeof w.bn, "%s", value_name(p, n->in[2]));
     int64_t scratch_bytes = (int64_t)sizeof(float) * 16 * w.tiles * (w.x.c + w.y.c);
     w.u_at = -1;
     if (p->buf[n->in[1]].kind != BUF_WEIGHT) {
