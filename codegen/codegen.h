@@ -105,7 +105,6 @@ typedef struct {
         int bi, r, q, kk, v, acc;
     } gemm;
     bool a_depth_inner, b_depth_inner; /* A(.., kk) and A(.., kk + 1) are adjacent in memory */
-    Str body;                          /* the body as text, for lowerings that print C */
 } Kernel;
 
 /* A buffer of the workspace: a value with the views and in-place results that share
@@ -193,11 +192,12 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
 /* A new K_GEMM kernel of op node n: for each of `batch` items bi, the product of an
- * [m, depth] matrix A and a [depth, cols] matrix B. The lowering writes load_a, the
- * statements setting the float `v` to A(bi, r, kk), load_b, setting it to
- * B(bi, kk, q) (the int64_t indices in range), and the body, storing the float
- * `acc`, the sum of element (bi, r, q) (emit_gemm_store). It reads every input n
- * has and writes its first result; NULL after a diagnostic when memory runs out. */
+ * [m, depth] matrix A and a [depth, cols] matrix B. The lowering builds, each
+ * between kb_begin_block and kb_take, load_a, the statements setting the float
+ * variable gemm.v to A(bi, r, kk), load_b, setting it to B(bi, kk, q) (the indices
+ * in range), and store, storing gemm.acc, the sum of element (bi, r, q)
+ * (kb_gemm_store). It reads every input n has and writes its first result; NULL
+ * after a diagnostic when memory runs out. */
 Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, int64_t m, int64_t cols,
                     int64_t depth, Diag *d);
 /* Appends `bytes` of data to the weights blob as kernel k's table; -1 after a
@@ -209,15 +209,6 @@ void kernel_writes(Kernel *k, int value);
 /* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`), in one of
  * p's 8 name buffers: valid until 8 more names of p are asked for. */
 const char *value_name(const Program *p, int id);
-/* Emits `int64_t PREFIX0 = ..., PREFIXk ...;`: the multi-index of flat index `flat`
- * in a tensor of type t. */
-void emit_unravel(Str *s, const char *flat, const Type *t, const char *prefix);
-/* The flat offset expression, in tensor `from` broadcast to `to`, of the element
- * whose multi-index in `to` is PREFIX0.. (constant strides, broadcast dims
- * dropped), into buf. */
-void broadcast_offset(const Type *from, const Type *to, const char *prefix, char *buf, size_t n);
-/* Appends the term `var * stride` to a sum in e (`var` alone for stride 1). */
-void append_term(char *e, size_t cap, const char *var, int64_t stride);
 /* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
 void float_literal(double v, char *buf, size_t n);
 
@@ -229,15 +220,6 @@ void unary_formula(const Node *n, char *e, size_t cap);
 void unary_derivative_formula(OpId op, const Node *n, char *e, size_t cap);
 void binary_formula(OpId op, int wrt, char *e, size_t cap);
 
-/* Text forms of kb_tile_epilogue and kb_gemm_store, for lowerings that print C
- * (lower_text.c): bias and bias_at are text, rows and cols expressions, `tile` a
- * float pointer in the body; the store at `at` from the float `acc`. */
-void emit_tile_epilogue(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                        const char *bias_at, const char *rows, const char *cols, int64_t ld, int64_t step);
-void emit_gemm_store(Str *s, const Program *p, const Node *n, const Expr *epilogue, const char *bias,
-                     const char *at);
-/* A K_GEMM kernel's loads and store from text (the Strs are freed). */
-void kernel_gemm_text(Kernel *k, Str *load_a, Str *load_b, Str *store);
 /* Lets computing expression e over inputs ($0, $1, ... as the given expressions),
  * one `tN` per call (*next counts them), each with its op's own formula, so a fused
  * op computes exactly what its own kernel computes; returns the result. */
@@ -259,7 +241,7 @@ void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *
 void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at);
 
 /* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the
- * sum running over `depth`, with the float scalars alpha and beta (lower_conv.c). */
+ * sum running over `depth`, with the float scalars alpha and beta (lower_linalg.c). */
 void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
               int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc);
 

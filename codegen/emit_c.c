@@ -83,7 +83,7 @@ static bool shares_memory(const Program *p, const Kernel *k, int v) {
 
 /* Whether the kernel's body names value v (or KIR_SCRATCH, KIR_TABLE). */
 static bool body_uses(const Kernel *k, int v) {
-    return kir_has_text(k->ir->body) || kir_uses_value(k->ir, v);
+    return kir_uses_value(k->ir, v);
 }
 
 void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
@@ -199,8 +199,8 @@ void emit_profile_tables(const Program *p, Str *out) {
 
 static bool calls_blas(const KStmt *s) {
     for (; s; s = s->next)
-        if ((s->kind == KS_CALL && strncmp(s->name, "cblas_", 6) == 0) ||
-            (s->kind == KS_TEXT && strstr(s->name, "cblas_")) || calls_blas(s->body) || calls_blas(s->orelse))
+        if ((s->kind == KS_CALL && strncmp(s->name, "cblas_", 6) == 0) || calls_blas(s->body) ||
+            calls_blas(s->orelse))
             return true;
     return false;
 }

@@ -49,8 +49,9 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     if (emulated)
         str_printf(out, "#include <stdint.h>\n\n");
     else
-        str_printf(out, "typedef long long int64_t;\ntypedef int int32_t;\n"
-                        "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n\n");
+        str_printf(out,
+                   "typedef long long int64_t;\ntypedef int int32_t;\n"
+                   "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n\n");
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);

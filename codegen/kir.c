@@ -124,6 +124,15 @@ int kb_param_var(KBuilder *b, const char *name, KType t) {
     return var;
 }
 
+const char *kb_name(KBuilder *b, const char *prefix, int k) {
+    char name[32];
+    snprintf(name, sizeof name, "%s%d", prefix, k);
+    char *kept = b->oom ? NULL : arena_strdup(b->arena, name);
+    if (!kept)
+        b->oom = true;
+    return kept ? kept : prefix;
+}
+
 /* ---- Expressions ---- */
 
 static KExpr *node(KBuilder *b, KExprKind kind, KType t) {
@@ -135,32 +144,34 @@ static KExpr *node(KBuilder *b, KExprKind kind, KType t) {
     return e;
 }
 
-KExpr *k_int(KBuilder *b, int64_t v) {
-    KExpr *e = node(b, KE_INT, KT_I64);
+static KExpr *int_literal(KBuilder *b, KType t, int64_t v) {
+    KExpr *e = node(b, KE_INT, t);
     if (e != &dummy_expr)
         e->i = v;
     return e;
+}
+
+static KExpr *float_literal_of(KBuilder *b, KType t, double v) {
+    KExpr *e = node(b, KE_FLOAT, t);
+    if (e != &dummy_expr)
+        e->f = v;
+    return e;
+}
+
+KExpr *k_int(KBuilder *b, int64_t v) {
+    return int_literal(b, KT_I64, v);
 }
 
 KExpr *k_i32(KBuilder *b, int64_t v) {
-    KExpr *e = node(b, KE_INT, KT_I32);
-    if (e != &dummy_expr)
-        e->i = v;
-    return e;
+    return int_literal(b, KT_I32, v);
 }
 
 KExpr *k_f32(KBuilder *b, double v) {
-    KExpr *e = node(b, KE_FLOAT, KT_F32);
-    if (e != &dummy_expr)
-        e->f = v;
-    return e;
+    return float_literal_of(b, KT_F32, v);
 }
 
 KExpr *k_f64(KBuilder *b, double v) {
-    KExpr *e = node(b, KE_FLOAT, KT_F64);
-    if (e != &dummy_expr)
-        e->f = v;
-    return e;
+    return float_literal_of(b, KT_F64, v);
 }
 
 KExpr *k_var(KBuilder *b, int var) {
@@ -224,7 +235,7 @@ KExpr *k_special(KBuilder *b, KSpecial s) {
 
 KExpr *k_neg(KBuilder *b, KExpr *a) {
     if (a->kind == KE_INT)
-        return a->type == KT_I32 ? k_i32(b, -a->i) : k_int(b, -a->i);
+        return int_literal(b, a->type, -a->i);
     KExpr *e = node(b, KE_NEG, a->type);
     if (e != &dummy_expr)
         e->a = a;
@@ -276,7 +287,7 @@ KExpr *k_bin(KBuilder *b, KExprKind op, KExpr *x, KExpr *y) {
     if (integral(x->type) && x->type == y->type) {
         int64_t r;
         if (x->kind == KE_INT && y->kind == KE_INT && fold(op, x->i, y->i, &r))
-            return x->type == KT_I32 ? k_i32(b, r) : k_int(b, r);
+            return int_literal(b, x->type, r);
         switch (op) {
         case KE_ADD:
             if (is_int(x, 0))
@@ -294,7 +305,7 @@ KExpr *k_bin(KBuilder *b, KExprKind op, KExpr *x, KExpr *y) {
             if (is_int(y, 1))
                 return x;
             if (is_int(x, 0) || is_int(y, 0))
-                return x->type == KT_I32 ? k_i32(b, 0) : k_int(b, 0);
+                return int_literal(b, x->type, 0);
             break;
         case KE_DIV:
             if (is_int(y, 1))
@@ -302,7 +313,7 @@ KExpr *k_bin(KBuilder *b, KExprKind op, KExpr *x, KExpr *y) {
             break;
         case KE_MOD:
             if (is_int(y, 1))
-                return x->type == KT_I32 ? k_i32(b, 0) : k_int(b, 0);
+                return int_literal(b, x->type, 0);
             break;
         default: break;
         }
@@ -338,7 +349,7 @@ KExpr *k_and(KBuilder *b, KExpr *x, KExpr *y) {
 }
 
 KExpr *k_madd(KBuilder *b, KExpr *x, int64_t stride, KExpr *y) {
-    return k_add(b, k_mul(b, x, x->type == KT_I32 ? k_i32(b, stride) : k_int(b, stride)), y);
+    return k_add(b, k_mul(b, x, int_literal(b, x->type, stride)), y);
 }
 
 KExpr *k_select(KBuilder *b, KExpr *c, KExpr *x, KExpr *y) {
@@ -531,15 +542,6 @@ void kb_barrier(KBuilder *b) {
     append(b, KS_BARRIER);
 }
 
-void kb_text(KBuilder *b, const char *text) {
-    char *copy = b->oom ? NULL : arena_strdup(b->arena, text ? text : "");
-    KStmt *s = copy ? append(b, KS_TEXT) : NULL;
-    if (!copy)
-        b->oom = true;
-    if (s)
-        s->name = copy;
-}
-
 void kb_begin_block(KBuilder *b) {
     open_block(b, NULL, alloc(b, sizeof(KStmt *)));
 }
@@ -627,10 +629,7 @@ void kb_unravel(KBuilder *b, KExpr *flat, const Type *t, const char *prefix, KEx
             outermost &= t->dims[o] == 1;
         if (!outermost)
             e = k_mod(b, e, k_int(b, t->dims[j]));
-        char *name = alloc(b, strlen(prefix) + 4);
-        if (name)
-            snprintf(name, strlen(prefix) + 4, "%s%d", prefix, j);
-        idx[j] = k_var(b, kb_let(b, name ? name : "", KT_I64, e));
+        idx[j] = k_var(b, kb_let(b, kb_name(b, prefix, j), KT_I64, e));
         inner *= t->dims[j];
     }
 }
@@ -681,16 +680,7 @@ static bool drop_dead(KStmt **list, const int *uses) {
     return dropped;
 }
 
-bool kir_has_text(const KStmt *s) {
-    for (; s; s = s->next)
-        if (s->kind == KS_TEXT || kir_has_text(s->body) || kir_has_text(s->orelse))
-            return true;
-    return false;
-}
-
 void kir_simplify(KBody *kb) {
-    if (kir_has_text(kb->body))
-        return; /* text may name any variable */
     int uses_small[256], *uses = kb->n_vars <= 256 ? uses_small : ir_calloc((size_t)kb->n_vars, sizeof *uses);
     if (!uses)
         return; /* the body stays as built, which is correct, only longer */
@@ -844,7 +834,6 @@ static int check_stmt(Verifier *v, const KStmt *s) {
         return identifier(s->name) ? 0 : fail(v, "a call of a non-identifier");
     case KS_BARRIER: return v->target == KIR_CUDA ? 0 : fail(v, "a barrier outside CUDA");
     case KS_ARRAY: return check_buf(v, s->buf);
-    case KS_TEXT: return 0;
     case KS_BLOCK: return check_list(v, s->body);
     }
     return fail(v, "a statement of unknown kind %d", (int)s->kind);
@@ -865,7 +854,7 @@ static int check_list(Verifier *v, const KStmt *s) {
 int kir_verify(const KBody *kb, KirTarget t, char *err, size_t errlen) {
     Verifier v = {kb, t, ir_calloc((size_t)kb->n_vars + 1, 1), err, errlen};
     if (!v.state)
-        return fail(&v, "out of memory verifying a kernel");
+        return KIR_NO_MEMORY;
     for (int i = 0; i < kb->n_vars; i++)
         v.state[i] = kb->vars[i].param;
     int r = check_list(&v, kb->body);

@@ -86,7 +86,6 @@ typedef enum {
     KS_BARRIER,
     KS_ARRAY, /* buffer `buf`, a local array, declared here (zeroed when `zero`) */
     KS_BLOCK, /* { body }: a scope of its own */
-    KS_TEXT,  /* C lines `name`, from a lowering not yet built on this IR */
 } KStmtKind;
 
 enum { K_PARALLEL = 1, K_VECTOR = 2, K_UNROLL = 4 };
@@ -203,6 +202,9 @@ KExpr *k_madd(KBuilder *b, KExpr *x, int64_t stride, KExpr *y);
 
 /* ---- Statements ---- */
 
+/* PREFIXk, kept in the arena: a name for a let, decl or loop (the IR keeps the
+ * pointer, so names are literals or made here). */
+const char *kb_name(KBuilder *b, const char *prefix, int k);
 /* A new variable's id, for a let, decl or loop; its name must be an identifier. */
 int kb_new_var(KBuilder *b, const char *name, KType t);
 int kb_let(KBuilder *b, const char *name, KType t, KExpr *value);
@@ -227,10 +229,6 @@ void kb_else(KBuilder *b);
 void kb_end(KBuilder *b);
 void kb_call(KBuilder *b, const char *fn, int n, KExpr **args);
 void kb_barrier(KBuilder *b);
-/* Lines of C text (copied), for lowerings that still print their bodies; a body
- * holding any keeps all its lets. */
-void kb_text(KBuilder *b, const char *text);
-bool kir_has_text(const KStmt *s);
 /* Starts collecting statements apart from the body (a K_GEMM kernel's loads and
  * store); kb_take ends it and returns them. */
 void kb_begin_block(KBuilder *b);
@@ -263,7 +261,8 @@ void kb_unravel(KBuilder *b, KExpr *flat, const Type *t, const char *prefix, KEx
 void kir_simplify(KBody *kb);
 /* The target a body may use thread indices, barriers and shared memory for. */
 typedef enum { KIR_C, KIR_CUDA } KirTarget;
-/* 0, or -1 with why in err. */
+/* 0; -1 with why in err; or KIR_NO_MEMORY when memory ran out. */
+enum { KIR_NO_MEMORY = -2 };
 int kir_verify(const KBody *kb, KirTarget t, char *err, size_t errlen);
 
 #endif

@@ -316,7 +316,6 @@ static void print_stmt(Printer *pr, const KStmt *s, int indent) {
         str_printf(o, "%s;\n", s->zero ? (b->cols ? " = {{0}}" : " = {0}") : "");
         break;
     }
-    case KS_TEXT: indent_lines(o, s->name, indent); break;
     case KS_BLOCK:
         str_printf(o, "%*s{\n", indent, "");
         print_list(pr, s->body, indent + 4);
@@ -327,10 +326,7 @@ static void print_stmt(Printer *pr, const KStmt *s, int indent) {
 
 static void print_list(Printer *pr, const KStmt *s, int indent) {
     for (; s; s = s->next)
-        if (s->kind == KS_TEXT)
-            indent_lines(pr->out, s->name, indent);
-        else
-            print_stmt(pr, s, indent);
+        print_stmt(pr, s, indent);
 }
 
 /* ---- Which buffers a body uses ---- */

@@ -75,44 +75,6 @@ const char *value_name(const Program *p, int id) {
     return b;
 }
 
-void emit_unravel(Str *s, const char *flat, const Type *t, const char *prefix) {
-    int64_t stride = 1;
-    for (int k = t->rank - 1; k >= 0; k--) {
-        if (k == 0 && stride == 1)
-            str_printf(s, "int64_t %s0 = %s;\n", prefix, flat);
-        else if (k == 0)
-            str_printf(s, "int64_t %s0 = %s / %lld;\n", prefix, flat, (long long)stride);
-        else if (stride == 1)
-            str_printf(s, "int64_t %s%d = %s %% %lld;\n", prefix, k, flat, (long long)t->dims[k]);
-        else
-            str_printf(s, "int64_t %s%d = %s / %lld %% %lld;\n", prefix, k, flat, (long long)stride,
-                       (long long)t->dims[k]);
-        stride *= t->dims[k];
-    }
-}
-
-void broadcast_offset(const Type *from, const Type *to, const char *prefix, char *buf, size_t n) {
-    int64_t st[KILN_MAX_RANK];
-    broadcast_strides(from, to, st);
-    size_t len = 0;
-    buf[0] = 0;
-    for (int k = 0; k < to->rank && len < n; k++)
-        if (st[k] != 0)
-            len += (size_t)snprintf(buf + len, n - len, "%s%s%d * %lld", len ? " + " : "", prefix, k,
-                                    (long long)st[k]);
-    if (len == 0)
-        snprintf(buf, n, "0");
-}
-
-void append_term(char *e, size_t cap, const char *var, int64_t stride) {
-    size_t len = strlen(e);
-    const char *plus = len ? " + " : "";
-    if (stride == 1)
-        snprintf(e + len, cap - len, "%s%s", plus, var);
-    else
-        snprintf(e + len, cap - len, "%s%s * %lld", plus, var, (long long)stride);
-}
-
 void float_literal(double v, char *buf, size_t n) {
     if (isnan(v))
         snprintf(buf, n, "(0.0f / 0.0f)");
@@ -471,11 +433,7 @@ static int mark_views(Program *p) {
 /* Closes a lowered kernel's IR: its loop, its GEMM schedule; then drops dead lets
  * and verifies it. An ill-formed body is kiln's own bug, reported as internal. */
 static int kernel_finish(Program *p, Kernel *k, Diag *d) {
-    if (k->body.oom)
-        return diag_error(d, k->node->loc, "out of memory");
     KBuilder *b = &k->b;
-    if (k->body.s) /* a body printed as text */
-        kb_text(b, k->body.s);
     if (k->kind == K_GEMM)
         gemm_schedule(p, k);
     else if (k->kind == K_LOOP) {
@@ -489,7 +447,10 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
     if (b->misuse || b->depth != 0)
         return diag_internal(d, k->node->loc, "kernel %s: its IR's blocks are not closed", k->name);
     kir_simplify(k->ir);
-    if (kir_verify(k->ir, p->target == TARGET_CUDA ? KIR_CUDA : KIR_C, why, sizeof why))
+    int rc = kir_verify(k->ir, p->target == TARGET_CUDA ? KIR_CUDA : KIR_C, why, sizeof why);
+    if (rc == KIR_NO_MEMORY)
+        return diag_error(d, k->node->loc, "out of memory");
+    if (rc)
         return diag_internal(d, k->node->loc, "kernel %s: %s", k->name, why);
     return 0;
 }
@@ -569,7 +530,6 @@ void program_free(Program *p) {
         ir_free(p->kernels[k].comment);
         ir_free(p->kernels[k].reads);
         ir_free(p->kernels[k].writes);
-        str_free(&p->kernels[k].body);
     }
     arena_free(&p->arena);
     ir_free(p->kernels);

@@ -332,25 +332,6 @@ static bool fits_int(int64_t v) {
     return v <= INT_MAX;
 }
 
-void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
-              int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
-    KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
-                     k_symbol(b, ta ? "CblasTrans" : "CblasNoTrans"),
-                     k_symbol(b, tb ? "CblasTrans" : "CblasNoTrans"),
-                     m,
-                     n,
-                     k_i32(b, depth),
-                     alpha,
-                     a,
-                     k_i32(b, lda),
-                     bm,
-                     k_i32(b, ldb),
-                     beta,
-                     c,
-                     k_i32(b, ldc)};
-    kb_call(b, "cblas_sgemm", 14, args);
-}
-
 /* Tiles of the output the pool runs in parallel, each one single-threaded cblas_sgemm:
  * along the columns when there are many, else along the rows. */
 enum { TILE_COLS = 256, TILE_ROWS = 64, MIN_TILE_COLS = 32 };

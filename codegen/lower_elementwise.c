@@ -174,19 +174,14 @@ KExpr *kb_expr(KBuilder *b, const Expr *e, KExpr *const *inputs, int *next) {
     args[0] = kb_expr(b, e->arg[0], inputs, next);
     if (e->call.n_in == 2)
         args[1] = kb_expr(b, e->arg[1], inputs, next);
-    char name[16], f[512];
-    snprintf(name, sizeof name, "t%d", (*next)++);
-    char *kept = arena_strdup(b->arena, name);
-    if (!kept) {
-        b->oom = true;
-        return args[0];
-    }
+    char f[512];
+    const char *name = kb_name(b, "t", (*next)++);
     if (e->call.n_in == 1)
         unary_formula(&e->call, f, sizeof f);
     else
         binary_formula(e->call.op, 0, f, sizeof f);
     KExpr *value = k_formula(b, KT_F32, f, e->call.n_in, args);
-    return k_var(b, kb_let(b, kept, KT_F32, value));
+    return k_var(b, kb_let(b, name, KT_F32, value));
 }
 
 /* The epilogue of fused op n applied to x0, the element's value so far, with n's
@@ -205,15 +200,9 @@ static KExpr *element_epilogue(KBuilder *b, const Program *p, const Node *n, con
     inputs[0] = x0;
     for (int k = first; k < n->n_in; k++) {
         bool one = type_numel(&p->g->values[n->in[k]].type) == 1;
-        char name[16];
-        snprintf(name, sizeof name, "x%d", k - first + 1);
-        char *kept = arena_strdup(b->arena, name);
-        if (!kept) {
-            b->oom = true;
-            return x0;
-        }
-        inputs[k - first + 1] = k_var(
-            b, kb_let(b, kept, KT_F32, k_load(b, kb_value(b, n->in[k], false), one ? k_int(b, 0) : at)));
+        inputs[k - first + 1] =
+            k_var(b, kb_let(b, kb_name(b, "x", k - first + 1), KT_F32,
+                            k_load(b, kb_value(b, n->in[k], false), one ? k_int(b, 0) : at)));
     }
     return kb_expr(b, epilogue, inputs, &next);
 }
@@ -372,13 +361,8 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
                 at = kview_index(b, &v, o);
             else
                 at = i;
-            char name[16];
-            snprintf(name, sizeof name, "x%d", in);
-            char *kept = arena_strdup(&p->arena, name);
-            if (!kept)
-                b->oom = true;
-            x[in] =
-                k_var(b, kb_let(b, kept ? kept : "x", KT_F32, k_load(b, kb_value(b, n->in[in], false), at)));
+            x[in] = k_var(
+                b, kb_let(b, kb_name(b, "x", in), KT_F32, k_load(b, kb_value(b, n->in[in], false), at)));
         }
     }
     int next = 0;

@@ -79,9 +79,9 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d) {
 
 /* Opens loops VAR0 < dims[0], VAR1 < dims[1], ... (closed by ns kb_end), their
  * variables into idx. */
-static void open_loops(KBuilder *b, const char *const *names, const int64_t *dims, int ns, KExpr **idx) {
+static void open_loops(KBuilder *b, const char *var, const int64_t *dims, int ns, KExpr **idx) {
     for (int j = 0; j < ns; j++)
-        idx[j] = k_var(b, kb_for(b, names[j], KT_I64, k_int(b, 0), k_int(b, dims[j]), NULL, 0));
+        idx[j] = k_var(b, kb_for(b, kb_name(b, var, j), KT_I64, k_int(b, 0), k_int(b, dims[j]), NULL, 0));
 }
 
 static void close_blocks(KBuilder *b, int count) {
@@ -96,10 +96,6 @@ static KExpr *offset_of(KBuilder *b, KExpr *const *idx, const int64_t *strides, 
         e = k_add(b, e, k_mul(b, idx[j], k_int(b, strides[j])));
     return e;
 }
-
-static const char *const q_names[] = {"q0", "q1", "q2"}, *const p_names[] = {"p0", "p1", "p2"},
-                         *const k_names[] = {"k0", "k1", "k2"}, *const s_names[] = {"s0", "s1", "s2"},
-                         *const e_names[] = {"e0", "e1", "e2"}, *const h_names[] = {"h0", "h1", "h2"};
 
 /* A pool gradient's plane: iteration i of its LOOP is one (batch, channel) plane of
  * dx, at offset dxo in dx (xo in x, yo in dy); the plane zeroed, then the loops
@@ -135,10 +131,10 @@ static int plane_grad_loop(Program *p, const Node *n, const View *xv, const View
     pl->yo = k_var(
         b, kb_let(b, "yo", KT_I64, k_add(b, k_mul(b, bi, k_int(b, yv->sn)), k_mul(b, c, k_int(b, yv->sc)))));
     KExpr *q[3];
-    open_loops(b, q_names, xv->sp, ns, q);
+    open_loops(b, "q", xv->sp, ns, q);
     kb_store(b, pl->dx, k_add(b, pl->dxo, offset_of(b, q, xv->ss, ns)), k_f32(b, 0));
     close_blocks(b, ns);
-    open_loops(b, p_names, yv->sp, ns, pl->p);
+    open_loops(b, "p", yv->sp, ns, pl->p);
     return 0;
 }
 
@@ -168,7 +164,7 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
         k_var(b, kb_let(b, "g", KT_F32, k_load(b, pl.dy, k_add(b, pl.yo, offset_of(b, pl.p, yv.ss, ns)))));
     KExpr *st[3], *h[3] = {NULL, NULL, NULL}, *kk[3];
     for (int j = 0; j < ns; j++)
-        st[j] = k_var(b, kb_let(b, s_names[j], KT_I64,
+        st[j] = k_var(b, kb_let(b, kb_name(b, "s", j), KT_I64,
                                 k_sub(b, k_mul(b, pl.p[j], k_int(b, strides[j])), k_int(b, pads[j]))));
     int best = -1, m = -1;
     KExpr *share = NULL;
@@ -189,10 +185,10 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
                                 k_cast(b, KT_F32,
                                        k_div(b, k_cast(b, KT_F64, gv), k_cast(b, KT_F64, k_var(b, count))))));
     }
-    open_loops(b, k_names, kernel, ns, kk);
+    open_loops(b, "k", kernel, ns, kk);
     for (int j = 0; j < ns; j++) { /* a tap outside x adds nothing */
-        h[j] =
-            k_var(b, kb_let(b, h_names[j], KT_I64, k_add(b, st[j], k_mul(b, kk[j], k_int(b, dilations[j])))));
+        h[j] = k_var(b, kb_let(b, kb_name(b, "h", j), KT_I64,
+                               k_add(b, st[j], k_mul(b, kk[j], k_int(b, dilations[j])))));
         kb_if(b, k_and(b, k_bin(b, KE_GE, h[j], k_int(b, 0)), k_lt(b, h[j], k_int(b, xv.sp[j]))));
     }
     KExpr *xat = offset_of(b, h, xv.ss, ns);
@@ -233,9 +229,9 @@ int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d) {
     KExpr *st[3], *en[3], *q[3] = {NULL, NULL, NULL};
     for (int j = 0; j < ns; j++) {
         int64_t in = xv.sp[j], out = yv.sp[j];
-        st[j] =
-            k_var(b, kb_let(b, s_names[j], KT_I64, k_div(b, k_mul(b, pl.p[j], k_int(b, in)), k_int(b, out))));
-        en[j] = k_var(b, kb_let(b, e_names[j], KT_I64,
+        st[j] = k_var(b, kb_let(b, kb_name(b, "s", j), KT_I64,
+                                k_div(b, k_mul(b, pl.p[j], k_int(b, in)), k_int(b, out))));
+        en[j] = k_var(b, kb_let(b, kb_name(b, "e", j), KT_I64,
                                 k_div(b,
                                       k_add(b, k_mul(b, k_add(b, pl.p[j], k_int(b, 1)), k_int(b, in)),
                                             k_int(b, out - 1)),
@@ -247,7 +243,7 @@ int lower_adaptive_avg_pool_grad(Program *p, const Node *n, Diag *d) {
         b, kb_let(b, "share", KT_F32,
                   k_cast(b, KT_F32, k_div(b, k_cast(b, KT_F64, dy), k_cast(b, KT_F64, k_var(b, count))))));
     for (int j = 0; j < ns; j++)
-        q[j] = k_var(b, kb_for(b, q_names[j], KT_I64, st[j], en[j], NULL, 0));
+        q[j] = k_var(b, kb_for(b, kb_name(b, "q", j), KT_I64, st[j], en[j], NULL, 0));
     kb_store_add(b, pl.dx, k_add(b, pl.dxo, offset_of(b, q, xv.ss, ns)), share);
     close_blocks(b, 2 * ns);
     return 0;

@@ -56,23 +56,22 @@ static KExpr *ints(KBuilder *b, int64_t v) {
     return k_i32(b, v);
 }
 
-/* cblas_sgemm(CblasRowMajor, ...) with its int sizes and float scalars. */
-static void sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, int64_t n, int64_t k, KExpr *alpha, KExpr *a,
-                  int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
+void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
+              int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
     KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
                      k_symbol(b, ta ? "CblasTrans" : "CblasNoTrans"),
                      k_symbol(b, tb ? "CblasTrans" : "CblasNoTrans"),
                      m,
-                     ints(b, n),
-                     ints(b, k),
+                     n,
+                     k_i32(b, depth),
                      alpha,
                      a,
-                     ints(b, lda),
+                     k_i32(b, lda),
                      bm,
-                     ints(b, ldb),
+                     k_i32(b, ldb),
                      beta,
                      c,
-                     ints(b, ldc)};
+                     k_i32(b, ldc)};
     kb_call(b, "cblas_sgemm", 14, args);
 }
 
@@ -149,8 +148,8 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
         at_b = batch_offset(b, &bb, &batch, k_len * n_len, idx);
         at_y = k_mul(b, i, k_int(b, m_len * n_len));
     }
-    sgemm(b, false, false, ints(b, m_len), n_len, k_len, k_f32(b, 1), k_addr(b, a, at_a), k_len,
-          k_addr(b, bm, at_b), n_len, k_f32(b, 0), k_addr(b, y, at_y), n_len);
+    kb_sgemm(b, false, false, ints(b, m_len), ints(b, n_len), k_len, k_f32(b, 1), k_addr(b, a, at_a), k_len,
+             k_addr(b, bm, at_b), n_len, k_f32(b, 0), k_addr(b, y, at_y), n_len);
     if (count > 1)
         kb_end(b);
     return 0;
@@ -228,10 +227,10 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
         kb_end(b);
     }
     k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
-    sgemm(b, ta, tb, ints(b, yt->dims[0]), yt->dims[1], at->dims[!ta], k_f32(b, alpha),
-          k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)), at->dims[1],
-          k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1], k_f32(b, c >= 0 ? 1 : 0),
-          k_addr(b, y, k_int(b, 0)), yt->dims[1]);
+    kb_sgemm(b, ta, tb, ints(b, yt->dims[0]), ints(b, yt->dims[1]), at->dims[!ta], k_f32(b, alpha),
+             k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)), at->dims[1],
+             k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1], k_f32(b, c >= 0 ? 1 : 0),
+             k_addr(b, y, k_int(b, 0)), yt->dims[1]);
     return 0;
 }
 
@@ -332,9 +331,9 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
                          ints(b, 1)};
         kb_call(b, "cblas_sgemv", 12, args);
     } else
-        sgemm(b, false, true, k_var(b, m), out_len, in_len, k_f32(b, 1),
-              k_addr(b, xb, k_mul(b, k_var(b, r0), k_int(b, in_len))), in_len, k_addr(b, wb, k_int(b, 0)),
-              in_len, k_f32(b, 0), k_addr(b, y, k_mul(b, k_var(b, r0), k_int(b, out_len))), out_len);
+        kb_sgemm(b, false, true, k_var(b, m), ints(b, out_len), in_len, k_f32(b, 1),
+                 k_addr(b, xb, k_mul(b, k_var(b, r0), k_int(b, in_len))), in_len, k_addr(b, wb, k_int(b, 0)),
+                 in_len, k_f32(b, 0), k_addr(b, y, k_mul(b, k_var(b, r0), k_int(b, out_len))), out_len);
     /* the bias and the epilogue on the chunk of outputs, or the tile of rows */
     KExpr *tile_at = gemv ? k_var(b, r0) : k_mul(b, k_var(b, r0), k_int(b, out_len));
     KExpr *mm = k_cast(b, KT_I64, k_var(b, m));

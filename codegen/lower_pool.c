@@ -25,16 +25,6 @@ static int64_t grain_for(int64_t work) {
     return work >= WORK_PER_THREAD ? 1 : WORK_PER_THREAD / work;
 }
 
-/* PREFIXk as a name the IR may keep (it holds the pointer). */
-static const char *numbered(KBuilder *b, const char *prefix, int k) {
-    char name[16];
-    snprintf(name, sizeof name, "%s%d", prefix, k);
-    char *kept = b->oom ? NULL : arena_strdup(b->arena, name);
-    if (!kept)
-        b->oom = true;
-    return kept ? kept : prefix;
-}
-
 /* The coordinates of an output element, or of an output position (channels last). */
 typedef struct {
     KExpr *b, *c, *p[KILN_MAX_RANK - 2];
@@ -52,7 +42,7 @@ static Coords output_index(KBuilder *b, KExpr *i, const View *y, bool nhwc) {
     if (!nhwc)
         names[n] = "c", dst[n] = &at.c, sizes[n++] = y->c;
     for (int k = 0; k < y->ns; k++)
-        names[n] = numbered(b, "p", k), dst[n] = &at.p[k], sizes[n++] = y->sp[k];
+        names[n] = kb_name(b, "p", k), dst[n] = &at.p[k], sizes[n++] = y->sp[k];
     if (nhwc)
         names[n] = "c", dst[n] = &at.c, sizes[n++] = y->c;
     int64_t strides[KILN_MAX_RANK], stride = 1;
@@ -123,7 +113,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     KExpr *i = k_var(b, k->iter), *start[MAX_SPATIAL], *in[MAX_SPATIAL];
     Coords at = output_index(b, i, &pos, nhwc);
     for (int s = 0; s < ns; s++)
-        start[s] = k_var(b, kb_let(b, numbered(b, "start", s), KT_I64,
+        start[s] = k_var(b, kb_let(b, kb_name(b, "start", s), KT_I64,
                                    k_sub(b, k_mul(b, at.p[s], k_int(b, strides[s])), k_int(b, pads[s]))));
     KExpr *init = k_f32(b, is_max ? -INFINITY : 0), *acc = NULL, *row_at = NULL;
     int acc_var = -1;
@@ -152,9 +142,9 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     }
     for (int s = 0; s < ns; s++) {
         KExpr *tap =
-            k_var(b, kb_for(b, numbered(b, "k", s), KT_I64, k_int(b, 0), k_int(b, kernel[s]), NULL, 0));
+            k_var(b, kb_for(b, kb_name(b, "k", s), KT_I64, k_int(b, 0), k_int(b, kernel[s]), NULL, 0));
         in[s] = k_var(
-            b, kb_let(b, numbered(b, "in", s), KT_I64, k_add(b, start[s], k_mul(b, tap, k_int(b, dil[s])))));
+            b, kb_let(b, kb_name(b, "in", s), KT_I64, k_add(b, start[s], k_mul(b, tap, k_int(b, dil[s])))));
         kb_if(b, k_and(b, k_bin(b, KE_GE, in[s], k_int(b, 0)), k_lt(b, in[s], k_int(b, x.sp[s]))));
     }
     KExpr *from = x_offset(b, &x, &at, in);
@@ -233,15 +223,15 @@ int lower_adaptive_avg_pool(Program *p, const Node *n, Diag *d) {
     KExpr *count = k_int(b, 1);
     for (int s = 0; s < ns; s++) {
         int64_t from = x.sp[s], to = y.sp[s];
-        start[s] = k_var(b, kb_let(b, numbered(b, "start", s), KT_I64,
+        start[s] = k_var(b, kb_let(b, kb_name(b, "start", s), KT_I64,
                                    k_div(b, k_mul(b, at.p[s], k_int(b, from)), k_int(b, to))));
         KExpr *stop = k_add(b, k_mul(b, k_add(b, at.p[s], k_int(b, 1)), k_int(b, from)), k_int(b, to - 1));
-        end[s] = k_var(b, kb_let(b, numbered(b, "end", s), KT_I64, k_div(b, stop, k_int(b, to))));
+        end[s] = k_var(b, kb_let(b, kb_name(b, "end", s), KT_I64, k_div(b, stop, k_int(b, to))));
         count = k_mul(b, count, k_sub(b, end[s], start[s]));
     }
     count = k_var(b, kb_let(b, "count", KT_I64, count));
     for (int s = 0; s < ns; s++)
-        in[s] = k_var(b, kb_for(b, numbered(b, "in", s), KT_I64, start[s], end[s], NULL, 0));
+        in[s] = k_var(b, kb_for(b, kb_name(b, "in", s), KT_I64, start[s], end[s], NULL, 0));
     kb_accum(b, acc, k_load(b, kb_value(b, n->in[0], false), x_offset(b, &x, &at, in)));
     for (int s = 0; s < ns; s++)
         kb_end(b);

@@ -23,16 +23,6 @@ static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
     return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), COPY_GRAIN, d);
 }
 
-/* PREFIXk as a name the IR may keep (it holds the pointer). */
-static const char *numbered(KBuilder *b, const char *prefix, int k) {
-    char name[16];
-    snprintf(name, sizeof name, "%s%d", prefix, k);
-    char *kept = b->oom ? NULL : arena_strdup(b->arena, name);
-    if (!kept)
-        b->oom = true;
-    return kept ? kept : prefix;
-}
-
 /* e as a let named `name`, unless it is a constant or a variable already. */
 static KExpr *named(KBuilder *b, const char *name, KExpr *e) {
     return e->kind == KE_INT || e->kind == KE_VAR ? e : k_var(b, kb_let(b, name, KT_I64, e));
@@ -207,7 +197,7 @@ int lower_pad(Program *p, const Node *n, Diag *d) {
             at[j] = o[j];
             continue;
         }
-        KExpr *pos = named(b, numbered(b, "j", j), begin > 0 ? k_sub(b, o[j], k_int(b, begin)) : o[j]);
+        KExpr *pos = named(b, kb_name(b, "j", j), begin > 0 ? k_sub(b, o[j], k_int(b, begin)) : o[j]);
         at[j] = pos;
         /* below 0 only with a begin pad, at kept or above only with an end pad */
         if (constant) {
@@ -224,7 +214,7 @@ int lower_pad(Program *p, const Node *n, Diag *d) {
                            edge ? k_int(b, kept - 1) : k_sub(b, k_int(b, 2 * (kept - 1)), pos), src);
         if (begin > 0)
             src = k_select(b, k_lt(b, pos, k_int(b, 0)), edge ? k_int(b, 0) : k_neg(b, pos), src);
-        at[j] = k_var(b, kb_let(b, numbered(b, "s", j), KT_I64, src));
+        at[j] = k_var(b, kb_let(b, kb_name(b, "s", j), KT_I64, src));
     }
     KExpr *value = k_load(b, kb_value(b, n->in[0], false), offset(b, base, x->rank, at, xs));
     if (inside)
@@ -282,12 +272,12 @@ int lower_pad_grad(Program *p, const Node *n, Diag *d) {
             if (end > 0)
                 last =
                     k_select(b, k_bin(b, KE_EQ, q[j], k_int(b, crop + kept - 1)), k_int(b, y->dims[j]), last);
-            lo[j] = k_var(b, kb_let(b, numbered(b, "lo", j), KT_I64, first));
-            hi[j] = k_var(b, kb_let(b, numbered(b, "end", j), KT_I64, last));
+            lo[j] = k_var(b, kb_let(b, kb_name(b, "lo", j), KT_I64, first));
+            hi[j] = k_var(b, kb_let(b, kb_name(b, "end", j), KT_I64, last));
             continue;
         }
-        list[j] = kb_array(b, numbered(b, "c", j), KT_I64, 3, 0, false, false);
-        int len = kb_decl(b, numbered(b, "n", j), KT_I64, k_int(b, 1));
+        list[j] = kb_array(b, kb_name(b, "c", j), KT_I64, 3, 0, false, false);
+        int len = kb_decl(b, kb_name(b, "n", j), KT_I64, k_int(b, 1));
         hi[j] = k_var(b, len);
         kb_store(b, list[j], k_int(b, 0), plus(b, q[j], shift));
         int64_t mirror_lo[2] = {crop + 1, crop + kept - 1 - end},
@@ -311,10 +301,10 @@ int lower_pad_grad(Program *p, const Node *n, Diag *d) {
         if (!hi[j])
             continue;
         if (lo[j])
-            at[j] = k_var(b, kb_for(b, numbered(b, "o", j), KT_I64, lo[j], hi[j], NULL, 0));
+            at[j] = k_var(b, kb_for(b, kb_name(b, "o", j), KT_I64, lo[j], hi[j], NULL, 0));
         else {
-            KExpr *t = k_var(b, kb_for(b, numbered(b, "t", j), KT_I64, k_int(b, 0), hi[j], NULL, 0));
-            at[j] = k_var(b, kb_let(b, numbered(b, "o", j), KT_I64, k_load(b, list[j], t)));
+            KExpr *t = k_var(b, kb_for(b, kb_name(b, "t", j), KT_I64, k_int(b, 0), hi[j], NULL, 0));
+            at[j] = k_var(b, kb_let(b, kb_name(b, "o", j), KT_I64, k_load(b, list[j], t)));
         }
         loops++;
     }

@@ -91,8 +91,8 @@ static void __syncthreads() {
         fail("swapcontext failed");
 }
 
-extern "C" void kiln_emu_launch(void (*fn)(KilnArgs, int64_t), KilnArgs args, int64_t count, const unsigned grid[3],
-                                unsigned block, int cooperative) {
+extern "C" void kiln_emu_launch(void (*fn)(KilnArgs, int64_t), KilnArgs args, int64_t count,
+                                const unsigned grid[3], unsigned block, int cooperative) {
     using namespace kiln_emu;
     if (block > MAX_THREADS)
         fail("more threads in a block than a GPU has");

@@ -36,8 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]\n";
+static const char usage[] = "usage: train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]\n";
 
 static int fail(const char *fmt, ...) {
     va_list ap;
@@ -50,8 +49,12 @@ static int fail(const char *fmt, ...) {
 }
 
 /* |v| and max(1, |v|), written out so that no libm is needed */
-static double absd(double v) { return v < 0 ? -v : v; }
-static double max1_abs(double v) { return absd(v) > 1 ? absd(v) : 1; }
+static double absd(double v) {
+    return v < 0 ? -v : v;
+}
+static double max1_abs(double v) {
+    return absd(v) > 1 ? absd(v) : 1;
+}
 
 /* ---- A minimal .npy reader: float32, little-endian, C order ---- */
 
@@ -160,7 +163,8 @@ static int npy_read(const char *path, Npy *a) {
             fail("%s: truncated .npy header", path);
             goto done;
         }
-        header_len = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
+        header_len =
+            (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
         data_start = 12;
     } else {
         fail("%s: .npy format version %d.%d, which train_cnn does not read", path, pre[6], pre[7]);
@@ -347,8 +351,8 @@ static int check_model(const char *path, const kiln_model_def *m) {
             return fail("%s: input '%s' has rank %d; it needs a batch dim", path, t->name, (int)t->rank);
     }
     if (m->inputs[0].shape[0] != m->inputs[1].shape[0])
-        return fail("%s: inputs x and y have batch sizes %lld and %lld", path, (long long)m->inputs[0].shape[0],
-                    (long long)m->inputs[1].shape[0]);
+        return fail("%s: inputs x and y have batch sizes %lld and %lld", path,
+                    (long long)m->inputs[0].shape[0], (long long)m->inputs[1].shape[0]);
     const kiln_tensor_info *o = &m->outputs[0];
     if (o->dtype != KILN_F32 || o->rank != 0)
         return fail("%s: the output '%s' is not a scalar f32 (the loss)", path, o->name ? o->name : "(null)");
@@ -462,8 +466,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     rc = 0;
     if (a.expect) {
-        printf("largest difference from %s: %.3g at step %ld (loss %.9g, expected %.9g)\n", a.expect, max_diff,
-               max_step, max_loss, (double)expect.data[max_step]);
+        printf("largest difference from %s: %.3g at step %ld (loss %.9g, expected %.9g)\n", a.expect,
+               max_diff, max_step, max_loss, (double)expect.data[max_step]);
         if (first_bad >= 0) {
             fflush(stdout);
             double want = expect.data[first_bad];

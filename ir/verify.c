@@ -67,8 +67,8 @@ int verify_graph(Graph *g, Diag *d) {
         if (!defined || g->nodes[def[u->param]]->op != OP_PARAM ||
             !type_equal(&g->values[u->param].type, &g->values[u->value].type) ||
             graph_update_of(g, u->param) != u)
-            rc = diag_error(d, u->loc, "verifier: update %d is not a param's only update by a value of its type",
-                            k);
+            rc = diag_error(d, u->loc,
+                            "verifier: update %d is not a param's only update by a value of its type", k);
     }
     ir_free(def);
     return rc;

@@ -140,17 +140,18 @@ int check_begin(Check *k, const Graph *g, const TensorList *w, const Tensor *con
 
 /* Compares result i (an output, or after them an update) with the reference;
  * its largest error goes into *worst. */
-static int check_result(const Check *k, const Graph *g, int i, const Tensor *got, const char *what, double *worst,
-                        Diag *d) {
+static int check_result(const Check *k, const Graph *g, int i, const Tensor *got, const char *what,
+                        double *worst, Diag *d) {
     bool output = i < k->n_outputs;
     const char *kind = output ? "output" : "the new value of param";
-    const char *name = output ? g->values[g->outputs[i]].name
-                              : g->values[g->updates[i - k->n_outputs].param].name;
+    const char *name =
+        output ? g->values[g->outputs[i]].name : g->values[g->updates[i - k->n_outputs].param].name;
     const Tensor *want = k->want[i];
     char ty[160], want_ty[160];
     if (!type_equal(&got->type, &want->type))
-        return diag_error(d, (Loc){0}, "check: %s changed the type of %s '%s' from %s to %s", what, kind, name,
-                          type_str(&want->type, want_ty, sizeof want_ty), type_str(&got->type, ty, sizeof ty));
+        return diag_error(d, (Loc){0}, "check: %s changed the type of %s '%s' from %s to %s", what, kind,
+                          name, type_str(&want->type, want_ty, sizeof want_ty),
+                          type_str(&got->type, ty, sizeof ty));
     CheckDiff diff;
     check_compare(got, want, &diff);
     if (!diff.ok) {
@@ -159,7 +160,8 @@ static int check_result(const Check *k, const Graph *g, int i, const Tensor *got
         return diag_error(d, (Loc){0},
                           "check: %s changed %s '%s': largest error %.3g at %s (element %lld): "
                           "got %.9g, expected %.9g",
-                          what, kind, name, diff.max_error, where, (long long)diff.index, diff.got, diff.want);
+                          what, kind, name, diff.max_error, where, (long long)diff.index, diff.got,
+                          diff.want);
     }
     if (diff.max_error > *worst)
         *worst = diff.max_error;

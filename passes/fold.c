@@ -20,10 +20,10 @@
  * Not folded: ops without a reference kernel (grad); a
  * node whose result is a model output (the output keeps its name; its inputs still
  * fold); anything that depends on a value a grad differentiates with respect to (the
- * gradient needs that dependence) or on a param an update changes; and a result much larger than its inputs, such as
- * a small const broadcast against another into a big tensor, since the folded value
- * is stored in the model while the op costs little to compute, or one that would
- * take long to evaluate (the limits are below). */
+ * gradient needs that dependence) or on a param an update changes; and a result much larger than its inputs,
+ * such as a small const broadcast against another into a big tensor, since the folded value is stored in the
+ * model while the op costs little to compute, or one that would take long to evaluate (the limits are below).
+ */
 #include "passes.h"
 
 #include <math.h>

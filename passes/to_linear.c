@@ -91,7 +91,8 @@ static int from_matmul_add(PassContext *c, int i, const int *uses, int *t, bool 
         if (!mm || mm->op != OP_MATMUL || uses[add->in[k]] != 1 || add->in[0] == add->in[1])
             continue;
         const Type *x = &g->values[mm->in[0]].type, *w = &g->values[mm->in[1]].type;
-        if (x->rank < 2 || w->rank != 2 || !type_equal(&g->values[add->in[k]].type, &g->values[add->out[0]].type))
+        if (x->rank < 2 || w->rank != 2 ||
+            !type_equal(&g->values[add->in[k]].type, &g->values[add->out[0]].type))
             continue;
         int b = as_bias(c, add->in[1 - k], w->dims[1], add->loc);
         if (b == -2)
@@ -111,7 +112,8 @@ int pass_to_linear(PassContext *c) {
     Graph *g = c->g;
     int n_nodes = g->n_nodes;
     int n_values = g->n_values;
-    int *uses = ir_calloc((size_t)n_values + 1, sizeof *uses), *t = ir_malloc(sizeof *t * (size_t)(n_values + 1));
+    int *uses = ir_calloc((size_t)n_values + 1, sizeof *uses),
+        *t = ir_malloc(sizeof *t * (size_t)(n_values + 1));
     bool *dead = ir_calloc((size_t)n_nodes + 1, 1);
     int rc = uses && t && dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
     if (rc == 0)

@@ -6,7 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 command -v clang-format-14 >/dev/null && git rev-parse --git-dir >/dev/null 2>&1 || exit 77
 bad=$(git ls-files '*.c' '*.h' '*.cpp' | while read -r f; do
-  [ -f "$f" ] && ! clang-format-14 --dry-run --Werror "$f" >/dev/null 2>&1 && echo "$f"
+  if [ -f "$f" ] && ! clang-format-14 --dry-run --Werror "$f" >/dev/null 2>&1; then echo "$f"; fi
 done)
 if [ -n "$bad" ]; then
   echo "not formatted (clang-format-14 -i FILE):"

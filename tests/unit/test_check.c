@@ -255,16 +255,11 @@ static void test_inputs_deterministic(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compare_equal),
-        cmocka_unit_test(test_compare_nan_matches_nan),
-        cmocka_unit_test(test_compare_tolerance),
-        cmocka_unit_test(test_compare_largest),
-        cmocka_unit_test(test_stage_ok),
-        cmocka_unit_test(test_stage_drift),
-        cmocka_unit_test(test_stage_wrong_op),
-        cmocka_unit_test(test_stage_update_drift),
-        cmocka_unit_test(test_target_outputs),
-        cmocka_unit_test(test_inputs_deterministic),
+        cmocka_unit_test(test_compare_equal),     cmocka_unit_test(test_compare_nan_matches_nan),
+        cmocka_unit_test(test_compare_tolerance), cmocka_unit_test(test_compare_largest),
+        cmocka_unit_test(test_stage_ok),          cmocka_unit_test(test_stage_drift),
+        cmocka_unit_test(test_stage_wrong_op),    cmocka_unit_test(test_stage_update_drift),
+        cmocka_unit_test(test_target_outputs),    cmocka_unit_test(test_inputs_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
