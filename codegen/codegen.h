@@ -209,7 +209,7 @@ void kernel_writes(Kernel *k, int value);
 /* The C identifier of a value in kernel bodies (`v12_layer1_0_conv1`), in one of
  * p's 8 name buffers: valid until 8 more names of p are asked for. */
 const char *value_name(const Program *p, int id);
-/* A float literal that reads back exactly, e.g. "0.100000001f", "(-INFINITY)". */
+/* A float literal that reads back exactly, e.g. "0.100000001f", "(-1.0f / 0.0f)". */
 void float_literal(double v, char *buf, size_t n);
 
 /* The formula (kir.h) of unary op node n (or an expression's call of one) over

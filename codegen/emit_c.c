@@ -5,8 +5,9 @@
  * weights, linked in as binary data with an `.incbin` of the blob file (or, for an
  * in-process JIT, an external symbol the host defines); one function per kernel,
  * commented with the ops it computes; the run function calling the kernels in order;
- * and the `kiln_model` definition. Kernel bodies come from lowering unchanged: the
- * language description (`Lang`) says only how a kernel is declared and looped.
+ * and the `kiln_model` definition. Kernel bodies are the lowering's kernel IR,
+ * printed by kir_print.c: the language description (`Lang`) says only how a kernel
+ * is declared and looped, and how its hints are spelled.
  * A profiling build (Program.profile, for `kiln bench --profile`) differs only in
  * the run function, which reads a monotonic clock after every kernel and adds the
  * difference to that kernel's slot, and in the exported `kiln_profile` that hands

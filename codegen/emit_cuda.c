@@ -1,7 +1,7 @@
 /* The CUDA emitter: a lowered Program as CUDA C++ kernels and the host code that
  * loads and launches them.
  *
- * Kernel bodies come from lowering unchanged, as for C; only the language
+ * Kernel bodies are the lowering's kernel IR, printed as for C; only the language
  * description differs: a LOOP kernel gives each iteration a thread (256 a block),
  * a CALL kernel runs as one thread, and the arguments are one KilnArgs by value.
  * A K_GEMM kernel is a tiled GEMM (gemm.c's schedule), launched with a grid of x
