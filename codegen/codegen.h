@@ -340,7 +340,7 @@ void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int i
 void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *out);
 /* A kernel body as text for people (kiln compile --dump-dir). */
 void kir_dump(const Program *p, const KBody *kb, Str *out);
-/* Whether the body names value id (or KIR_SCRATCH, KIR_TABLE). */
+/* Whether the body names value id (or KIR_SCRATCH, KIR_TABLE), as kir_simplify found. */
 enum { KIR_SCRATCH = -1000, KIR_TABLE = -1001 };
 bool kir_uses_value(const KBody *kb, int value);
 /* The program's kernel IR as text, one kernel after another. */

@@ -82,16 +82,11 @@ static bool shares_memory(const Program *p, const Kernel *k, int v) {
     return false;
 }
 
-/* Whether the kernel's body names value v (or KIR_SCRATCH, KIR_TABLE). */
-static bool body_uses(const Kernel *k, int v) {
-    return kir_uses_value(k->ir, v);
-}
-
 void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     char expr[128];
     for (int r = 0; r < k->n_reads; r++)
         if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r]) &&
-            body_uses(k, k->reads[r])) {
+            kir_uses_value(k->ir, k->reads[r])) {
             buffer_expr(p, l, k->reads[r], expr, sizeof expr);
             str_printf(out, "    const float *%s%s = %s;\n",
                        shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw, value_name(p, k->reads[r]),
@@ -99,7 +94,7 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
         }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
-        if (!body_uses(k, v))
+        if (!kir_uses_value(k->ir, v))
             continue;
         if (v < 0)
             str_printf(out, "    float *%sout%d = %sout[%d];\n", l->restrict_kw, -1 - v, l->args, -1 - v);
@@ -109,10 +104,10 @@ void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *ou
                        value_name(p, v), expr);
         }
     }
-    if (k->scratch_bytes && body_uses(k, KIR_SCRATCH))
+    if (k->scratch_bytes && kir_uses_value(k->ir, KIR_SCRATCH))
         str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args,
                    (long long)(k->scratch / 4));
-    if (k->table_bytes && body_uses(k, KIR_TABLE))
+    if (k->table_bytes && kir_uses_value(k->ir, KIR_TABLE))
         str_printf(out, "    const float *%stable = %swt + %lld;\n", l->restrict_kw, l->args,
                    (long long)(k->table / 4));
 }

@@ -60,24 +60,28 @@ static int add_buf(KBuilder *b, KBuf buf) {
 }
 
 int kb_value(KBuilder *b, int id, bool writable) {
-    return id < 0 ? add_buf(b, (KBuf){KB_OUTPUT, -1 - id, true, KT_F32, 0, 0, NULL})
-                  : add_buf(b, (KBuf){KB_VALUE, id, writable, KT_F32, 0, 0, NULL});
+    return id < 0 ? add_buf(b, (KBuf){.kind = KB_OUTPUT, .value = -1 - id, .writable = true, .type = KT_F32})
+                  : add_buf(b, (KBuf){.kind = KB_VALUE, .value = id, .writable = writable, .type = KT_F32});
 }
 
 int kb_scratch(KBuilder *b) {
-    return add_buf(b, (KBuf){KB_SCRATCH, 0, true, KT_F32, 0, 0, NULL});
-}
-
-int kb_table(KBuilder *b) {
-    return add_buf(b, (KBuf){KB_TABLE, 0, false, KT_F32, 0, 0, NULL});
+    return add_buf(b, (KBuf){.kind = KB_SCRATCH, .writable = true, .type = KT_F32});
 }
 
 int kb_param_buf(KBuilder *b, const char *name, bool writable) {
-    return add_buf(b, (KBuf){KB_PARAM, -2 - b->kb->n_bufs, writable, KT_F32, 0, 0, name});
+    return add_buf(b, (KBuf){.kind = KB_PARAM,
+                             .value = -2 - b->kb->n_bufs,
+                             .writable = writable,
+                             .type = KT_F32,
+                             .name = name});
 }
 
 int kb_table_of(KBuilder *b, KType t) {
-    return add_buf(b, (KBuf){KB_TABLE, 0, false, t, 0, 0, NULL});
+    return add_buf(b, (KBuf){.kind = KB_TABLE, .type = t});
+}
+
+int kb_table(KBuilder *b) {
+    return kb_table_of(b, KT_F32);
 }
 
 static KStmt *append(KBuilder *b, KStmtKind kind) {
@@ -92,7 +96,13 @@ static KStmt *append(KBuilder *b, KStmtKind kind) {
 
 int kb_array(KBuilder *b, const char *name, KType t, int64_t rows, int64_t cols, bool shared, bool zero) {
     int64_t size = cols ? rows * cols : rows;
-    int buf = add_buf(b, (KBuf){shared ? KB_SHARED : KB_LOCAL, -1, true, t, size, cols, name});
+    int buf = add_buf(b, (KBuf){.kind = shared ? KB_SHARED : KB_LOCAL,
+                                .value = -1,
+                                .writable = true,
+                                .type = t,
+                                .size = size,
+                                .cols = cols,
+                                .name = name});
     KStmt *s = append(b, KS_ARRAY);
     if (s) {
         s->buf = buf;
@@ -636,31 +646,37 @@ void kb_unravel(KBuilder *b, KExpr *flat, const Type *t, const char *prefix, KEx
 
 /* ---- Dead lets ---- */
 
-static void count_expr(const KExpr *e, int *uses) {
+/* Counts the reads of each variable into uses and marks the buffers kb's body
+ * loads, stores or takes the address of. */
+static void count_expr(KBody *kb, const KExpr *e, int *uses) {
     if (!e)
         return;
     if (e->kind == KE_VAR)
         uses[e->var]++;
-    count_expr(e->a, uses);
-    count_expr(e->b, uses);
-    count_expr(e->c, uses);
+    if (e->kind == KE_LOAD || e->kind == KE_ADDR)
+        kb->bufs[e->buf].used = true;
+    count_expr(kb, e->a, uses);
+    count_expr(kb, e->b, uses);
+    count_expr(kb, e->c, uses);
     for (int i = 0; i < e->n_args && e->kind >= KE_CALL; i++)
-        count_expr(e->args[i], uses);
+        count_expr(kb, e->args[i], uses);
 }
 
-static void count_list(const KStmt *s, int *uses) {
+static void count_list(KBody *kb, const KStmt *s, int *uses) {
     for (; s; s = s->next) {
-        count_expr(s->a, uses);
-        count_expr(s->index, uses);
-        count_expr(s->lo, uses);
-        count_expr(s->hi, uses);
-        count_expr(s->step, uses);
+        count_expr(kb, s->a, uses);
+        count_expr(kb, s->index, uses);
+        count_expr(kb, s->lo, uses);
+        count_expr(kb, s->hi, uses);
+        count_expr(kb, s->step, uses);
         for (int i = 0; i < s->n_args && s->kind == KS_CALL; i++)
-            count_expr(s->args[i], uses);
+            count_expr(kb, s->args[i], uses);
         if (s->kind == KS_ASSIGN)
             uses[s->var]++; /* a variable assigned to is kept with its declaration */
-        count_list(s->body, uses);
-        count_list(s->orelse, uses);
+        if (s->kind == KS_STORE)
+            kb->bufs[s->buf].used = true;
+        count_list(kb, s->body, uses);
+        count_list(kb, s->orelse, uses);
     }
 }
 
@@ -682,11 +698,17 @@ static bool drop_dead(KStmt **list, const int *uses) {
 
 void kir_simplify(KBody *kb) {
     int uses_small[256], *uses = kb->n_vars <= 256 ? uses_small : ir_calloc((size_t)kb->n_vars, sizeof *uses);
-    if (!uses)
-        return; /* the body stays as built, which is correct, only longer */
-    do
-        memset(uses, 0, (size_t)kb->n_vars * sizeof *uses), count_list(kb->body, uses);
-    while (drop_dead(&kb->body, uses));
+    if (!uses) { /* the body stays as built, which is correct, only longer */
+        for (int i = 0; i < kb->n_bufs; i++)
+            kb->bufs[i].used = true;
+        return;
+    }
+    do {
+        memset(uses, 0, (size_t)kb->n_vars * sizeof *uses);
+        for (int i = 0; i < kb->n_bufs; i++)
+            kb->bufs[i].used = false;
+        count_list(kb, kb->body, uses);
+    } while (drop_dead(&kb->body, uses));
     if (uses != uses_small)
         ir_free(uses);
 }

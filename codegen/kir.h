@@ -115,6 +115,7 @@ typedef struct {
     KType type;         /* element type (local arrays) */
     int64_t size, cols; /* local arrays: elements, and the row length of a 2-D one (0: 1-D) */
     const char *name;   /* local arrays and parameters */
+    bool used;          /* the body reads or writes it (set by kir_simplify) */
 } KBuf;
 
 typedef struct {
@@ -257,7 +258,7 @@ void kb_unravel(KBuilder *b, KExpr *flat, const Type *t, const char *prefix, KEx
 
 /* ---- After building ---- */
 
-/* Drops lets nothing reads, repeatedly. */
+/* Drops lets nothing reads, repeatedly, and marks the buffers the body uses. */
 void kir_simplify(KBody *kb);
 /* The target a body may use thread indices, barriers and shared memory for. */
 typedef enum { KIR_C, KIR_CUDA } KirTarget;

@@ -329,54 +329,15 @@ static void print_list(Printer *pr, const KStmt *s, int indent) {
         print_stmt(pr, s, indent);
 }
 
-/* ---- Which buffers a body uses ---- */
-
-static void mark_expr(const KExpr *e, bool *used) {
-    if (!e)
-        return;
-    if (e->kind == KE_LOAD || e->kind == KE_ADDR)
-        used[e->buf] = true;
-    mark_expr(e->a, used);
-    mark_expr(e->b, used);
-    mark_expr(e->c, used);
-    if (e->kind == KE_CALL || e->kind == KE_FORMULA)
-        for (int i = 0; i < e->n_args; i++)
-            mark_expr(e->args[i], used);
-}
-
-static void mark_list(const KStmt *s, bool *used) {
-    for (; s; s = s->next) {
-        if (s->kind == KS_STORE)
-            used[s->buf] = true;
-        mark_expr(s->a, used);
-        mark_expr(s->index, used);
-        mark_expr(s->lo, used);
-        mark_expr(s->hi, used);
-        mark_expr(s->step, used);
-        if (s->kind == KS_CALL)
-            for (int i = 0; i < s->n_args; i++)
-                mark_expr(s->args[i], used);
-        mark_list(s->body, used);
-        mark_list(s->orelse, used);
-    }
-}
-
 bool kir_uses_value(const KBody *kb, int value) {
-    bool used_small[64], *used = kb->n_bufs <= 64 ? used_small : ir_calloc((size_t)kb->n_bufs, 1);
-    if (!used)
-        return true;
-    memset(used, 0, (size_t)kb->n_bufs);
-    mark_list(kb->body, used);
-    bool r = false;
-    for (int i = 0; i < kb->n_bufs; i++)
-        if (used[i] && ((kb->bufs[i].kind == KB_VALUE && kb->bufs[i].value == value) ||
-                        (kb->bufs[i].kind == KB_OUTPUT && -1 - kb->bufs[i].value == value) ||
-                        (kb->bufs[i].kind == KB_SCRATCH && value == KIR_SCRATCH) ||
-                        (kb->bufs[i].kind == KB_TABLE && value == KIR_TABLE)))
-            r = true;
-    if (used != used_small)
-        ir_free(used);
-    return r;
+    for (int i = 0; i < kb->n_bufs; i++) {
+        const KBuf *b = &kb->bufs[i];
+        if (b->used &&
+            ((b->kind == KB_VALUE && b->value == value) || (b->kind == KB_OUTPUT && -1 - b->value == value) ||
+             (b->kind == KB_SCRATCH && value == KIR_SCRATCH) || (b->kind == KB_TABLE && value == KIR_TABLE)))
+            return true;
+    }
+    return false;
 }
 
 void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int indent) {
