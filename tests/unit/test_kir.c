@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,29 @@ static void test_printer_parenthesizes(void **state) {
     release(f);
 }
 
+/* Double literals print as C doubles: a whole number with `.0`, an exponent as it
+ * is, and NaN and infinities as divisions (C has no literal for them). */
+static void test_double_literals(void **state) {
+    (void)state;
+    Fixture *f = fixture();
+    KBuilder *b = &f->b;
+    kb_let(b, "whole", KT_F64, k_f64(b, 2));
+    kb_let(b, "big", KT_F64, k_f64(b, 1e17));
+    kb_let(b, "tiny", KT_F64, k_f64(b, 0.1));
+    kb_let(b, "nan_value", KT_F64, k_f64(b, NAN));
+    kb_let(b, "minus_inf", KT_F64, k_f64(b, -INFINITY));
+    char *text = printed(f, "literals");
+    assert_string_equal(text, "void literals(void) {\n"
+                              "    double whole = 2.0;\n"
+                              "    double big = 1e+17;\n"
+                              "    double tiny = 0.10000000000000001;\n"
+                              "    double nan_value = (0.0 / 0.0);\n"
+                              "    double minus_inf = (-1.0 / 0.0);\n"
+                              "}\n");
+    free(text);
+    release(f);
+}
+
 /* The 4 x 4 micro-kernel: c[u][w] = sum over kk < depth of a[u * depth + kk] b[kk * 4 + w]. */
 static void build_micro_kernel(KBuilder *b) {
     int a = kb_param_buf(b, "a", false), bm = kb_param_buf(b, "b", false), c = kb_param_buf(b, "c", true);
@@ -283,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_dead_lets_dropped),
         cmocka_unit_test(test_verifier_rejects),
         cmocka_unit_test(test_printer_parenthesizes),
+        cmocka_unit_test(test_double_literals),
         cmocka_unit_test(test_micro_kernel_and_shape_parameter_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
