@@ -1,19 +1,36 @@
-/* The runtime every compiled model carries: instances, the workspace, and a small
- * thread pool for the generated loops.
+/* The runtime every compiled model carries: instances, the workspace, and the thread
+ * pool that runs the generated loops.
  *
  * kiln pastes this file into each generated translation unit (after kiln/model.h),
  * so a compiled .so needs no kiln library at run time; every symbol here is static.
  * An instance owns its workspace (allocated once in create, so run allocates
  * nothing), its state (the params a training step updates, so each instance
- * trains its own copy) and its pool of KILN_NUM_THREADS - 1 worker threads; the calling thread
- * is the last worker. A parallel loop hands out chunks of at least `grain`
- * iterations through an atomic counter. */
+ * trains its own copy) and its pool of KILN_NUM_THREADS - 1 worker threads; the
+ * calling thread is the last worker, and the only thread BLAS runs on.
+ *
+ * A parallel loop is split into chunks of at least `grain` iterations, a few per
+ * thread. Threads claim chunks from one 64-bit ticket, the loop's number in its high
+ * half and the next unclaimed chunk in its low half, by compare-and-swap; a claim
+ * only succeeds while the ticket still names the loop the thread was woken for, so a
+ * worker that the scheduler runs late finds its loop finished (or the next one
+ * started) and never touches a loop it did not claim. The caller counts finished
+ * chunks, not workers: a loop ends when its last chunk is done, whoever did it, so
+ * on a busy machine the caller does the work of a worker that has not been run yet
+ * instead of waiting for it. Only a chunk already claimed is waited for, which is
+ * why chunks are small. Waiting threads spin a little (a kernel follows another
+ * within microseconds), then sleep on a futex; the side that changes the word wakes
+ * sleepers only when there are some. */
 #include "kiln/model.h"
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The buffers a kernel sees: the caller's inputs and outputs, the workspace, the
@@ -45,30 +62,35 @@ struct KilnInstance {
     float *st;
     int n_threads;
     pthread_t *workers;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, done;
-    /* the loop being run: generation counts loops so workers see each one once */
+    /* The loop being run. Its fields are written by the caller before the ticket
+       names the loop and read by a thread only after it claims a chunk, so they stay
+       put while anyone reads them; they are atomics only because a thread may read
+       one as it changes and then fail its claim. */
     KilnKernel kernel;
     const KilnArgs *args;
-    int64_t count, chunk, next;
-    long generation;
-    int busy; /* workers still in the current loop */
+    int64_t count, chunk;
+    uint32_t chunks;
+    uint64_t ticket;  /* loop number << 32 | next chunk */
+    uint32_t done;    /* chunks of the loop finished; the caller sleeps on it */
+    int caller_waits; /* the caller is asleep on done, or about to be */
+    uint32_t loop;    /* the newest loop's number; workers sleep on it */
+    int sleepers;     /* workers asleep on loop, or about to be */
     int stopping;
 };
 
-static void kiln_rt_work(KilnInstance *in) {
-    for (;;) {
-        int64_t begin = __atomic_fetch_add(&in->next, in->chunk, __ATOMIC_RELAXED);
-        if (begin >= in->count)
-            return;
-        int64_t end = begin + in->chunk < in->count ? begin + in->chunk : in->count;
-        in->kernel(in->args, begin, end);
-    }
+static void kiln_rt_futex_wait(uint32_t *word, uint32_t value) {
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
 }
 
-/* Waiting on a condition variable costs tens of microseconds to wake from, about a
- * small kernel's time, so a waiting thread first spins a while on the value. */
-enum { KILN_SPINS = 20000 };
+static void kiln_rt_futex_wake(uint32_t *word) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static double kiln_rt_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void kiln_rt_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -76,58 +98,119 @@ static void kiln_rt_pause(void) {
 #endif
 }
 
-static void *kiln_rt_worker(void *arg) {
-    KilnInstance *in = arg;
-    long seen = 0;
-    for (;;) {
-        for (int spin = 0; spin < KILN_SPINS && __atomic_load_n(&in->generation, __ATOMIC_ACQUIRE) == seen &&
-                           !__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE);
-             spin++)
-            kiln_rt_pause();
-        pthread_mutex_lock(&in->lock);
-        while (__atomic_load_n(&in->generation, __ATOMIC_ACQUIRE) == seen && !in->stopping)
-            pthread_cond_wait(&in->wake, &in->lock);
-        pthread_mutex_unlock(&in->lock);
-        if (__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE))
-            return NULL;
-        seen = __atomic_load_n(&in->generation, __ATOMIC_ACQUIRE);
-        kiln_rt_work(in);
-        if (__atomic_sub_fetch(&in->busy, 1, __ATOMIC_ACQ_REL) == 0) {
-            pthread_mutex_lock(&in->lock);
-            pthread_cond_signal(&in->done);
-            pthread_mutex_unlock(&in->lock);
+/* Spins until *word differs from value, for at most KILN_SPIN_SECONDS (a kernel
+ * follows the last within microseconds; waking from a futex costs tens of them).
+ * Yields the core now and then, so that on a busy machine a spinning thread makes
+ * way for one with work. Returns whether the word changed. */
+#define KILN_SPIN_SECONDS 100e-6
+
+static int kiln_rt_spin_while(const uint32_t *word, uint32_t value) {
+    double until = 0;
+    for (int i = 1;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value)
+            return 1;
+        kiln_rt_pause();
+        if (i % 64 == 0) {
+            double now = kiln_rt_seconds();
+            if (until == 0)
+                until = now + KILN_SPIN_SECONDS;
+            else if (now > until)
+                return 0;
+            sched_yield();
         }
     }
 }
 
-/* Runs kernel k over [0, count) on the instance's threads. */
+/* Claims and runs chunks of loop number `loop` until none is left or a newer loop
+ * has begun. */
+static void kiln_rt_work(KilnInstance *in, uint32_t loop) {
+    uint64_t ticket = __atomic_load_n(&in->ticket, __ATOMIC_ACQUIRE);
+    for (;;) {
+        uint32_t chunks = __atomic_load_n(&in->chunks, __ATOMIC_RELAXED);
+        if ((uint32_t)(ticket >> 32) != loop || (uint32_t)ticket >= chunks)
+            return;
+        if (!__atomic_compare_exchange_n(&in->ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            continue;
+        int64_t chunk = __atomic_load_n(&in->chunk, __ATOMIC_RELAXED),
+                count = __atomic_load_n(&in->count, __ATOMIC_RELAXED),
+                begin = (int64_t)(uint32_t)ticket * chunk,
+                end = begin + chunk < count ? begin + chunk : count;
+        KilnKernel kernel = __atomic_load_n(&in->kernel, __ATOMIC_RELAXED);
+        kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), begin, end);
+        /* after the last chunk's count the caller may start the next loop at once */
+        if (__atomic_add_fetch(&in->done, 1, __ATOMIC_SEQ_CST) == chunks &&
+            __atomic_load_n(&in->caller_waits, __ATOMIC_SEQ_CST))
+            kiln_rt_futex_wake(&in->done);
+        ticket = __atomic_load_n(&in->ticket, __ATOMIC_ACQUIRE);
+    }
+}
+
+static void *kiln_rt_worker(void *arg) {
+    KilnInstance *in = arg;
+    uint32_t seen = 0;
+    for (;;) {
+        if (!kiln_rt_spin_while(&in->loop, seen)) {
+            __atomic_add_fetch(&in->sleepers, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&in->loop, __ATOMIC_SEQ_CST) == seen)
+                kiln_rt_futex_wait(&in->loop, seen);
+            __atomic_sub_fetch(&in->sleepers, 1, __ATOMIC_SEQ_CST);
+        }
+        if (__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE))
+            return NULL;
+        seen = __atomic_load_n(&in->loop, __ATOMIC_ACQUIRE);
+        kiln_rt_work(in, seen);
+    }
+}
+
+/* The number of the next loop; never 0, the number workers start out having seen. */
+static uint32_t kiln_rt_next_loop(const KilnInstance *in) {
+    return in->loop + 1 ? in->loop + 1 : 1;
+}
+
+/* Makes a new loop number visible to the workers, waking those asleep. */
+static void kiln_rt_announce(KilnInstance *in, uint32_t loop) {
+    __atomic_store_n(&in->loop, loop, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&in->sleepers, __ATOMIC_SEQ_CST))
+        kiln_rt_futex_wake(&in->loop);
+}
+
+/* Runs kernel k over [0, count) on the instance's threads: on the caller alone when
+ * the loop has fewer than two chunks of `grain` iterations. */
 static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count,
                              int64_t grain) {
-    int64_t chunks = grain > 0 ? count / grain : count;
-    if (in->n_threads == 1 || chunks < 2) {
+    int64_t most = grain > 0 ? count / grain : count;
+    if (in->n_threads == 1 || most < 2) {
         k(a, 0, count);
         return;
     }
-    int64_t parts = (int64_t)in->n_threads * 4; /* a few chunks per thread evens out the load */
-    if (parts > chunks)
-        parts = chunks;
-    pthread_mutex_lock(&in->lock);
-    in->kernel = k;
-    in->args = a;
-    in->count = count;
-    in->chunk = (count + parts - 1) / parts;
-    in->next = 0;
-    __atomic_store_n(&in->busy, in->n_threads - 1, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&in->generation, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&in->wake);
-    pthread_mutex_unlock(&in->lock);
-    kiln_rt_work(in);
-    for (int spin = 0; spin < KILN_SPINS && __atomic_load_n(&in->busy, __ATOMIC_ACQUIRE) > 0; spin++)
-        kiln_rt_pause();
-    pthread_mutex_lock(&in->lock);
-    while (__atomic_load_n(&in->busy, __ATOMIC_ACQUIRE) > 0)
-        pthread_cond_wait(&in->done, &in->lock);
-    pthread_mutex_unlock(&in->lock);
+    int64_t parts = (int64_t)in->n_threads * 8; /* a late or slow thread holds up one small chunk */
+    if (parts > most)
+        parts = most;
+    int64_t chunk = (count + parts - 1) / parts;
+    uint32_t chunks = (uint32_t)((count + chunk - 1) / chunk);
+    uint32_t loop = kiln_rt_next_loop(in);
+    __atomic_store_n(&in->kernel, k, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->args, a, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->count, count, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->chunk, chunk, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->chunks, chunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->ticket, (uint64_t)loop << 32, __ATOMIC_RELEASE);
+    kiln_rt_announce(in, loop);
+    kiln_rt_work(in, loop);
+    for (;;) {
+        uint32_t done = __atomic_load_n(&in->done, __ATOMIC_ACQUIRE);
+        if (done == chunks)
+            return;
+        if (kiln_rt_spin_while(&in->done, done))
+            continue;
+        __atomic_store_n(&in->caller_waits, 1, __ATOMIC_SEQ_CST);
+        while ((done = __atomic_load_n(&in->done, __ATOMIC_SEQ_CST)) != chunks)
+            kiln_rt_futex_wait(&in->done, done);
+        __atomic_store_n(&in->caller_waits, 0, __ATOMIC_RELAXED);
+        return;
+    }
 }
 
 /* KILN_NUM_THREADS when it is a positive integer, else the number of cores (a value
@@ -158,17 +241,12 @@ static void kiln_rt_destroy(void *instance) {
     if (!in)
         return;
     if (in->workers) {
-        pthread_mutex_lock(&in->lock);
         __atomic_store_n(&in->stopping, 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&in->wake);
-        pthread_mutex_unlock(&in->lock);
+        kiln_rt_announce(in, kiln_rt_next_loop(in));
         for (int i = 0; i < in->n_threads - 1; i++)
             pthread_join(in->workers[i], NULL);
         free(in->workers);
     }
-    pthread_mutex_destroy(&in->lock);
-    pthread_cond_destroy(&in->wake);
-    pthread_cond_destroy(&in->done);
     free(in->ws);
     free(in->st);
     free(in);
@@ -183,9 +261,6 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
     }
     in->prog = prog;
     in->n_threads = kiln_rt_threads();
-    pthread_mutex_init(&in->lock, NULL);
-    pthread_cond_init(&in->wake, NULL);
-    pthread_cond_init(&in->done, NULL);
     size_t bytes = (size_t)prog->workspace_bytes;
     if (bytes && posix_memalign((void **)&in->ws, 64, bytes) != 0) {
         snprintf(err, errlen, "out of memory: the workspace needs %zu bytes", bytes);

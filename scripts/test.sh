@@ -54,7 +54,7 @@ fi
 # test_threads among them (libkiln from eight threads at once). About a minute on
 # 2 cores, build included. Generated models and LLVM are not instrumented: TSan
 # sees kiln's own code, which is what is checked here.
-tsan_tests="test_parser test_files test_passes test_check test_dot test_plan test_libkiln test_threads"
+tsan_tests="test_pool test_parser test_files test_passes test_check test_dot test_plan test_libkiln test_threads"
 cmake -S . -B build-tsan -DKILN_WERROR=ON -DKILN_SANITIZE=thread \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
 # shellcheck disable=SC2086

@@ -1,0 +1,130 @@
+/* The thread pool every compiled model carries (runtime/model_rt.c), on its own.
+ *
+ * The runtime is included here as the generated code includes it, and driven by a
+ * program with no kernels, so its loops run test kernels: each counts, per index,
+ * how often it ran, and every loop must run every index exactly once, however the
+ * chunks fall to the threads. The cases:
+ *   - every count from 0 to a few hundred with grains 1 to beyond the count, so
+ *     loops too small to split, one chunk, a ragged last chunk and many chunks all
+ *     occur, one loop right after another as a model's kernels do;
+ *   - chunks of very uneven cost, and a worker that sleeps inside its chunk while
+ *     the caller finishes the rest (the late worker the pool must not wait for
+ *     except for the chunk it holds);
+ *   - loops after the workers have gone to sleep, so each loop wakes them;
+ *   - destroying an instance at once and after sleeping.
+ * scripts/test.sh runs this under ThreadSanitizer too. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "../../runtime/model_rt.c"
+
+enum { MAX_COUNT = 400 };
+
+static int hits[MAX_COUNT];
+static pthread_t caller;
+static int slow_worker; /* the worker (not the caller) sleeps 2 ms in its first chunk */
+
+static void count_hits(const KilnArgs *a, int64_t begin, int64_t end) {
+    (void)a;
+    if (__atomic_load_n(&slow_worker, __ATOMIC_RELAXED) && !pthread_equal(pthread_self(), caller) &&
+        __atomic_exchange_n(&slow_worker, 0, __ATOMIC_RELAXED))
+        usleep(2000);
+    for (int64_t i = begin; i < end; i++)
+        __atomic_add_fetch(&hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static void uneven_hits(const KilnArgs *a, int64_t begin, int64_t end) {
+    if (begin % 3 == 0) {
+        volatile double x = 0;
+        for (int i = 0; i < 20000; i++)
+            x += i;
+    }
+    count_hits(a, begin, end);
+}
+
+static const KilnProgram no_kernels = {0, 0, NULL, NULL, NULL};
+
+static KilnInstance *make(int threads) {
+    char n[16], err[128];
+    snprintf(n, sizeof n, "%d", threads);
+    setenv("KILN_NUM_THREADS", n, 1);
+    void *in = NULL;
+    assert_int_equal(kiln_rt_create(&no_kernels, &in, err, sizeof err), 0);
+    caller = pthread_self();
+    return in;
+}
+
+static void run_and_check(KilnInstance *in, KilnKernel k, int64_t count, int64_t grain) {
+    memset(hits, 0, sizeof hits);
+    KilnArgs a = {0};
+    kiln_rt_parallel(in, k, &a, count, grain);
+    for (int64_t i = 0; i < MAX_COUNT; i++)
+        if (hits[i] != (i < count)) {
+            fail_msg("count %lld, grain %lld: index %lld ran %d times", (long long)count, (long long)grain,
+                     (long long)i, hits[i]);
+        }
+}
+
+static void every_count_and_grain(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 2; threads++) {
+        KilnInstance *in = make(threads);
+        for (int64_t count = 0; count <= MAX_COUNT; count += count < 40 ? 1 : 37)
+            for (int64_t grain = 0; grain <= count + 2; grain += grain < 8 ? 1 : 13)
+                run_and_check(in, count % 2 ? uneven_hits : count_hits, count, grain);
+        kiln_rt_destroy(in);
+    }
+}
+
+static void many_loops_in_a_row(void **state) {
+    (void)state;
+    KilnInstance *in = make(2);
+    for (int i = 0; i < 20000; i++)
+        run_and_check(in, count_hits, 16 + i % 200, 1 + i % 5);
+    kiln_rt_destroy(in);
+}
+
+static void late_worker(void **state) {
+    (void)state;
+    KilnInstance *in = make(2);
+    if (in->n_threads < 2) {
+        kiln_rt_destroy(in);
+        skip();
+    }
+    for (int i = 0; i < 50; i++) {
+        __atomic_store_n(&slow_worker, 1, __ATOMIC_RELAXED);
+        run_and_check(in, count_hits, 64 + i, 1);
+        run_and_check(in, count_hits, 300, 4); /* the next loop, maybe while the worker still sleeps */
+    }
+    __atomic_store_n(&slow_worker, 0, __ATOMIC_RELAXED);
+    kiln_rt_destroy(in);
+}
+
+static void loops_after_sleep(void **state) {
+    (void)state;
+    KilnInstance *in = make(2);
+    for (int i = 0; i < 5; i++) {
+        usleep(5000); /* longer than the spin: the workers are asleep on the futex */
+        run_and_check(in, uneven_hits, 100 + i, 1);
+    }
+    kiln_rt_destroy(in);
+    kiln_rt_destroy(make(2));
+    in = make(2);
+    usleep(5000);
+    kiln_rt_destroy(in);
+}
+
+int main(void) {
+    (void)kiln_rt_run; /* what a model's definition points at; unused here */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_count_and_grain),
+        cmocka_unit_test(many_loops_in_a_row),
+        cmocka_unit_test(late_worker),
+        cmocka_unit_test(loops_after_sleep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
