@@ -31,6 +31,18 @@ const char *const cc_flags[] = {
 
 const char *const cc_cpus[] = {"native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", NULL};
 
+int cc_vector_floats(const char *cpu) {
+    if (!cpu || strcmp(cpu, "native") == 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
+#else
+        return 4;
+#endif
+    }
+    return strcmp(cpu, "x86-64-v4") == 0 ? 16 : strcmp(cpu, "x86-64-v3") == 0 ? 8 : 4;
+}
+
 bool cc_cpu_valid(const char *cpu) {
     for (int i = 0; cc_cpus[i]; i++)
         if (strcmp(cpu, cc_cpus[i]) == 0)

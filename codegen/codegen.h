@@ -148,6 +148,10 @@ typedef struct {
        program_lower was asked to (kiln_options.blas). Else the GEMM-heavy ops are K_GEMM kernels
        (kernel_gemm). */
     bool blas;
+    /* The floats in one of the C target's vector registers (cc_vector_floats): GEMMs
+       with weights known now run on packed weights (lower_packed.c), in register
+       tiles of that width. 0 on the CUDA target. */
+    int vector_floats;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
     Arena arena;  /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
@@ -156,11 +160,18 @@ typedef struct {
     unsigned next_name;
 } Program;
 
-/* Lowers a verified graph (no grad left) with its weights for a target;
- * memplan: plan the workspace with reuse (plan.c), else every value its own offset;
- * blas: the C target's GEMMs call OpenBLAS (where kiln is built with it), else they
- * are generated loops. NULL after a diagnostic (an op with no lowering, a missing weight). */
-Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, bool blas, Diag *d);
+/* How to lower a graph. */
+typedef struct {
+    Target target;
+    bool memplan;    /* plan the workspace with reuse (plan.c), else every value its own offset */
+    bool blas;       /* the C target's GEMMs call OpenBLAS (where kiln is built with it), else
+                        they are generated loops */
+    const char *cpu; /* the C target's CPU (cc_cpu_valid; NULL: native), for its vector width */
+} LowerOptions;
+
+/* Lowers a verified graph (no grad left) with its weights. NULL after a diagnostic
+ * (an op with no lowering, a missing weight). */
+Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d);
 void program_free(Program *p);
 
 /* ---- The memory plan (plan.c) ---- */
@@ -240,6 +251,32 @@ void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *
  * `at` (an expression of the variables bi, r and q). */
 void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at);
 
+/* Stores epilogue(x0) (NULL: x0) of fused op n, its inputs from expr_first_input(n)
+ * on read at offset `at` of the element in the result, into buffer y at `at`. */
+void kb_store_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, int y, KExpr *at,
+                       KExpr *x0);
+
+/* A GEMM Y = A B of each of `batch` items, B known now (lower_packed.c): A(bi, r, kk)
+ * at a_at + bi a_batch + r a_ld + kk in buffer a, B(bi, kk, q) at b[bi b_batch +
+ * kk b_k + q b_q], Y(bi, r, q) at y_at + bi y_batch + r y_ld + q in buffer y, stored
+ * plus the bias value's element bi bias_batch + q (bias -1: none) through node's
+ * epilogue (NULL: none). */
+typedef struct {
+    int64_t batch, rows, cols, depth;
+    int a, y, bias;
+    int64_t a_at, a_ld, a_batch, y_at, y_ld, y_batch, bias_batch;
+    const float *b;
+    int64_t b_k, b_q, b_batch;
+    const Node *node;
+    const Expr *epilogue;
+} PackedGemm;
+
+/* The iterations of the LOOP kernel that runs g. */
+int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g);
+/* Builds LOOP kernel k's body (of packed_gemm_tiles iterations): g's B packed into
+ * k's table, and the micro-kernels. -1 after a diagnostic when memory runs out. */
+int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d);
+
 /* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the
  * sum running over `depth`, with the float scalars alpha and beta (lower_linalg.c). */
 void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
@@ -294,7 +331,7 @@ typedef struct {
     const char *parallel_open; /* a PARALLEL loop over `i`, before its block */
     const char *call_open;     /* before a CALL kernel's body */
     const char *barrier;       /* a barrier statement, where there is one */
-    const char *unroll_hint;   /* before an UNROLL loop, or NULL */
+    const char *unroll_hint;   /* before an UNROLL loop, followed by the count; or NULL */
     const char *vector_hint;   /* before a VECTOR loop, or NULL */
     const char *launch_bounds; /* CUDA: the attribute giving a GEMM kernel's block size */
 } Lang;
@@ -379,6 +416,8 @@ extern const char *const cc_flags[7];
  * machine's, the default. */
 extern const char *const cc_cpus[];
 bool cc_cpu_valid(const char *cpu);
+/* The floats in a vector register of code built for cpu (NULL: native, this machine). */
+int cc_vector_floats(const char *cpu);
 /* The system compilers a shared object is built with, and the CPU it is built for. */
 typedef struct {
     const char *cc, *cxx; /* the C and C++ compilers; NULL: "cc" and "c++" */

@@ -31,7 +31,7 @@ const Lang lang_c = {
     .restrict_kw = "restrict ",
     .parallel_open = "for (int64_t i = begin; i < end; i++)",
     .call_open = "(void)begin, (void)end;",
-    .unroll_hint = "#pragma GCC unroll 16", /* GCC's spelling, which Clang reads too */
+    .unroll_hint = "#pragma GCC unroll", /* GCC's spelling, which Clang reads too */
 };
 
 /* The expression for a value's buffer, as a float pointer. */
@@ -285,6 +285,12 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
                "void cblas_sgemv(int order, int trans, int m, int n, float alpha, const float *a, int lda,\n"
                "                 const float *x, int incx, float beta, float *y, int incy);\n"
                "void openblas_set_num_threads(int n);\n\n");
+    if (p->vector_floats > 0)
+        str_printf(out,
+                   "/* A vector register of floats (GCC's and Clang's vector extension), read and\n"
+                   "   written at any alignment. */\n"
+                   "typedef float kiln_vf __attribute__((vector_size(%d), aligned(4)));\n\n",
+                   4 * p->vector_floats);
     emit_weights_blob(p, out);
     for (int k = 0; k < p->n_kernels; k++)
         emit_kernel(p, l, &p->kernels[k], out);

@@ -178,7 +178,7 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
 static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
                         kiln_error *err) {
-    Program *p = program_lower(g, weights, o->target, o->memplan, o->blas, d);
+    Program *p = program_lower(g, weights, &(LowerOptions){o->target, o->memplan, o->blas, o->tools.cpu}, d);
     Source src = {0};
     if (p)
         p->profile = profile;

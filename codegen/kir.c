@@ -229,6 +229,19 @@ KExpr *k_addr(KBuilder *b, int buf, KExpr *index) {
     return e;
 }
 
+KExpr *k_vload(KBuilder *b, int buf, KExpr *index) {
+    KExpr *e = node(b, KE_VLOAD, KT_VF32);
+    if (e != &dummy_expr) {
+        e->buf = buf;
+        e->a = index;
+    }
+    return e;
+}
+
+KExpr *k_vsplat(KBuilder *b, double v) {
+    return float_literal_of(b, KT_VF32, v);
+}
+
 KExpr *k_symbol(KBuilder *b, const char *name) {
     KExpr *e = node(b, KE_SYMBOL, KT_I32);
     if (e != &dummy_expr)
@@ -328,7 +341,7 @@ KExpr *k_bin(KBuilder *b, KExprKind op, KExpr *x, KExpr *y) {
         default: break;
         }
     }
-    KExpr *e = node(b, op, result_type(op, x->type));
+    KExpr *e = node(b, op, result_type(op, y->type == KT_VF32 ? KT_VF32 : x->type));
     if (e != &dummy_expr) {
         e->a = x;
         e->b = y;
@@ -467,6 +480,15 @@ void kb_store_add(KBuilder *b, int buf, KExpr *index, KExpr *value) {
     store(b, buf, index, value, true, false);
 }
 
+void kb_vstore(KBuilder *b, int buf, KExpr *index, KExpr *value) {
+    KStmt *s = append(b, KS_VSTORE);
+    if (s) {
+        s->buf = buf;
+        s->index = index;
+        s->a = value;
+    }
+}
+
 void kb_store2(KBuilder *b, int buf, KExpr *row, KExpr *col, KExpr *value, bool accumulate) {
     store(b, buf, flat2(b, buf, row, col), value, accumulate, true);
 }
@@ -492,8 +514,21 @@ void kb_for_var(KBuilder *b, int var, KExpr *lo, KExpr *hi, KExpr *step, unsigne
         s->hi = hi;
         s->step = step;
         s->flags = flags;
+        s->unroll = flags & K_UNROLL ? 16 : 0;
     }
     open_block(b, s, s ? &s->body : NULL);
+}
+
+void kb_unroll(KBuilder *b, int count) {
+    KStmt *s = b->open[b->depth];
+    if (b->depth == 0 || (s && s->kind != KS_FOR) || count < 1) {
+        b->misuse = true;
+        return;
+    }
+    if (s) {
+        s->flags |= K_UNROLL;
+        s->unroll = count;
+    }
 }
 
 int kb_for(KBuilder *b, const char *name, KType t, KExpr *lo, KExpr *hi, KExpr *step, unsigned flags) {
@@ -653,7 +688,7 @@ static void count_expr(KBody *kb, const KExpr *e, int *uses) {
         return;
     if (e->kind == KE_VAR)
         uses[e->var]++;
-    if (e->kind == KE_LOAD || e->kind == KE_ADDR)
+    if (e->kind == KE_LOAD || e->kind == KE_ADDR || e->kind == KE_VLOAD)
         kb->bufs[e->buf].used = true;
     count_expr(kb, e->a, uses);
     count_expr(kb, e->b, uses);
@@ -673,7 +708,7 @@ static void count_list(KBody *kb, const KStmt *s, int *uses) {
             count_expr(kb, s->args[i], uses);
         if (s->kind == KS_ASSIGN)
             uses[s->var]++; /* a variable assigned to is kept with its declaration */
-        if (s->kind == KS_STORE)
+        if (s->kind == KS_STORE || s->kind == KS_VSTORE)
             kb->bufs[s->buf].used = true;
         count_list(kb, s->body, uses);
         count_list(kb, s->orelse, uses);
@@ -753,13 +788,34 @@ static int check_buf(Verifier *v, int buf) {
     return 0;
 }
 
+/* Vectors are the C target's, read and written in buffers of floats; buf -1: no
+ * buffer. */
+static int check_vector_access(Verifier *v, int buf) {
+    if (v->target != KIR_C)
+        return fail(v, "a vector outside C");
+    if (buf < 0)
+        return 0;
+    if (check_buf(v, buf))
+        return -1;
+    const KBuf *b = &v->kb->bufs[buf];
+    return b->type == KT_F32 && b->kind != KB_SHARED ? 0
+                                                     : fail(v, "a vector access to a buffer not of floats");
+}
+
+/* + - * / of a vector and a vector or a float scalar. */
+static bool vector_arithmetic(const KExpr *e) {
+    KType x = e->a->type, y = e->b->type;
+    return e->kind >= KE_ADD && e->kind <= KE_DIV && (x == KT_VF32 || y == KT_VF32) &&
+           (x == KT_VF32 || x == KT_F32) && (y == KT_VF32 || y == KT_F32);
+}
+
 static int check_expr(Verifier *v, const KExpr *e) {
     if (!e)
         return fail(v, "a missing operand");
     switch (e->kind) {
     case KE_INT:
-    case KE_FLOAT:
     case KE_SYMBOL: return 0;
+    case KE_FLOAT: return e->type == KT_VF32 ? check_vector_access(v, -1) : 0;
     case KE_VAR:
         if (e->var < 0 || e->var >= v->kb->n_vars || v->state[e->var] != 1)
             return fail(v, "variable %s read outside its scope", var_name(v, e->var));
@@ -768,6 +824,10 @@ static int check_expr(Verifier *v, const KExpr *e) {
     case KE_LOAD:
     case KE_ADDR:
         if (check_buf(v, e->buf) || check_expr(v, e->a))
+            return -1;
+        return integral(e->a->type) ? 0 : fail(v, "a non-integer index");
+    case KE_VLOAD:
+        if (check_vector_access(v, e->buf) || check_expr(v, e->a))
             return -1;
         return integral(e->a->type) ? 0 : fail(v, "a non-integer index");
     case KE_NEG:
@@ -788,7 +848,7 @@ static int check_expr(Verifier *v, const KExpr *e) {
     default:
         if (check_expr(v, e->a) || check_expr(v, e->b))
             return -1;
-        if (e->a->type != e->b->type)
+        if (e->a->type != e->b->type && !vector_arithmetic(e))
             return fail(v, "an operator (kind %d) applied to two types", (int)e->kind);
         if ((e->kind == KE_MOD || e->kind == KE_AND || e->kind == KE_OR) &&
             !(integral(e->a->type) || e->a->type == KT_BOOL))
@@ -834,6 +894,12 @@ static int check_stmt(Verifier *v, const KStmt *s) {
         if (!v->kb->bufs[s->buf].writable)
             return fail(v, "a store to a buffer the kernel only reads");
         return 0;
+    case KS_VSTORE:
+        if (check_vector_access(v, s->buf) || check_expr(v, s->index) || check_expr(v, s->a))
+            return -1;
+        if (!v->kb->bufs[s->buf].writable)
+            return fail(v, "a store to a buffer the kernel only reads");
+        return s->a->type == KT_VF32 ? 0 : fail(v, "a vector store of a scalar");
     case KS_FOR: {
         if (check_expr(v, s->lo) || check_expr(v, s->hi) || (s->step && check_expr(v, s->step)))
             return -1;

@@ -28,7 +28,10 @@
 
 #include "../ir/ir.h"
 
-typedef enum { KT_BOOL, KT_I32, KT_I64, KT_F32, KT_F64, KT_PTR } KType;
+/* KT_VF32: a vector of floats as wide as the C target's vector registers
+ * (Program.vector_floats), C only; arithmetic mixes it with KT_F32 scalars, which
+ * stand for the vector of that value in every lane. */
+typedef enum { KT_BOOL, KT_I32, KT_I64, KT_F32, KT_F64, KT_PTR, KT_VF32 } KType;
 
 typedef enum {
     KE_INT,     /* i */
@@ -36,6 +39,7 @@ typedef enum {
     KE_VAR,     /* variable `var` */
     KE_LOAD,    /* buffer `buf` at index a */
     KE_ADDR,    /* the address of buffer `buf`'s element a (a KT_PTR, for calls) */
+    KE_VLOAD,   /* the KT_VF32 of float buffer `buf`'s elements from a on */
     KE_SYMBOL,  /* a constant of a called library, `name` (CblasRowMajor) */
     KE_SPECIAL, /* a CUDA thread or block index, `special` */
     KE_NEG,
@@ -80,6 +84,7 @@ typedef enum {
     KS_DECL,   /* type var = a; (mutable) */
     KS_ASSIGN, /* var = a; or, accumulating, var += a; */
     KS_STORE,  /* buf[index] = a; or, accumulating, += */
+    KS_VSTORE, /* float buffer buf's elements from index on = vector a */
     KS_FOR,    /* for (var = lo; var < hi; var += step) body */
     KS_IF,     /* if (a) body else orelse */
     KS_CALL,   /* name(args); */
@@ -96,6 +101,7 @@ struct KStmt {
     int var, buf;
     bool accumulate, zero;
     unsigned flags; /* KS_FOR: K_PARALLEL, ... */
+    int unroll;     /* KS_FOR with K_UNROLL: by how many iterations */
     KExpr *a, *index, *lo, *hi, *step;
     KStmt *body, *orelse;
     const char *name;
@@ -180,6 +186,10 @@ KExpr *k_load(KBuilder *b, int buf, KExpr *index);
 /* Element (row, col) of a 2-D local array. */
 KExpr *k_load2(KBuilder *b, int buf, KExpr *row, KExpr *col);
 KExpr *k_addr(KBuilder *b, int buf, KExpr *index);
+/* The vector of float buffer buf's elements from index on (any alignment). */
+KExpr *k_vload(KBuilder *b, int buf, KExpr *index);
+/* The vector with v in every lane. */
+KExpr *k_vsplat(KBuilder *b, double v);
 KExpr *k_symbol(KBuilder *b, const char *name);
 KExpr *k_special(KBuilder *b, KSpecial s);
 KExpr *k_neg(KBuilder *b, KExpr *a);
@@ -218,11 +228,16 @@ void kb_accum(KBuilder *b, int var, KExpr *value);
 void kb_store(KBuilder *b, int buf, KExpr *index, KExpr *value);
 void kb_store_add(KBuilder *b, int buf, KExpr *index, KExpr *value);
 void kb_store2(KBuilder *b, int buf, KExpr *row, KExpr *col, KExpr *value, bool accumulate);
+/* Stores vector value into float buffer buf's elements from index on. */
+void kb_vstore(KBuilder *b, int buf, KExpr *index, KExpr *value);
 /* Opens `for (name = lo; name < hi; name += step)` (step NULL: 1); returns its
  * variable. kb_end closes it. */
 int kb_for(KBuilder *b, const char *name, KType t, KExpr *lo, KExpr *hi, KExpr *step, unsigned flags);
 /* A loop over an existing variable (declared with kb_new_var). */
 void kb_for_var(KBuilder *b, int var, KExpr *lo, KExpr *hi, KExpr *step, unsigned flags);
+/* Marks the innermost open loop UNROLL by `count` iterations (K_UNROLL alone
+ * unrolls by 16); a count of the loop's trip count unrolls it fully. */
+void kb_unroll(KBuilder *b, int count);
 void kb_if(KBuilder *b, KExpr *cond);
 /* Opens a scope of its own (closed by kb_end). */
 void kb_scope(KBuilder *b);

@@ -45,7 +45,8 @@ static int prec(const KExpr *e) {
     case KE_FORMULA: return 0; /* its text is parenthesized wherever it is an operand */
     case KE_NEG:
     case KE_NOT:
-    case KE_CAST: return PREC_UNARY;
+    case KE_CAST:
+    case KE_VLOAD: return PREC_UNARY;
     case KE_ADDR:
     case KE_ADD:
     case KE_SUB: return PREC_ADD;
@@ -73,12 +74,13 @@ static const char *type_name(const Lang *l, KType t) {
     case KT_F32: return "float";
     case KT_F64: return "double";
     case KT_PTR: return l ? "float *" : "ptr";
+    case KT_VF32: return "kiln_vf";
     }
     return "?";
 }
 
 static const char *dump_type(KType t) {
-    static const char *const names[] = {"bool", "i32", "i64", "f32", "f64", "ptr"};
+    static const char *const names[] = {"bool", "i32", "i64", "f32", "f64", "ptr", "vf32"};
     return names[t];
 }
 
@@ -145,7 +147,11 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
     switch (e->kind) {
     case KE_INT: str_printf(o, "%lld", (long long)e->i); break;
     case KE_FLOAT:
-        if (e->type == KT_F32) {
+        if (e->type == KT_VF32) { /* a scalar operand fills every lane */
+            char lit[48];
+            float_literal(e->f, lit, sizeof lit);
+            str_printf(o, e->f == 0 ? "(kiln_vf){0}" : "((kiln_vf){0} + %s)", lit);
+        } else if (e->type == KT_F32) {
             char lit[48];
             float_literal(e->f, lit, sizeof lit);
             str_printf(o, "%s", lit);
@@ -159,6 +165,10 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
         break;
     case KE_VAR: str_printf(o, "%s", pr->kb->vars[e->var].name); break;
     case KE_LOAD: print_index(pr, e->buf, e->a, e->n_args == 2); break;
+    case KE_VLOAD:
+        str_printf(o, pr->dump ? "vload " : "*(const kiln_vf *)&");
+        print_index(pr, e->buf, e->a, false);
+        break;
     case KE_ADDR: {
         char tmp[32];
         str_printf(o, "%s", buf_name(pr, e->buf, tmp, sizeof tmp));
@@ -229,8 +239,9 @@ static void print_for(Printer *pr, const KStmt *s, int indent) {
             str_printf(o, " step ");
             print_expr(pr, s->step, 0);
         }
-        str_printf(o, "%s%s%s", s->flags & K_PARALLEL ? " parallel" : "",
-                   s->flags & K_VECTOR ? " vector" : "", s->flags & K_UNROLL ? " unroll" : "");
+        str_printf(o, "%s%s", s->flags & K_PARALLEL ? " parallel" : "", s->flags & K_VECTOR ? " vector" : "");
+        if (s->flags & K_UNROLL)
+            str_printf(o, " unroll(%d)", s->unroll);
         print_block(pr, s->body, indent);
         return;
     }
@@ -240,7 +251,7 @@ static void print_for(Printer *pr, const KStmt *s, int indent) {
         return;
     }
     if ((s->flags & K_UNROLL) && pr->l->unroll_hint)
-        str_printf(o, "%*s%s\n", indent, "", pr->l->unroll_hint);
+        str_printf(o, "%*s%s %d\n", indent, "", pr->l->unroll_hint, s->unroll);
     if ((s->flags & K_VECTOR) && pr->l->vector_hint)
         str_printf(o, "%*s%s\n", indent, "", pr->l->vector_hint);
     str_printf(o, "%*sfor (%s %s = ", indent, "", type_name(pr->l, pr->kb->vars[s->var].type), v);
@@ -281,6 +292,13 @@ static void print_stmt(Printer *pr, const KStmt *s, int indent) {
         str_printf(o, "%*s", indent, "");
         print_index(pr, s->buf, s->index, s->n_args == 2);
         str_printf(o, " %s= ", s->accumulate ? "+" : "");
+        print_expr(pr, s->a, 0);
+        str_printf(o, ";\n");
+        break;
+    case KS_VSTORE:
+        str_printf(o, "%*s%s", indent, "", pr->dump ? "vstore " : "*(kiln_vf *)&");
+        print_index(pr, s->buf, s->index, false);
+        str_printf(o, " = ");
         print_expr(pr, s->a, 0);
         str_printf(o, ";\n");
         break;

@@ -455,7 +455,7 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
     return 0;
 }
 
-Program *program_lower(Graph *g, const TensorList *weights, Target target, bool memplan, bool blas, Diag *d) {
+Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
@@ -464,12 +464,11 @@ Program *program_lower(Graph *g, const TensorList *weights, Target target, bool 
         return NULL;
     }
     p->g = g;
-    p->target = target;
+    p->target = o->target;
 #ifdef KILN_HAVE_OPENBLAS
-    p->blas = target == TARGET_C && blas;
-#else
-    (void)blas;
+    p->blas = o->target == TARGET_C && o->blas;
 #endif
+    p->vector_floats = o->target == TARGET_C ? cc_vector_floats(o->cpu) : 0;
     for (int v = 0; v < g->n_values; v++)
         p->buf[v].kind = BUF_NONE;
     p->n_inputs = graph_inputs(g, p->inputs, g->n_values);
@@ -490,7 +489,7 @@ Program *program_lower(Graph *g, const TensorList *weights, Target target, bool 
             p->buf[v] = (Buffer){BUF_OUTPUT, k};
         }
     }
-    if (memplan && mark_views(p))
+    if (o->memplan && mark_views(p))
         goto oom;
     for (int i = 0; i < g->n_nodes; i++) {
         const Node *n = g->nodes[i];
@@ -512,7 +511,7 @@ Program *program_lower(Graph *g, const TensorList *weights, Target target, bool 
     for (int k = 0; k < p->n_kernels; k++)
         if (kernel_finish(p, &p->kernels[k], d))
             goto fail;
-    if (plan_memory(p, memplan, d))
+    if (plan_memory(p, o->memplan, d))
         goto fail;
     return p;
 oom:

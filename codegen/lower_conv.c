@@ -446,6 +446,43 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
     return 0;
 }
 
+/* Whether conv c is a GEMM on packed weights (lower_packed.c): the C target, channels
+ * last, and weights known now. */
+static bool packed_applies(const Program *p, const Conv *c) {
+    return p->vector_floats > 0 && c->nhwc && p->buf[c->wv].kind == BUF_WEIGHT;
+}
+
+/* The GEMM of each group, y[:, g] = cols[:, g] x w[g]^T, on w packed now. The column
+ * matrix is the scratch, or x itself. */
+static int packed_gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t scratch_bytes,
+                       Diag *d) {
+    int64_t cg = c->x.c / c->groups, og = c->y.c / c->groups, depth = cg * c->taps;
+    PackedGemm g = {.batch = c->groups,
+                    .rows = c->y.n * c->positions,
+                    .cols = og,
+                    .depth = depth,
+                    .bias = c->bv,
+                    .a_ld = c->groups * depth,
+                    .a_batch = depth,
+                    .y_ld = c->y.c,
+                    .y_batch = og,
+                    .bias_batch = og,
+                    .b = (const float *)(p->weights + p->buf[c->wv].offset),
+                    .b_k = 1,
+                    .b_q = depth,
+                    .b_batch = og * depth,
+                    .node = n,
+                    .epilogue = c->epilogue};
+    Kernel *k = kernel_loop(p, n, "packed_gemm", packed_gemm_tiles(p, &g), 1, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = scratch_bytes;
+    k->flops = lower_flops(5, (int64_t[]){2, g.rows, og, depth, c->groups});
+    g.a = pointwise ? kb_value(&k->b, c->xv, false) : kb_scratch(&k->b);
+    g.y = kb_value(&k->b, c->yv, true);
+    return kb_packed_gemm(p, k, &g, d);
+}
+
 /* ---- Direct loops: depthwise conv and conv_transpose ---- */
 
 /* Opens the loops over a depthwise conv's taps: for each spatial dim but the last,
@@ -738,17 +775,18 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         rc = depthwise_nhwc(p, n, &c, d);
     } else if (cg == 1 && c.groups > 1) {
         rc = depthwise(p, n, &c, d);
-    } else if (!p->blas) {
+    } else if (!p->blas && !packed_applies(p, &c)) {
         rc = conv_gemm(p, n, &c, d);
     } else if (winograd_applies(p, n)) {
         rc = lower_winograd(p, n, c.epilogue, d);
     } else {
-        bool pointwise = is_pointwise(&c);
+        bool pointwise = is_pointwise(&c), packed = packed_applies(p, &c);
         int64_t bytes = pointwise ? 0
                                   : lower_size(n, "im2col scratch", 5,
                                                (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
         rc = bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)) ? -1
-                                                                     : gemm(p, n, &c, pointwise, bytes, d);
+             : packed ? packed_gemm(p, n, &c, pointwise, bytes, d)
+                      : gemm(p, n, &c, pointwise, bytes, d);
     }
     if (!rc && c.epilogue) {
         /* the kernel that finishes the result names what it fused */

@@ -231,11 +231,16 @@ void kb_tile_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *
     kb_end(b);
 }
 
+void kb_store_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, int y, KExpr *at,
+                       KExpr *x0) {
+    int v0 = kb_let(b, "x0", KT_F32, x0);
+    kb_store(b, y, at, element_epilogue(b, p, n, epilogue, k_var(b, v0), at));
+}
+
 void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilogue, KExpr *bias, KExpr *at) {
     KBuilder *b = &k->b;
     KExpr *acc = k_var(b, k->gemm.acc);
-    int x0 = kb_let(b, "x0", KT_F32, bias ? k_add(b, acc, bias) : acc);
-    kb_store(b, kb_value(b, n->out[0], true), at, element_epilogue(b, p, n, epilogue, k_var(b, x0), at));
+    kb_store_epilogue(b, p, n, epilogue, kb_value(b, n->out[0], true), at, bias ? k_add(b, acc, bias) : acc);
 }
 
 /* How an input is read inside a block of the output's last dims: FULL when

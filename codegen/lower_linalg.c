@@ -1,5 +1,6 @@
 /* Lowering of matmul, gemm and linear: for the C target, each is one CALL kernel
- * around cblas_sgemm; for CUDA, one K_GEMM kernel (each *_gemm function).
+ * around cblas_sgemm; for CUDA, one K_GEMM kernel (each *_gemm function). A linear
+ * whose weights are known now is a GEMM on them packed (lower_packed.c).
  *
  * matmul follows numpy as ir/op_linalg.c does: a 1-D a is the row [1, K] and a 1-D
  * b the column [K, 1], and the dims before the last two broadcast. One sgemm runs
@@ -280,12 +281,45 @@ static KExpr *gemm_bias_at(KBuilder *b, KExpr *r, KExpr *q, const void *ctx) {
     return q;
 }
 
+/* linear on weights known now: x [rows, in] times w^T packed (lower_packed.c), the
+ * bias and epilogue applied to each register tile. */
+static int packed_linear(Program *p, const Node *n, int64_t rows, int64_t in_len, int64_t out_len, Diag *d) {
+    Arena arena = {0};
+    PackedGemm g = {.batch = 1,
+                    .rows = rows,
+                    .cols = out_len,
+                    .depth = in_len,
+                    .bias = n->n_in > 2 ? n->in[2] : -1,
+                    .a_ld = in_len,
+                    .y_ld = out_len,
+                    .b = (const float *)(p->weights + p->buf[n->in[1]].offset),
+                    .b_k = 1,
+                    .b_q = in_len,
+                    .node = n};
+    if (n->op == OP_FUSED_LINEAR && !(g.epilogue = node_expr(&arena, n, d)))
+        return -1;
+    Kernel *k = kernel_loop(p, n, "packed_gemm", packed_gemm_tiles(p, &g), 1, d);
+    int rc = -1;
+    if (k) {
+        k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
+        g.a = kb_value(&k->b, n->in[0], false);
+        g.y = kb_value(&k->b, n->out[0], true);
+        rc = kb_packed_gemm(p, k, &g, d);
+        if (!rc && g.epilogue)
+            kernel_annotate(k, node_attr(n, ATTR_EXPR)->s);
+    }
+    arena_free(&arena);
+    return rc;
+}
+
 int lower_linear(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type, *w = &p->g->values[n->in[1]].type;
     long long rows = 1, in_len = w->dims[1], out_len = w->dims[0];
     for (int i = 0; i < x->rank - 1; i++)
         rows *= x->dims[i];
     int bias = n->n_in > 2 ? n->in[2] : -1;
+    if (p->vector_floats > 0 && p->buf[n->in[1]].kind == BUF_WEIGHT)
+        return packed_linear(p, n, rows, in_len, out_len, d);
     if (!p->blas)
         return linear_gemm(p, n, rows, in_len, out_len, d);
     if (blas_too_large(n, 1, out_len, in_len, d))

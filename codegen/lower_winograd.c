@@ -8,7 +8,9 @@
  *       scratch;
  *   V = B^T d B per 4x4 input patch d (the tile's inputs, zeros outside) and channel,
  *       into the scratch as 16 matrices [tiles, C] (LOOP over tile rows);
- *   M = V U, 16 GEMMs [tiles, C] x [C, O] (a LOOP of 16 cblas_sgemm calls);
+ *   M = V U, 16 GEMMs [tiles, C] x [C, O]: on U packed now (lower_packed.c) when
+ *       the weights are known now and the target has them, else a LOOP of 16
+ *       cblas_sgemm calls;
  *   y = A^T m A per tile and output channel, plus the bias, into y; each tile row is
  *       then finished with the epilogue while in cache (fused_conv).
  * Both transforms are written out as one loop over the channels per element of the
@@ -47,7 +49,9 @@ enum { MIN_TILES = 32 };
  * most 2), and enough channels and tiles for the GEMMs to be worth it. */
 bool winograd_applies(const Program *p, const Node *n) {
     const Graph *g = p->g;
-    if (!p->blas || !layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 || node_int(n, ATTR_GROUPS) != 1)
+    bool packed = p->vector_floats > 0 && p->buf[n->in[1]].kind == BUF_WEIGHT;
+    if ((!p->blas && !packed) || !layout_is_nhwc(n) || g->values[n->in[0]].type.rank != 4 ||
+        node_int(n, ATTR_GROUPS) != 1)
         return false;
     bool transposed = n->op == OP_CONV_TRANSPOSE;
     const Type *w = &g->values[n->in[1]].type;
@@ -227,6 +231,29 @@ static int input_transform(Program *p, const Node *n, const Wino *w, int64_t scr
 }
 
 /* The 16 GEMMs M[k] = V[k] U[k]. */
+/* M = V U on U packed, with k made a LOOP over the GEMMs' register tiles. */
+static int packed_products(Program *p, const Node *n, Kernel *k, const Wino *w, const float *u, Diag *d) {
+    int64_t c = w->x.c, o = w->y.c, tiles = w->tiles;
+    PackedGemm g = {.batch = 16,
+                    .rows = tiles,
+                    .cols = o,
+                    .depth = c,
+                    .bias = -1,
+                    .a_ld = c,
+                    .a_batch = tiles * c,
+                    .y_at = 16 * tiles * c,
+                    .y_ld = o,
+                    .y_batch = tiles * o,
+                    .b = u,
+                    .b_k = o,
+                    .b_q = 1,
+                    .b_batch = c * o,
+                    .node = n};
+    k->count = packed_gemm_tiles(p, &g);
+    g.a = g.y = kb_scratch(&k->b);
+    return kb_packed_gemm(p, k, &g, d);
+}
+
 static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
     int64_t c = w->x.c, o = w->y.c, tiles = w->tiles;
     Kernel *k = kernel_new(p, n, K_LOOP, "winograd_gemm");
@@ -242,10 +269,11 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
         float *u = weight_transform(p, n, w->transposed, c, o);
         if (!u)
             return diag_error(d, n->loc, "out of memory");
-        int rc = program_table(p, k, u, (int64_t)sizeof(float) * 16 * c * o, d);
+        int rc = p->vector_floats > 0 ? packed_products(p, n, k, w, u, d)
+                                      : program_table(p, k, u, (int64_t)sizeof(float) * 16 * c * o, d);
         ir_free(u);
-        if (rc)
-            return -1;
+        if (rc || p->vector_floats > 0)
+            return rc ? -1 : 0;
     }
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter);

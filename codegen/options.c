@@ -20,7 +20,7 @@ enum { SETTING_MAX = 4096 };
 
 static struct {
     kiln_options options;
-    char cache_dir[SETTING_MAX], cc[SETTING_MAX], cxx[SETTING_MAX];
+    char cache_dir[SETTING_MAX], cc[SETTING_MAX], cxx[SETTING_MAX], cpu[SETTING_MAX];
 } from_env;
 static pthread_once_t from_env_once = PTHREAD_ONCE_INIT;
 
@@ -48,6 +48,7 @@ static void read_env(void) {
         o->cache_dir = copy_setting(path, from_env.cache_dir);
     o->cc = copy_setting(getenv("KILN_CC"), from_env.cc);
     o->cxx = copy_setting(getenv("KILN_CXX"), from_env.cxx);
+    o->cpu = copy_setting(getenv("KILN_CPU"), from_env.cpu);
     o->jit = env_is("KILN_JIT", "cc") ? "cc" : NULL;
     o->blas = env_is("KILN_BLAS", "off") ? "off" : NULL;
     o->cuda = env_is("KILN_CUDA", "emulate") ? "emulate" : NULL;

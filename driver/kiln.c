@@ -264,7 +264,8 @@ int parse_options(int argc, char **argv, int first, const Command *cmd, Options 
 int jit_options(const Options *o, JitOptions *jo, Diag *d) {
     kiln_options settings = o->settings;
     settings.target = o->target && strcmp(o->target, "cuda") == 0 ? "cuda" : "c";
-    settings.cpu = o->cpu;
+    if (o->cpu)
+        settings.cpu = o->cpu;
     if (jit_options_from(&settings, jo, d))
         return -1;
     jo->memplan = pipeline_selects(&o->pipeline, "memplan");

@@ -60,8 +60,10 @@ typedef struct {
     const char *jit;       /* "clang": compiled in process by Clang's libraries (the default where
                               libkiln has them); "cc": by the C compiler into a cached .so, dlopened */
     const char *cc, *cxx;  /* the C and C++ compilers ("cc" and "c++" when NULL) */
-    const char *blas;      /* "on" (the default): the C target's GEMMs call OpenBLAS where libkiln
-                              was built with it; "off": they are generated loops */
+    const char *blas;      /* "on" (the default): the C target's GEMMs of weights that change at
+                              run time call OpenBLAS where libkiln was built with it; "off":
+                              they are generated loops (GEMMs of weights known when the model
+                              is compiled are always kiln's own micro-kernels) */
     const char *cuda;      /* "gpu" (the default): the CUDA target runs on the GPU; "emulate": its
                               kernels are built for the CPU */
 } kiln_options;
@@ -69,7 +71,8 @@ typedef struct {
 /* The defaults, from the environment, read once (on the first call; the strings
  * stay valid for the life of the process): cache_dir from $KILN_CACHE_DIR, else
  * $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln; jit "cc" when $KILN_JIT is `cc`;
- * cc and cxx from $KILN_CC and $KILN_CXX; blas "off" when $KILN_BLAS is `off`;
+ * cc and cxx from $KILN_CC and $KILN_CXX; cpu from $KILN_CPU; blas "off" when
+ * $KILN_BLAS is `off`;
  * cuda "emulate" when $KILN_CUDA is `emulate`. Every other field is 0 (NULL): its
  * built-in default. kiln_jit takes a NULL field of its options from here; the kiln
  * command starts from these and sets what its own options say. */

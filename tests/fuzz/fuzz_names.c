@@ -289,7 +289,7 @@ static void generate(char *const *names, Generated *gen, bool check_print) {
     PipelineOptions po = {.level = 2, .verify = true, .lower = true};
     if (pipeline_run(gen->g, &gen->weights, &po, &d))
         fail("the passes fail", NULL);
-    if (!(gen->c = program_lower(gen->g, &gen->weights, TARGET_C, true, true, &d)) ||
+    if (!(gen->c = program_lower(gen->g, &gen->weights, &(LowerOptions){TARGET_C, true, true, NULL}, &d)) ||
         emit_c_model(gen->c, &gen->src[0], &d))
         fail("C generation fails", NULL);
     gen->c->profile = true;
@@ -297,7 +297,7 @@ static void generate(char *const *names, Generated *gen, bool check_print) {
         fail("C generation with profiling fails", NULL);
     gen->c->profile = false;
     emit_header(gen->g, &gen->src[6]);
-    Program *cuda = program_lower(gen->g, &gen->weights, TARGET_CUDA, true, true, &d);
+    Program *cuda = program_lower(gen->g, &gen->weights, &(LowerOptions){TARGET_CUDA, true, true, NULL}, &d);
     for (int emulated = 0; emulated < 2; emulated++) {
         Str *kernels = &gen->src[1 + 2 * emulated], *host = &gen->src[2 + 2 * emulated];
         if (!cuda || emit_cuda_kernels(cuda, emulated, kernels, &d) ||

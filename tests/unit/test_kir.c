@@ -4,7 +4,10 @@
  *   - a register-blocked micro-kernel: a 4 x 4 block of C += A B held in a local
  *     array across the whole depth loop, its inner loops unrolled;
  *   - a kernel parameterized by shape: y = a x + y over a length n passed at run
- *     time, one function for every n. */
+ *     time, one function for every n;
+ *   - vectors: y = 2.5 x + 1 four floats at a time, through vector loads and stores
+ *     at any alignment, a splat and a scalar times a vector, its loop unrolled by a
+ *     count of its own. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,6 +145,13 @@ static void test_verifier_rejects(void **state) {
 
     f = fixture();
     b = &f->b;
+    x = kb_param_buf(b, "x", true);
+    kb_vstore(b, x, k_int(b, 0), k_f32(b, 1));
+    assert_non_null(strstr(verdict(f, KIR_C), "a vector store of a scalar"));
+    release(f);
+
+    f = fixture();
+    b = &f->b;
     kb_end(b); /* no block open */
     assert_true(kb_failed(b));
     release(f);
@@ -224,6 +234,18 @@ static void build_axpy(KBuilder *b) {
     kb_end(b);
 }
 
+/* y[i..i+4) = 2.5 x[i..i+4) + 1 for i < n in steps of 4, with 4-float vectors. */
+static void build_vector_scale(KBuilder *b) {
+    int x = kb_param_buf(b, "x", false), y = kb_param_buf(b, "y", true);
+    KExpr *n = k_var(b, kb_param_var(b, "n", KT_I64));
+    int one = kb_decl(b, "one", KT_VF32, k_vsplat(b, 1));
+    KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), n, k_int(b, 4), 0));
+    kb_unroll(b, 2);
+    KExpr *v = k_var(b, kb_let(b, "v", KT_VF32, k_vload(b, x, i)));
+    kb_vstore(b, y, i, k_add(b, k_mul(b, k_f32(b, 2.5), v), k_var(b, one)));
+    kb_end(b);
+}
+
 /* Compiles C source into a shared object in a temporary directory and opens it. */
 static void *compile_and_open(const char *source, char *dir) {
     char path[300], so[300], cmd[1200];
@@ -232,6 +254,7 @@ static void *compile_and_open(const char *source, char *dir) {
     FILE *fp = fopen(path, "w");
     assert_non_null(fp);
     fputs("#include <stdint.h>\n", fp);
+    fputs("typedef float kiln_vf __attribute__((vector_size(16), aligned(4)));\n", fp);
     fputs(source, fp);
     fclose(fp);
     const char *cc = getenv("CC") ? getenv("CC") : "cc";
@@ -244,25 +267,38 @@ static void *compile_and_open(const char *source, char *dir) {
 
 static void test_micro_kernel_and_shape_parameter_run(void **state) {
     (void)state;
-    Fixture *mk = fixture(), *ax = fixture();
+    Fixture *mk = fixture(), *ax = fixture(), *vs = fixture();
     build_micro_kernel(&mk->b);
     build_axpy(&ax->b);
+    build_vector_scale(&vs->b);
     char err[160];
-    assert_false(kb_failed(&mk->b) || kb_failed(&ax->b));
+    assert_false(kb_failed(&mk->b) || kb_failed(&ax->b) || kb_failed(&vs->b));
     assert_int_equal(kir_verify(&mk->body, KIR_C, err, sizeof err), 0);
     assert_int_equal(kir_verify(&ax->body, KIR_C, err, sizeof err), 0);
-    Str src = {0};
+    assert_int_equal(kir_verify(&vs->body, KIR_C, err, sizeof err), 0);
+    assert_non_null(strstr(verdict(vs, KIR_CUDA), "a vector outside C"));
+    Str src = {0}, dump = {0};
     kir_print_function(&mk->body, &lang_c, "micro_4x4", &src);
     kir_print_function(&ax->body, &lang_c, "axpy", &src);
-    assert_false(src.oom);
+    kir_print_function(&vs->body, &lang_c, "vscale", &src);
+    kir_dump(NULL, &vs->body, &dump);
+    assert_false(src.oom || dump.oom);
     assert_non_null(strstr(src.s, "float acc[4][4] = {{0}};"));
-    assert_non_null(strstr(src.s, "#pragma GCC unroll"));
+    assert_non_null(strstr(src.s, "#pragma GCC unroll 16"));
+    assert_non_null(strstr(src.s, "kiln_vf one = ((kiln_vf){0} + 1.0f);"));
+    assert_non_null(strstr(src.s, "#pragma GCC unroll 2\n"));
+    assert_non_null(strstr(src.s, "kiln_vf v = *(const kiln_vf *)&x[i];"));
+    assert_non_null(strstr(src.s, "*(kiln_vf *)&y[i] = 2.5f * v + one;"));
+    assert_non_null(strstr(dump.s, "unroll(2)"));
+    assert_non_null(strstr(dump.s, "vload x[i]"));
+    assert_non_null(strstr(dump.s, "vstore y[i]"));
 
     char dir[] = "/tmp/kiln-test-kir-XXXXXX";
     assert_non_null(mkdtemp(dir));
     void *h = compile_and_open(src.s, dir);
     typedef void MicroFn(const float *, const float *, float *, int64_t);
     typedef void AxpyFn(const float *, float *, int64_t, int64_t);
+    typedef void VscaleFn(const float *, float *, int64_t);
     MicroFn *micro;
     AxpyFn *axpy;
     /* POSIX's way from dlsym's object pointer to a function pointer */
@@ -292,13 +328,26 @@ static void test_micro_kernel_and_shape_parameter_run(void **state) {
         for (int i = 0; i < 40; i++)
             assert_float_equal(y[i], i < n ? 3.0f * (float)i + 1.0f : 1.0f, 0.0f);
     }
+    VscaleFn *vscale;
+    *(void **)&vscale = dlsym(h, "vscale");
+    assert_non_null(vscale);
+    for (int n = 0; n <= 12; n += 4) {
+        float x[17], y[17];
+        for (int i = 0; i < 17; i++)
+            x[i] = (float)i, y[i] = -1.0f;
+        vscale(x + 1, y + 1, n); /* not 16-byte aligned */
+        for (int i = 0; i < 17; i++)
+            assert_float_equal(y[i], i >= 1 && i <= n ? 2.5f * (float)i + 1.0f : -1.0f, 0.0f);
+    }
     dlclose(h);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
     str_free(&src);
+    str_free(&dump);
     release(mk);
     release(ax);
+    release(vs);
 }
 
 int main(void) {

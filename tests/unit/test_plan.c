@@ -140,7 +140,7 @@ static void replay(const Program *p) {
 static int64_t check_plan(Graph *g, const TensorList *w, bool memplan, int64_t *bound) {
     Diag d;
     diag_init(&d, stdout);
-    Program *p = program_lower(g, w, TARGET_C, memplan, true, &d);
+    Program *p = program_lower(g, w, &(LowerOptions){TARGET_C, memplan, true, NULL}, &d);
     if (!p)
         return -1;
     assert_int_equal(p->plan.reuse, memplan);
@@ -273,7 +273,7 @@ static void test_out_of_memory(void **state) {
     for (; !p && n < 100000; n++) {
         int errors = d.errors;
         ir_fail_alloc_after(n);
-        p = program_lower(g, &w, TARGET_C, true, true, &d);
+        p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, &d);
         ir_fail_alloc_after(-1);
         if (!p)
             assert_true(d.errors > errors);
