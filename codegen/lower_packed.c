@@ -151,8 +151,8 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     KExpr *bi = g->batch > 1 ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, panels * row_tiles))))
                              : k_int(b, 0);
     KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, TILE_ROWS))));
-    if (last_rows == TILE_ROWS) {
-        tiles_of_row(p, b, g, table, bi, r0, pn, TILE_ROWS);
+    if (last_rows == TILE_ROWS || row_tiles == 1) {
+        tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
         return 0;
     }
     kb_if(b, k_lt(b, rt, k_int(b, row_tiles - 1)));

@@ -157,7 +157,8 @@ int cmd_compile(int argc, char **argv) {
     rc = load_model(&o, true, &d, &src, &g, &weights);
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
-    if (!rc && (!(p = program_lower(g, &weights, &(LowerOptions){jo.target, jo.memplan, jo.blas, jo.tools.cpu}, &d)) ||
+    if (!rc && (!(p = program_lower(g, &weights,
+                                    &(LowerOptions){jo.target, jo.memplan, jo.blas, jo.tools.cpu}, &d)) ||
                 program_source(p, jo.cuda_emulated, &c, &d)))
         rc = EXIT_USER;
     if (!rc && o.memory_report) {

@@ -218,7 +218,8 @@ static void run_lowering(Graph *g, Diag *d) {
     PipelineOptions po = {.level = 2, .verify = true, .lower = true};
     Program *p = NULL;
     Source src = {0};
-    if (pipeline_run(g, &weights, &po, d) == 0 && (p = program_lower(g, &weights, &(LowerOptions){TARGET_C, true, true, NULL}, d)))
+    if (pipeline_run(g, &weights, &po, d) == 0 &&
+        (p = program_lower(g, &weights, &(LowerOptions){TARGET_C, true, true, NULL}, d)))
         program_source(p, false, &src, d);
     source_free(&src);
     program_free(p);

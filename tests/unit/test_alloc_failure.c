@@ -95,7 +95,8 @@ static int job(const char *path, const char *weights, bool check, Diag *d) {
     PipelineOptions po = {.level = 2, .verify = true, .lower = true, .check = check};
     if (!g || verify_graph(g, d) != 0 || pipeline_run(g, &w, &po, d) != 0)
         goto done;
-    if (!(p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, d)) || program_source(p, false, &source, d) != 0)
+    if (!(p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, d)) ||
+        program_source(p, false, &source, d) != 0)
         goto done;
     if (!(cuda = program_lower(g, &w, &(LowerOptions){TARGET_CUDA, true, true, NULL}, d)) ||
         program_source(cuda, false, &cuda_source, d) != 0)

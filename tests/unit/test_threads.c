@@ -343,8 +343,8 @@ static char *model_source(int i) {
     char *text = NULL;
     if (g && (!models[i].weights || safetensors_read(models[i].weights, &w, &d) == 0) &&
         verify_graph(g, &d) == 0 && pipeline_run(g, &w, &po, &d) == 0 &&
-        (p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, &d)) && program_source(p, false, &source, &d) == 0 &&
-        !source.host.oom)
+        (p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, &d)) &&
+        program_source(p, false, &source, &d) == 0 && !source.host.oom)
         text = strdup(source.host.s);
     source_free(&source);
     program_free(p);
