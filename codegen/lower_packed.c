@@ -9,15 +9,16 @@
  * the micro-kernel reads one contiguous row of NR floats per step of the depth. The
  * last panel is as wide as what is left.
  *
- * The kernel is a LOOP over register tiles: MR rows (6) by one panel. A tile keeps
- * its MR x NR sums in a local array that the unrolled loops turn into registers
- * (12 vector registers with MR 6, leaving room for the panel's two loads and the
- * broadcasts of A); each step of the depth broadcasts one element of each of the MR
- * rows of A and adds its product with the panel's row to every sum of that row, and
- * the depth loop is unrolled by 4 so the loads run ahead of the multiply-adds. When
- * the depth is done the sums go through the bias and the fused epilogue (relu, a
- * residual add, ...) on their way to Y, while still in registers. Each tile size is
- * a compile-time constant: the tiles of the last rows and of the last panel are
+ * The kernel is a LOOP over register tiles: MR rows by one panel. A tile keeps its
+ * MR x NR sums in 12 vector variables (MR 6 with two-vector panels, 12 when B has
+ * at most one vector's width of columns), leaving registers for the panel's loads
+ * and the broadcasts of A; each step of the depth broadcasts one element of each of
+ * the MR rows of A and adds its product with the panel's row to every sum of that
+ * row, and the depth loop is unrolled by 4 so the loads run ahead of the
+ * multiply-adds. When the depth is done the sums pass through a small local tile
+ * (which leaves the last panel's padding behind) to the bias and the fused epilogue
+ * (relu, a residual add, ...) on their way to Y, while still in L1. Each tile size
+ * is a compile-time constant: the tiles of the last rows and of the last panel are
  * their own copies of the micro-kernel, chosen by an if on the tile's position.
  *
  * The tiles run panels innermost, so consecutive tiles (those a thread's chunk
@@ -31,7 +32,13 @@
 
 /* B_IN_CACHE: the most bytes of B that stay in a core's L2 cache (1 MiB on Zen 4 and
  * 5, 1.25 to 2 on recent Intel) beside the rows of A. */
-enum { TILE_ROWS = 6, DEPTH_UNROLL = 4, B_IN_CACHE = 512 << 10 };
+enum { ACCUMULATORS = 12, DEPTH_UNROLL = 4, B_IN_CACHE = 512 << 10 };
+
+/* Rows per register tile: 12 vector accumulators, so 6 rows of two-vector panels,
+ * 12 of a one-vector panel (a GEMM with at most vector-width columns). */
+static int64_t tile_rows(const Program *p, const PackedGemm *g) {
+    return g->cols <= p->vector_floats ? ACCUMULATORS : ACCUMULATORS / 2;
+}
 
 static int64_t panel_width(const Program *p) {
     return 2 * (int64_t)p->vector_floats;
@@ -46,7 +53,8 @@ static int64_t padded(const Program *p, int64_t cols) {
 
 int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g) {
     int64_t nr = panel_width(p);
-    return g->batch * ((g->rows + TILE_ROWS - 1) / TILE_ROWS) * ((g->cols + nr - 1) / nr);
+    int64_t mr = tile_rows(p, g);
+    return g->batch * ((g->rows + mr - 1) / mr) * ((g->cols + nr - 1) / nr);
 }
 
 /* B as panels: for each batch item, panel after panel, [depth][width padded]. */
@@ -71,7 +79,7 @@ static float *pack(const Program *p, const PackedGemm *g, int64_t *bytes) {
 static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *r0,
                          KExpr *q0, int64_t mr, int64_t width) {
     int64_t vw = p->vector_floats, stride = padded(p, width), nv = stride / vw;
-    int acc[TILE_ROWS * 2], bv[2];
+    int acc[ACCUMULATORS], bv[2];
     for (int64_t v = 0; v < mr * nv; v++)
         acc[v] = kb_decl(b, kb_name(b, "acc", (int)v), KT_VF32, k_vsplat(b, 0));
     KExpr *a_row = k_var(
@@ -137,9 +145,8 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     if (rc)
         return -1;
     KBuilder *b = &k->b;
-    int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr,
-            row_tiles = (g->rows + TILE_ROWS - 1) / TILE_ROWS,
-            last_rows = g->rows - (row_tiles - 1) * TILE_ROWS;
+    int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr, mr = tile_rows(p, g),
+            row_tiles = (g->rows + mr - 1) / mr, last_rows = g->rows - (row_tiles - 1) * mr;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
     /* consecutive iterations share a panel when B is too large to stay in cache */
@@ -150,13 +157,13 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
         k_var(b, kb_let(b, "rt", KT_I64, k_mod(b, k_div(b, i, k_int(b, rt_step)), k_int(b, row_tiles))));
     KExpr *bi = g->batch > 1 ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, panels * row_tiles))))
                              : k_int(b, 0);
-    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, TILE_ROWS))));
-    if (last_rows == TILE_ROWS || row_tiles == 1) {
+    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, mr))));
+    if (last_rows == mr || row_tiles == 1) {
         tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
         return 0;
     }
     kb_if(b, k_lt(b, rt, k_int(b, row_tiles - 1)));
-    tiles_of_row(p, b, g, table, bi, r0, pn, TILE_ROWS);
+    tiles_of_row(p, b, g, table, bi, r0, pn, mr);
     kb_else(b);
     tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
     kb_end(b);
