@@ -73,9 +73,10 @@ static KExpr *x_offset(KBuilder *b, const View *x, const Coords *at, KExpr *cons
     return e;
 }
 
-/* max's step: v when it is NaN or above acc, else acc. */
+/* max's step: v when it is NaN or above acc, else acc; two selects rather than one
+ * of an ||, which compilers turn into branches and do not vectorize. */
 static KExpr *max_step(KBuilder *b, KExpr *v, KExpr *acc) {
-    return k_select(b, k_bin(b, KE_OR, k_bin(b, KE_NE, v, v), k_bin(b, KE_GT, v, acc)), v, acc);
+    return k_select(b, k_bin(b, KE_NE, v, v), v, k_select(b, k_bin(b, KE_GT, v, acc), v, acc));
 }
 
 /* One iteration per output element, each doing `work`. */
@@ -153,8 +154,10 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
         KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
         KExpr *to = k_add(b, row_at, q), *top = k_load(b, xb, k_add(b, row, q));
         if (is_max) {
+            /* both loaded first: a load inside the condition would keep the loop scalar */
             KExpr *v = k_var(b, kb_let(b, "v", KT_F32, top));
-            kb_store(b, yb, to, max_step(b, v, k_load(b, yb, to)));
+            KExpr *m = k_var(b, kb_let(b, "m", KT_F32, k_load(b, yb, to)));
+            kb_store(b, yb, to, max_step(b, v, m));
         } else
             kb_store_add(b, yb, to, top);
         kb_end(b);
