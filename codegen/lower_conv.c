@@ -556,28 +556,78 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
  * tap adds weight x input over whole channel vectors. The weights, [C, k..., 1],
  * are read tap-major: relaid at compile time into the kernel's table when they
  * are known then (a param or const), else read with a stride. */
+/* The depthwise weights known now, relaid as k's table [tap][channel]. */
+static int relay_depthwise_weights(Program *p, const Node *n, const Conv *c, Kernel *k, Diag *d) {
+    int64_t ch = c->y.c, taps = c->taps;
+    float *t = ir_malloc(sizeof(float) * (size_t)(taps * ch) + 1);
+    if (!t)
+        return diag_error(d, n->loc, "out of memory");
+    const float *w = (const float *)(p->weights + p->buf[n->in[1]].offset);
+    for (int64_t o = 0; o < ch; o++)
+        for (int64_t tap = 0; tap < taps; tap++)
+            t[tap * ch + o] = w[o * taps + tap];
+    int rc = program_table(p, k, t, (int64_t)sizeof(float) * taps * ch, d);
+    ir_free(t);
+    return rc;
+}
+
+/* Whether depthwise conv c runs in vector registers: 2 spatial dims, weights known
+ * now, its channels whole vectors of the C target. */
+static bool depthwise_in_vectors(const Program *p, const Conv *c) {
+    return p->vector_floats > 0 && c->ns == 2 && p->buf[c->wv].kind == BUF_WEIGHT &&
+           c->y.c % p->vector_floats == 0;
+}
+
+/* That depthwise conv, one iteration per row of outputs: each output position's
+ * vectors of channels sum their taps in a register (a tap whose input lies in the
+ * padding skipped by an if) and are stored once; then the row takes the epilogue. */
+static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
+    int64_t ch = c->y.c, vw = p->vector_floats, ho = c->y.sp[0], wo = c->y.sp[1];
+    Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
+    if (!k || relay_depthwise_weights(p, n, c, k, d))
+        return -1;
+    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, ch, c->positions, c->taps});
+    KBuilder *b = &k->b;
+    int x = kb_value(b, c->xv, false), w = kb_table(b), y = kb_value(b, c->yv, true);
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    KExpr *image =
+        c->y.n > 1 ? let_index(b, "image", k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, c->x.sn))) : zero;
+    KExpr *p0 = c->y.n > 1 ? let_index(b, "p0", k_mod(b, i, k_int(b, ho))) : i;
+    KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
+    KExpr *p1 = k_var(b, kb_for(b, "p1", KT_I64, zero, k_int(b, wo), NULL, 0));
+    KExpr *cv = k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, ch), k_int(b, vw), 0));
+    int acc =
+        kb_decl(b, "acc", KT_VF32, c->bv >= 0 ? k_vload(b, kb_value(b, c->bv, false), cv) : k_vsplat(b, 0));
+    KExpr *in[2], *tap[2];
+    for (int s = 0; s < 2; s++) {
+        tap[s] = k_var(b, kb_for(b, k_name[s], KT_I64, zero, k_int(b, c->w.sp[s]), NULL, 0));
+        kb_unroll(b, (int)c->w.sp[s]);
+        in[s] = let_index(b, in_name[s], input_pos(b, c, s, s ? p1 : p0, tap[s]));
+        kb_if(b, within(b, in[s], c->x.sp[s]));
+    }
+    KExpr *at_x = plus(b, plus(b, k_add(b, image, cv), in[0], c->x.ss[0]), in[1], c->x.ss[1]);
+    KExpr *at_w = k_add(b, k_mul(b, plus(b, tap[1], tap[0], c->w.sp[1]), k_int(b, ch)), cv);
+    kb_accum(b, acc, k_mul(b, k_vload(b, x, at_x), k_vload(b, w, at_w)));
+    end_blocks(b, 4);
+    kb_vstore(b, y, k_add(b, row, k_madd(b, p1, ch, cv)), k_var(b, acc));
+    end_blocks(b, 2);
+    kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, wo * ch), 0,
+                     1);
+    return 0;
+}
+
 static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
+    if (depthwise_in_vectors(p, c))
+        return depthwise_vectors(p, n, c, d);
     int last = c->ns - 1;
     int64_t run = c->y.sp[last], ch = c->y.c, taps = c->taps;
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
     if (!k)
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
-    Buffer wb = p->buf[n->in[1]];
-    bool relaid = wb.kind == BUF_WEIGHT;
-    if (relaid) {
-        float *t = ir_malloc(sizeof(float) * (size_t)(taps * ch) + 1);
-        if (!t)
-            return diag_error(d, n->loc, "out of memory");
-        const float *w = (const float *)(p->weights + wb.offset);
-        for (int64_t o = 0; o < ch; o++)
-            for (int64_t tap = 0; tap < taps; tap++)
-                t[tap * ch + o] = w[o * taps + tap];
-        int rc = program_table(p, k, t, (int64_t)sizeof(float) * taps * ch, d);
-        ir_free(t);
-        if (rc)
-            return -1;
-    }
+    bool relaid = p->buf[n->in[1]].kind == BUF_WEIGHT;
+    if (relaid && relay_depthwise_weights(p, n, c, k, d))
+        return -1;
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
