@@ -75,7 +75,8 @@ static float *pack(const Program *p, const PackedGemm *g, int64_t *bytes) {
 
 /* One register tile of mr rows from r0 and `width` columns from q0, of batch item
  * bi: the sums in mr x nv vector variables, then through a local tile (the last
- * panel's padding left behind) to Y. */
+ * panel's padding left behind) to the bias and epilogue and Y; straight to Y when
+ * there is neither and the tile is whole vectors wide. */
 static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *r0,
                          KExpr *q0, int64_t mr, int64_t width) {
     int64_t vw = p->vector_floats, stride = padded(p, width), nv = stride / vw;
@@ -101,6 +102,14 @@ static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int
             kb_accum(b, acc[i * nv + j], k_mul(b, a, k_var(b, bv[j])));
     }
     kb_end(b);
+    if (stride == width && g->bias < 0 && !g->epilogue) { /* whole vectors, stored as they are */
+        KExpr *y_row = k_var(b, kb_let(b, "y_row", KT_I64,
+                                       k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
+                                             k_add(b, k_int(b, g->y_at), q0))));
+        for (int64_t v = 0; v < mr * nv; v++)
+            kb_vstore(b, g->y, k_add(b, y_row, k_int(b, v / nv * g->y_ld + v % nv * vw)), k_var(b, acc[v]));
+        return;
+    }
     int tile = kb_array(b, "tile", KT_F32, mr * stride, 0, false, false);
     for (int64_t v = 0; v < mr * nv; v++)
         kb_vstore(b, tile, k_int(b, v * vw), k_var(b, acc[v]));
