@@ -29,9 +29,11 @@ A wrong output is an error, not a fast time. Before timing a model at a batch si
 the reference (ONNX Runtime's output, or PyTorch's where ONNX Runtime is missing) is
 computed, and kiln's compiled model must match it (`kiln run THE.so`): the largest
 difference, relative to the largest magnitude of the reference, below 1e-3. Every
-timed PyTorch, ONNX Runtime and OpenVINO process checks its output the same way, and
-at batch 1 the PyTorch process also checks the example models against
-examples/*_expected.npy (computed in float64 from kiln's initializers).
+timed PyTorch, ONNX Runtime and OpenVINO process checks its output the same way,
+within 1e-2 (a wrong network is wrong by order one, and PyTorch's
+optimize_for_inference alone differs by up to 7e-4 on MobileNetV3-Small), and at batch
+1 the PyTorch process also checks the example models against examples/*_expected.npy
+(computed in float64 from kiln's initializers) within 1e-3.
 
 The timing runs in rounds (--rounds, default 5): in each round every engine runs once,
 in turn, each in a fresh process that does its warm-up runs and then the timed runs,
@@ -72,7 +74,11 @@ import export_models  # noqa: E402  (the models, their torch networks, their ONN
 
 MODELS = export_models.MODELS
 WARMUP = 5
+# The largest relative error allowed of kiln's output, and of the peers' (the peers' checks
+# are there to catch a wrong network or wrong weights, which are wrong by order one;
+# PyTorch's optimize_for_inference alone differs by up to 7e-4 on MobileNetV3-Small).
 CHECK_TOLERANCE = 1e-3
+PEER_TOLERANCE = 1e-2
 PEERS = ("torch", "ort", "openvino")
 ENGINE_TITLES = {"kiln": "kiln", "torch": "PyTorch", "ort": "ORT", "openvino": "OpenVINO"}
 PEER_MODULES = {"torch": "torch", "ort": "onnxruntime", "openvino": "openvino"}
@@ -114,10 +120,11 @@ def importable(module):
 
 
 def peer_version(engine):
+    """The peer's version, as its release number (OpenVINO's full version adds its build)."""
     if engine == "openvino":
         import openvino
 
-        return openvino.get_version()
+        return openvino.get_version().split("-")[0]
     return __import__(PEER_MODULES[engine]).__version__
 
 
@@ -264,8 +271,9 @@ def exit_on_sigterm():
 # ---- Measuring one model at one batch size ----
 
 
-def check_output(engine, folder, name, batch, reference):
-    """Exits unless the engine's saved output matches the reference's."""
+def check_output(engine, folder, name, batch, reference, tolerance):
+    """Exits unless the engine's saved output matches the reference's within tolerance
+    (relative); returns the relative error."""
     import numpy as np
 
     got = np.load(export_models.output_path(folder, name, batch, engine))
@@ -274,10 +282,9 @@ def check_output(engine, folder, name, batch, reference):
     if err is None:
         sys.exit("%s on %s at batch %d: output of shape %s, %s's is %s" % (
             ENGINE_TITLES[engine], name, batch, got.shape, ENGINE_TITLES[reference], expected.shape))
-    if err >= CHECK_TOLERANCE:
+    if err >= tolerance:
         sys.exit("%s on %s at batch %d: output differs from %s's by %.3g (relative; the most allowed "
-                 "is %g)" % (ENGINE_TITLES[engine], name, batch, ENGINE_TITLES[reference], err,
-                             CHECK_TOLERANCE))
+                 "is %g)" % (ENGINE_TITLES[engine], name, batch, ENGINE_TITLES[reference], err, tolerance))
     return err
 
 
@@ -288,9 +295,35 @@ def runs(name, batch, quick):
     return iters, min(WARMUP, iters)
 
 
+def aggregate(rounds):
+    """The median of the round medians, the smallest and largest, and the spread."""
+    medians = [r["median"] for r in rounds]
+    median = statistics.median(medians)
+    return {"median": median, "min": min(medians), "max": max(medians),
+            "spread": (max(medians) - min(medians)) / median if median else 0.0}
+
+
+def fastest_peer(stats):
+    """The peer with the smallest median, or None when only kiln ran."""
+    peers = [e for e in PEERS if e in stats]
+    return min(peers, key=lambda e: stats[e]["median"]) if peers else None
+
+
+def build_and_check(kiln, folder, name, batch, net, reference, threads):
+    """Exports the model at the batch size, builds it with kiln and checks kiln's output
+    against the reference engine's; (the .so, the build's times and kiln's error)."""
+    export_models.export(name, batch, folder, net)
+    so_path, import_s, compile_s = kiln_build(kiln, folder, name, batch)
+    run_peer(reference, name, batch, threads, 0, 0, folder)
+    kiln_output(kiln, so_path, folder, name, batch, threads)
+    error = check_output("kiln", folder, name, batch, reference, CHECK_TOLERANCE)
+    return so_path, {"model": name, "batch": batch, "import_s": import_s, "compile_s": compile_s,
+                     "kiln_error": error}
+
+
 def measure(kiln, so_path, folder, name, batch, threads, engines, rounds, quick, reference):
-    """Every engine in each round, in turn; per engine, its round summaries, and the
-    largest relative error of its outputs against the reference."""
+    """Every engine in each round, in turn. The result: per engine its round summaries and
+    their aggregate, and the largest relative error of its outputs against the reference."""
     iters, warmup = runs(name, batch, quick)
     _, input_path = export_models.file_paths(folder, name, batch)
     timings = {engine: [] for engine in engines}
@@ -299,18 +332,13 @@ def measure(kiln, so_path, folder, name, batch, threads, engines, rounds, quick,
         for engine in engines:
             if engine == "kiln":
                 timings[engine].append(kiln_bench_model(kiln, so_path, input_path, threads, iters, warmup))
-            else:
-                timings[engine].append(run_peer(engine, name, batch, threads, iters, warmup, folder))
-                errors[engine] = max(errors[engine], check_output(engine, folder, name, batch, reference))
-    return iters, warmup, timings, errors
-
-
-def aggregate(rounds):
-    """The median of the round medians, the smallest and largest, and the spread."""
-    medians = [r["median"] for r in rounds]
-    median = statistics.median(medians)
-    return {"median": median, "min": min(medians), "max": max(medians),
-            "spread": (max(medians) - min(medians)) / median if median else 0.0}
+                continue
+            timings[engine].append(run_peer(engine, name, batch, threads, iters, warmup, folder))
+            error = check_output(engine, folder, name, batch, reference, PEER_TOLERANCE)
+            errors[engine] = max(errors[engine], error)
+    stats = {engine: aggregate(timings[engine]) for engine in engines}
+    return {"model": name, "batch": batch, "threads": threads, "iters": iters, "warmup": warmup,
+            "engines": stats, "rounds": timings, "errors": errors, "fastest_peer": fastest_peer(stats)}
 
 
 # ---- Report ----
@@ -320,13 +348,12 @@ def fmt_ms(v):
     return "-" if v is None else ("%.3f" % v if v < 10 else "%.2f" % v)
 
 
+def fmt_spread(fraction):
+    return ("%.1f%%" if fraction < 1 else "%.0f%%") % (100 * fraction)
+
+
 def fmt_ratio(a, b):
     return "-" if a is None or b is None else "%.2f" % (a / b)
-
-
-def fastest_peer(stats):
-    peers = [e for e in PEERS if e in stats]
-    return min(peers, key=lambda e: stats[e]["median"]) if peers else None
 
 
 RESULT_HEADER = "%-18s %5s %7s %5s  %-8s %10s %10s %10s %7s %10s %10s" % (
@@ -341,9 +368,9 @@ def print_result(result):
     for engine, s in stats.items():
         throughput = "%.1f" % (batch * 1e3 / s["median"]) if batch > 1 else "-"
         ratio = fmt_ratio(stats["kiln"]["median"], s["median"]) if engine != "kiln" else ""
-        line = "%-38s  %-8s %10s %10s %10s %6.1f%% %10s %10s" % (
+        line = "%-38s  %-8s %10s %10s %10s %7s %10s %10s" % (
             first, ENGINE_TITLES[engine], fmt_ms(s["median"]), fmt_ms(s["min"]), fmt_ms(s["max"]),
-            100 * s["spread"], throughput, ratio)
+            fmt_spread(s["spread"]), throughput, ratio)
         print(line.rstrip())
         first = ""
     peer = result["fastest_peer"]
@@ -417,6 +444,8 @@ def main():
     batches = positive_ints(args.batch, "batch sizes")
     if args.rounds < 1 or args.contend < 0:
         sys.exit("--rounds must be at least 1 and --contend at least 0")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        sys.exit("--json %s: no such folder" % args.json)
     if any(name not in export_models.EXAMPLE_INPUTS for name in models) and not importable("torchvision"):
         sys.exit("resnet50, efficientnet_b0 and mobilenet_v3_small need torchvision (Debian's "
                  "python3-torchvision); or choose others with --models")
@@ -434,36 +463,28 @@ def main():
     if args.contend:
         print("contention: %d busy-loop process%s run beside every engine" % (
             args.contend, "" if args.contend == 1 else "es"))
-    print("%d rounds, each a fresh process per engine (warm-up, then the runs shown); medians over the "
+    print("%d round%s, each a fresh process per engine (warm-up, then the runs shown); medians over the "
           "rounds,\nthe spread (largest - smallest) / median of the round medians; outputs checked against "
-          "%s's\n" % (args.rounds, ENGINE_TITLES[reference]))
+          "%s's\n" % (args.rounds, "" if args.rounds == 1 else "s", ENGINE_TITLES[reference]))
     print(RESULT_HEADER, flush=True)
 
     folder = tempfile.mkdtemp(prefix="kiln-bench-")
     cache = os.path.join(folder, "cache")
     report = {"kiln": kiln, "versions": versions, "cores": os.cpu_count(), "rounds": args.rounds,
               "contend": args.contend, "quick": args.quick, "reference": reference,
-              "tolerance": CHECK_TOLERANCE, "load_average": os.getloadavg()[0], "results": [], "builds": []}
+              "tolerance": CHECK_TOLERANCE, "peer_tolerance": PEER_TOLERANCE,
+              "load_average": os.getloadavg()[0], "builds": [], "results": []}
     try:
         with BusyLoops(args.contend):
             for name in models:
                 net = export_models.torch_network(name)
                 for batch in batches:
-                    export_models.export(name, batch, folder, net)
-                    so_path, import_s, compile_s = kiln_build(kiln, folder, name, batch)
-                    report["builds"].append({"model": name, "batch": batch, "import_s": import_s,
-                                             "compile_s": compile_s})
-                    run_peer(reference, name, batch, threads[0], 0, 0, folder)
-                    kiln_output(kiln, so_path, folder, name, batch, threads[0])
-                    kiln_error = check_output("kiln", folder, name, batch, reference)
+                    so_path, build = build_and_check(kiln, folder, name, batch, net, reference, threads[0])
+                    report["builds"].append(build)
                     for t in threads:
-                        iters, warmup, timings, errors = measure(kiln, so_path, folder, name, batch, t, engines,
-                                                                 args.rounds, args.quick, reference)
-                        errors["kiln"] = kiln_error
-                        stats = {e: aggregate(timings[e]) for e in engines}
-                        result = {"model": name, "batch": batch, "threads": t, "iters": iters, "warmup": warmup,
-                                  "engines": stats, "rounds": timings, "errors": errors,
-                                  "fastest_peer": fastest_peer(stats)}
+                        result = measure(kiln, so_path, folder, name, batch, t, engines, args.rounds, args.quick,
+                                         reference)
+                        result["errors"]["kiln"] = build["kiln_error"]
                         report["results"].append(result)
                         print_result(result)
         print_ratios(report["results"])
