@@ -1,8 +1,17 @@
 #!/bin/sh
 # Installs the Debian packages kiln needs to build and test, when any is missing.
-# Non-interactive; uses sudo when not run as root.
+# `setup.sh --bench` also installs what the benchmarks in bench/ need (PyTorch and
+# torchvision, whose models bench/bench.py times; they are large, and no test needs
+# them, so the build and CI leave them out). Non-interactive; uses sudo when not run
+# as root.
 set -eu
 packages="build-essential cmake pkg-config clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata"
+bench_packages="python3-torch python3-torchvision python3-venv"
+case "${1-}" in
+  "") ;;
+  --bench) packages="$packages $bench_packages" ;;
+  *) echo "usage: setup.sh [--bench]" >&2; exit 2 ;;
+esac
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
