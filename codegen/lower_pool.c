@@ -180,27 +180,59 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
 
 /* ---- global_avg_pool ---- */
 
+/* Channels last: an iteration per batch item and block of CHANNEL_BLOCK channels,
+ * which sums its positions row by row into a local array of doubles (so the channel
+ * loop is contiguous and vectorizes), in the same order per channel as above. */
+enum { CHANNEL_BLOCK = 64 };
+
+static int global_avg_pool_nhwc(Program *p, const Node *n, const View *x, int64_t count, Diag *d) {
+    int64_t blocks = (x->c + CHANNEL_BLOCK - 1) / CHANNEL_BLOCK;
+    Kernel *k = kernel_loop(p, n, NULL, x->n * blocks, grain_for(count * CHANNEL_BLOCK), d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    KExpr *image = k_var(b, kb_let(b, "image", KT_I64, k_div(b, i, k_int(b, blocks))));
+    KExpr *c0 =
+        k_var(b, kb_let(b, "c0", KT_I64, k_mul(b, k_mod(b, i, k_int(b, blocks)), k_int(b, CHANNEL_BLOCK))));
+    KExpr *left = k_sub(b, k_int(b, x->c), c0);
+    KExpr *width =
+        k_var(b, kb_let(b, "width", KT_I64,
+                        k_select(b, k_lt(b, left, k_int(b, CHANNEL_BLOCK)), left, k_int(b, CHANNEL_BLOCK))));
+    int sum = kb_array(b, "sum", KT_F64, CHANNEL_BLOCK, 0, false, true);
+    KExpr *q = k_var(b, kb_for(b, "q", KT_I64, zero, k_int(b, count), NULL, 0));
+    KExpr *row = k_var(
+        b, kb_let(b, "row", KT_I64, k_add(b, k_madd(b, image, x->sn, k_mul(b, q, k_int(b, x->c))), c0)));
+    KExpr *c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
+    kb_store_add(b, sum, c, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), k_add(b, row, c))));
+    kb_end(b);
+    kb_end(b);
+    c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
+    kb_store(b, kb_value(b, n->out[0], true), k_add(b, k_madd(b, image, x->c, c0), c),
+             k_cast(b, KT_F32, k_div(b, k_load(b, sum, c), k_f64(b, (double)count))));
+    kb_end(b);
+    return 0;
+}
+
 int lower_global_avg_pool(Program *p, const Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n);
     View x = view_of(&p->g->values[n->in[0]].type, nhwc);
     int64_t count = 1;
     for (int s = 0; s < x.ns; s++)
         count *= x.sp[s];
+    if (nhwc && x.c > 1)
+        return global_avg_pool_nhwc(p, n, &x, count, d);
     Kernel *k = loop_over_output(p, n, count, d);
     if (!k)
         return -1;
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter);
-    /* y is [N, C] in both layouts: iteration i is (b, c) = (i / C, i % C), whose
-     * spatial elements are q * C apart (channels last) or adjacent */
-    KExpr *first =
-        nhwc ? k_add(b, k_mul(b, k_div(b, i, k_int(b, x.c)), k_int(b, x.sn)), k_mod(b, i, k_int(b, x.c)))
-             : k_mul(b, i, k_int(b, count));
-    first = k_var(b, kb_let(b, "at", KT_I64, first));
+    /* y is [N, C]: iteration i is (b, c) = (i / C, i % C), whose spatial elements are
+     * adjacent (or, for one channel, channels last) */
+    KExpr *first = k_var(b, kb_let(b, "at", KT_I64, k_mul(b, i, k_int(b, count))));
     int sum = kb_decl(b, "sum", KT_F64, k_f64(b, 0.0));
     KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0));
-    KExpr *at = k_add(b, first, nhwc ? k_mul(b, q, k_int(b, x.c)) : q);
-    kb_accum(b, sum, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), at)));
+    kb_accum(b, sum, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), k_add(b, first, q))));
     kb_end(b);
     kb_store(b, kb_value(b, n->out[0], true), i,
              k_cast(b, KT_F32, k_div(b, k_var(b, sum), k_f64(b, (double)count))));
