@@ -571,46 +571,66 @@ static int relay_depthwise_weights(Program *p, const Node *n, const Conv *c, Ker
     return rc;
 }
 
-/* Whether depthwise conv c runs in vector registers: 2 spatial dims, weights known
- * now, its channels whole vectors of the C target. */
+/* Whether depthwise conv c runs in vector registers: 2 spatial dims and weights
+ * known now, on the C target. */
 static bool depthwise_in_vectors(const Program *p, const Conv *c) {
-    return p->vector_floats > 0 && c->ns == 2 && p->buf[c->wv].kind == BUF_WEIGHT &&
-           c->y.c % p->vector_floats == 0;
+    return p->vector_floats > 0 && c->ns == 2 && p->buf[c->wv].kind == BUF_WEIGHT;
 }
 
-/* That depthwise conv, one iteration per row of outputs: each output position's
- * vectors of channels sum their taps in a register (a tap whose input lies in the
- * padding skipped by an if) and are stored once; then the row takes the epilogue. */
+/* Adds every tap of output position (p0, p1) into acc, a vector of the channels
+ * from ch0 on or (vector false) the float of channel ch0; a tap whose input lies in
+ * the padding is skipped by an if. */
+static void depthwise_taps(KBuilder *b, const Conv *c, int x, int w, KExpr *image, KExpr *p0, KExpr *p1,
+                           KExpr *ch0, int acc, bool vector) {
+    KExpr *in[2], *tap[2];
+    for (int s = 0; s < 2; s++) {
+        tap[s] = k_var(b, kb_for(b, k_name[s], KT_I64, k_int(b, 0), k_int(b, c->w.sp[s]), NULL, 0));
+        kb_unroll(b, (int)c->w.sp[s]);
+        in[s] = let_index(b, in_name[s], input_pos(b, c, s, s ? p1 : p0, tap[s]));
+        kb_if(b, within(b, in[s], c->x.sp[s]));
+    }
+    KExpr *at_x = plus(b, plus(b, k_add(b, image, ch0), in[0], c->x.ss[0]), in[1], c->x.ss[1]);
+    KExpr *at_w = k_add(b, k_mul(b, plus(b, tap[1], tap[0], c->w.sp[1]), k_int(b, c->y.c)), ch0);
+    kb_accum(b, acc,
+             vector ? k_mul(b, k_vload(b, x, at_x), k_vload(b, w, at_w))
+                    : k_mul(b, k_load(b, x, at_x), k_load(b, w, at_w)));
+    end_blocks(b, 4);
+}
+
+/* That depthwise conv, one iteration per row of outputs: each output position sums
+ * its taps for a vector of channels at a time in a register (the channels past the
+ * last whole vector one by one) and stores each sum once; then the row takes the
+ * epilogue. */
 static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
-    int64_t ch = c->y.c, vw = p->vector_floats, ho = c->y.sp[0], wo = c->y.sp[1];
+    int64_t ch = c->y.c, vw = p->vector_floats, whole = ch / vw * vw, ho = c->y.sp[0], wo = c->y.sp[1];
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
     if (!k || relay_depthwise_weights(p, n, c, k, d))
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, c->y.n, ch, c->positions, c->taps});
     KBuilder *b = &k->b;
-    int x = kb_value(b, c->xv, false), w = kb_table(b), y = kb_value(b, c->yv, true);
+    int x = kb_value(b, c->xv, false), w = kb_table(b), y = kb_value(b, c->yv, true),
+        bias = c->bv >= 0 ? kb_value(b, c->bv, false) : -1;
     KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
     KExpr *image =
         c->y.n > 1 ? let_index(b, "image", k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, c->x.sn))) : zero;
     KExpr *p0 = c->y.n > 1 ? let_index(b, "p0", k_mod(b, i, k_int(b, ho))) : i;
     KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
     KExpr *p1 = k_var(b, kb_for(b, "p1", KT_I64, zero, k_int(b, wo), NULL, 0));
-    KExpr *cv = k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, ch), k_int(b, vw), 0));
-    int acc =
-        kb_decl(b, "acc", KT_VF32, c->bv >= 0 ? k_vload(b, kb_value(b, c->bv, false), cv) : k_vsplat(b, 0));
-    KExpr *in[2], *tap[2];
-    for (int s = 0; s < 2; s++) {
-        tap[s] = k_var(b, kb_for(b, k_name[s], KT_I64, zero, k_int(b, c->w.sp[s]), NULL, 0));
-        kb_unroll(b, (int)c->w.sp[s]);
-        in[s] = let_index(b, in_name[s], input_pos(b, c, s, s ? p1 : p0, tap[s]));
-        kb_if(b, within(b, in[s], c->x.sp[s]));
+    if (whole > 0) {
+        KExpr *cv = k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, whole), k_int(b, vw), 0));
+        int acc = kb_decl(b, "acc", KT_VF32, bias >= 0 ? k_vload(b, bias, cv) : k_vsplat(b, 0));
+        depthwise_taps(b, c, x, w, image, p0, p1, cv, acc, true);
+        kb_vstore(b, y, k_add(b, row, k_madd(b, p1, ch, cv)), k_var(b, acc));
+        kb_end(b);
     }
-    KExpr *at_x = plus(b, plus(b, k_add(b, image, cv), in[0], c->x.ss[0]), in[1], c->x.ss[1]);
-    KExpr *at_w = k_add(b, k_mul(b, plus(b, tap[1], tap[0], c->w.sp[1]), k_int(b, ch)), cv);
-    kb_accum(b, acc, k_mul(b, k_vload(b, x, at_x), k_vload(b, w, at_w)));
-    end_blocks(b, 4);
-    kb_vstore(b, y, k_add(b, row, k_madd(b, p1, ch, cv)), k_var(b, acc));
-    end_blocks(b, 2);
+    if (whole < ch) {
+        KExpr *cs = k_var(b, kb_for(b, "cs", KT_I64, k_int(b, whole), k_int(b, ch), NULL, 0));
+        int acc = kb_decl(b, "sum", KT_F32, bias >= 0 ? k_load(b, bias, cs) : k_f32(b, 0));
+        depthwise_taps(b, c, x, w, image, p0, p1, cs, acc, false);
+        kb_store(b, y, k_add(b, row, k_madd(b, p1, ch, cs)), k_var(b, acc));
+        kb_end(b);
+    }
+    kb_end(b);
     kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, wo * ch), 0,
                      1);
     return 0;
