@@ -55,6 +55,8 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);
+    /* the C target's vectorizable expf (runtime/kernel_math.h); here expf itself */
+    str_printf(out, "#define kiln_expf expf\n\n");
     for (int k = 0; k < p->n_kernels; k++)
         emit_kernel(p, &lang_cuda, &p->kernels[k], out);
     if (out->oom)

@@ -1,0 +1,41 @@
+/* Math the C target's kernels call, written so that compilers vectorize it.
+ *
+ * libm's expf is a function call that neither GCC nor Clang turns into vector code
+ * (without -ffast-math), so a loop applying sigmoid or softmax to a tensor ran one
+ * element at a time, at a few nanoseconds each. kiln_expf is plain arithmetic on
+ * floats and their bits, inlined and vectorized with the loop around it:
+ *   exp(x) = 2^n exp(r), n = x log2(e) rounded to nearest (by adding 1.5 * 2^23, so
+ *   no float-to-int conversion), r = x - n ln(2) with ln(2) in two parts (Cody and
+ *   Waite) so r is exact to a float's precision, and exp(r) for |r| <= ln(2)/2 by
+ *   Cephes' polynomial of degree 5 (Moshier). 2^n is built in two halves, so that
+ *   exp(88.72), near the largest float, does not overflow on the way.
+ * Within 2 units in the last place of expf from -87.3 to 88.7 (the test checks
+ * every float there); exactly 0 below -87.3 (where expf's results are denormal or
+ * 0), infinity above 88.72283, and NaN for NaN. The kernels that take it: sigmoid,
+ * its gradient, and softmax. kiln pastes this file into every generated C model. */
+#include <stdint.h>
+#include <string.h>
+
+static inline float kiln_expf(float x) {
+    float c = x < -87.3f ? -87.3f : x > 88.72283f ? 88.72283f : x;
+    float n = c * 1.44269504088896341f + 12582912.0f;
+    uint32_t k;
+    memcpy(&k, &n, sizeof k);
+    n -= 12582912.0f;
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float e = p * r * r + r + 1.0f;
+    /* k's low bits hold n + 2^22 (n between -126 and 128): 2^n as 2^h 2^(n - h) */
+    int32_t m = (int32_t)(k & 0x7fffffu) - 0x400000, h = m / 2;
+    uint32_t b0 = (uint32_t)(h + 127) << 23, b1 = (uint32_t)(m - h + 127) << 23;
+    float s0, s1;
+    memcpy(&s0, &b0, sizeof s0);
+    memcpy(&s1, &b1, sizeof s1);
+    float y = e * s0 * s1;
+    return x > 88.72283f ? (1.0f / 0.0f) : x < -87.3f ? 0.0f : y;
+}
