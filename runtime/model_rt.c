@@ -9,9 +9,10 @@
  * calling thread is the last worker, and the only thread BLAS runs on.
  *
  * A parallel loop is split into chunks of at least `grain` iterations, a few per
- * thread. Threads claim chunks from one 64-bit ticket, the loop's number in its high
- * half and the next unclaimed chunk in its low half, by compare-and-swap; a claim
- * only succeeds while the ticket still names the loop the thread was woken for, so a
+ * thread. Threads claim chunks from one 64-bit ticket, which holds the loop's number,
+ * its count of chunks and the next unclaimed chunk, by compare-and-swap; a claim
+ * only succeeds while the ticket still names the loop the thread was woken for (and
+ * the count it compared with is that loop's, read from the same word), so a
  * worker that the scheduler runs late finds its loop finished (or the next one
  * started) and never touches a loop it did not claim. The caller counts finished
  * chunks, not workers: a loop ends when its last chunk is done, whoever did it, so
@@ -63,14 +64,12 @@ struct KilnInstance {
     int n_threads;
     pthread_t *workers;
     /* The loop being run. Its fields are written by the caller before the ticket
-       names the loop and read by a thread only after it claims a chunk, so they stay
-       put while anyone reads them; they are atomics only because a thread may read
-       one as it changes and then fail its claim. */
+       names the loop and read by a thread only after it claims a chunk, which keeps
+       the loop from finishing, so they stay put while anyone reads them. */
     KilnKernel kernel;
     const KilnArgs *args;
     int64_t count, chunk;
-    uint32_t chunks;
-    uint64_t ticket;  /* loop number << 32 | next chunk */
+    uint64_t ticket;  /* loop number << 32 | chunks << 16 | next chunk */
     uint32_t done;    /* chunks of the loop finished; the caller sleeps on it */
     int caller_waits; /* the caller is asleep on done, or about to be */
     uint32_t loop;    /* the newest loop's number; workers sleep on it */
@@ -100,23 +99,27 @@ static void kiln_rt_pause(void) {
 
 /* Spins until *word differs from value, for at most KILN_SPIN_SECONDS (a kernel
  * follows the last within microseconds; waking from a futex costs tens of them).
- * Yields the core now and then, so that on a busy machine a spinning thread makes
- * way for one with work. Returns whether the word changed. */
-#define KILN_SPIN_SECONDS 100e-6
+ * After the first KILN_YIELD_AFTER of it, the spin yields the core now and then, so
+ * that on a busy machine a thread that waits long makes way for one with work (a
+ * yield, a system call, costs a thread that spins between two kernels more time
+ * than the kernels' own gap). Returns whether the word changed. */
+#define KILN_SPIN_SECONDS 150e-6
+#define KILN_YIELD_AFTER 50e-6
 
 static int kiln_rt_spin_while(const uint32_t *word, uint32_t value) {
-    double until = 0;
+    double start = 0;
     for (int i = 1;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value)
             return 1;
         kiln_rt_pause();
         if (i % 64 == 0) {
             double now = kiln_rt_seconds();
-            if (until == 0)
-                until = now + KILN_SPIN_SECONDS;
-            else if (now > until)
+            if (start == 0)
+                start = now;
+            else if (now - start > KILN_SPIN_SECONDS)
                 return 0;
-            sched_yield();
+            else if (now - start > KILN_YIELD_AFTER)
+                sched_yield();
         }
     }
 }
@@ -126,15 +129,14 @@ static int kiln_rt_spin_while(const uint32_t *word, uint32_t value) {
 static void kiln_rt_work(KilnInstance *in, uint32_t loop) {
     uint64_t ticket = __atomic_load_n(&in->ticket, __ATOMIC_ACQUIRE);
     for (;;) {
-        uint32_t chunks = __atomic_load_n(&in->chunks, __ATOMIC_RELAXED);
-        if ((uint32_t)(ticket >> 32) != loop || (uint32_t)ticket >= chunks)
+        uint32_t chunks = (uint32_t)(ticket >> 16) & 0xffff, next = (uint32_t)ticket & 0xffff;
+        if ((uint32_t)(ticket >> 32) != loop || next >= chunks)
             return;
         if (!__atomic_compare_exchange_n(&in->ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL,
                                          __ATOMIC_ACQUIRE))
             continue;
         int64_t chunk = __atomic_load_n(&in->chunk, __ATOMIC_RELAXED),
-                count = __atomic_load_n(&in->count, __ATOMIC_RELAXED),
-                begin = (int64_t)(uint32_t)ticket * chunk,
+                count = __atomic_load_n(&in->count, __ATOMIC_RELAXED), begin = (int64_t)next * chunk,
                 end = begin + chunk < count ? begin + chunk : count;
         KilnKernel kernel = __atomic_load_n(&in->kernel, __ATOMIC_RELAXED);
         kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), begin, end);
@@ -184,7 +186,9 @@ static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, 
         k(a, 0, count);
         return;
     }
-    int64_t parts = (int64_t)in->n_threads * 8; /* a late or slow thread holds up one small chunk */
+    /* a late or slow thread holds up one small chunk; at most 256 * 8 chunks, which
+       the ticket's 16 bits hold */
+    int64_t parts = (int64_t)in->n_threads * 8;
     if (parts > most)
         parts = most;
     int64_t chunk = (count + parts - 1) / parts;
@@ -194,9 +198,8 @@ static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, 
     __atomic_store_n(&in->args, a, __ATOMIC_RELAXED);
     __atomic_store_n(&in->count, count, __ATOMIC_RELAXED);
     __atomic_store_n(&in->chunk, chunk, __ATOMIC_RELAXED);
-    __atomic_store_n(&in->chunks, chunks, __ATOMIC_RELAXED);
     __atomic_store_n(&in->done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&in->ticket, (uint64_t)loop << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&in->ticket, (uint64_t)loop << 32 | (uint64_t)chunks << 16, __ATOMIC_RELEASE);
     kiln_rt_announce(in, loop);
     kiln_rt_work(in, loop);
     for (;;) {
