@@ -81,6 +81,7 @@ static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int
                          KExpr *q0, int64_t mr, int64_t width) {
     int64_t vw = p->vector_floats, stride = padded(p, width), nv = stride / vw;
     int acc[ACCUMULATORS], bv[2];
+    KILN_ASSERT(mr * nv <= ACCUMULATORS && nv <= 2);
     for (int64_t v = 0; v < mr * nv; v++)
         acc[v] = kb_decl(b, kb_name(b, "acc", (int)v), KT_VF32, k_vsplat(b, 0));
     KExpr *a_row = k_var(

@@ -75,6 +75,8 @@ struct KilnInstance {
     uint32_t loop;    /* the newest loop's number; workers sleep on it */
     int sleepers;     /* workers asleep on loop, or about to be */
     int stopping;
+    int home_cpu; /* the CPU create ran on, -1 unknown; workers start on the others */
+    int placed;   /* workers that have moved there */
 };
 
 static void kiln_rt_futex_wait(uint32_t *word, uint32_t value) {
@@ -148,8 +150,35 @@ static void kiln_rt_work(KilnInstance *in, uint32_t loop) {
     }
 }
 
+/* Moves the calling thread, the pool's worker number idx, onto the idx-th CPU it may
+ * run on after `home` (the caller's), and lets it move anywhere again. Threads
+ * started together start on the caller's CPU, and the scheduler can take a hundred
+ * milliseconds to spread them, while every loop waits on a worker that shares the
+ * caller's CPU. The raw system calls need no _GNU_SOURCE in the generated code. */
+static void kiln_rt_place(int idx, int home) {
+    enum { WORDS = 16 }; /* 1024 CPUs */
+    uint64_t all[WORDS] = {0}, one[WORDS] = {0};
+    long bytes = syscall(SYS_sched_getaffinity, 0, sizeof all, all);
+    if (home < 0 || bytes <= 0)
+        return;
+    int cpus[WORDS * 64], n = 0, at = 0;
+    for (int c = 0; c < (int)bytes * 8 && c < WORDS * 64; c++)
+        if (all[c / 64] >> (c % 64) & 1) {
+            if (c == home)
+                at = n;
+            cpus[n++] = c;
+        }
+    if (n < 2)
+        return;
+    int target = cpus[(at + 1 + idx) % n];
+    one[target / 64] = (uint64_t)1 << (target % 64);
+    if (syscall(SYS_sched_setaffinity, 0, sizeof one, one) == 0)
+        syscall(SYS_sched_setaffinity, 0, sizeof all, all);
+}
+
 static void *kiln_rt_worker(void *arg) {
     KilnInstance *in = arg;
+    kiln_rt_place(__atomic_fetch_add(&in->placed, 1, __ATOMIC_RELAXED), in->home_cpu);
     uint32_t seen = 0;
     for (;;) {
         if (!kiln_rt_spin_while(&in->loop, seen)) {
@@ -282,6 +311,8 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
         memcpy(in->st, prog->weights, bytes);
     }
     if (in->n_threads > 1) {
+        unsigned cpu;
+        in->home_cpu = syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 ? (int)cpu : -1;
         in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
         for (int i = 0; in->workers && i < in->n_threads - 1; i++)
             if (pthread_create(&in->workers[i], NULL, kiln_rt_worker, in) != 0) {
