@@ -75,8 +75,9 @@ struct KilnInstance {
     uint32_t loop;    /* the newest loop's number; workers sleep on it */
     int sleepers;     /* workers asleep on loop, or about to be */
     int stopping;
-    int home_cpu; /* the CPU create ran on, -1 unknown; workers start on the others */
-    int placed;   /* workers that have moved there */
+    int home_cpu;  /* the CPU create ran on, -1 unknown; workers start on the others */
+    int placed;    /* workers that have moved there */
+    int waker_cpu; /* the CPU the caller last woke sleeping workers from */
 };
 
 static void kiln_rt_futex_wait(uint32_t *word, uint32_t value) {
@@ -176,9 +177,15 @@ static void kiln_rt_place(int idx, int home) {
         syscall(SYS_sched_setaffinity, 0, sizeof all, all);
 }
 
+static int kiln_rt_cpu(void) {
+    unsigned cpu;
+    return syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 ? (int)cpu : -1;
+}
+
 static void *kiln_rt_worker(void *arg) {
     KilnInstance *in = arg;
-    kiln_rt_place(__atomic_fetch_add(&in->placed, 1, __ATOMIC_RELAXED), in->home_cpu);
+    int idx = __atomic_fetch_add(&in->placed, 1, __ATOMIC_RELAXED);
+    kiln_rt_place(idx, in->home_cpu);
     uint32_t seen = 0;
     for (;;) {
         if (!kiln_rt_spin_while(&in->loop, seen)) {
@@ -186,6 +193,10 @@ static void *kiln_rt_worker(void *arg) {
             while (__atomic_load_n(&in->loop, __ATOMIC_SEQ_CST) == seen)
                 kiln_rt_futex_wait(&in->loop, seen);
             __atomic_sub_fetch(&in->sleepers, 1, __ATOMIC_SEQ_CST);
+            /* a thread woken is often put on its waker's CPU, to wait there for it */
+            int cpu = kiln_rt_cpu();
+            if (cpu >= 0 && cpu == __atomic_load_n(&in->waker_cpu, __ATOMIC_RELAXED))
+                kiln_rt_place(idx, cpu);
         }
         if (__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE))
             return NULL;
@@ -202,8 +213,10 @@ static uint32_t kiln_rt_next_loop(const KilnInstance *in) {
 /* Makes a new loop number visible to the workers, waking those asleep. */
 static void kiln_rt_announce(KilnInstance *in, uint32_t loop) {
     __atomic_store_n(&in->loop, loop, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&in->sleepers, __ATOMIC_SEQ_CST))
+    if (__atomic_load_n(&in->sleepers, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&in->waker_cpu, kiln_rt_cpu(), __ATOMIC_RELAXED);
         kiln_rt_futex_wake(&in->loop);
+    }
 }
 
 /* Runs kernel k over [0, count) on the instance's threads: on the caller alone when
@@ -311,8 +324,7 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
         memcpy(in->st, prog->weights, bytes);
     }
     if (in->n_threads > 1) {
-        unsigned cpu;
-        in->home_cpu = syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 ? (int)cpu : -1;
+        in->home_cpu = kiln_rt_cpu();
         in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
         for (int i = 0; in->workers && i < in->n_threads - 1; i++)
             if (pthread_create(&in->workers[i], NULL, kiln_rt_worker, in) != 0) {
