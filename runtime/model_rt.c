@@ -20,7 +20,9 @@
  * instead of waiting for it. Only a chunk already claimed is waited for, which is
  * why chunks are small. Waiting threads spin a little (a kernel follows another
  * within microseconds), then sleep on a futex; the side that changes the word wakes
- * sleepers only when there are some. */
+ * sleepers only when there are some. A worker moves itself off the caller's CPU
+ * when it starts and when it is woken onto it (kiln_rt_place); the scheduler places
+ * it as it likes after that. */
 #include "kiln/model.h"
 
 #include <limits.h>
