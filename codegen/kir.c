@@ -192,14 +192,18 @@ KExpr *k_var(KBuilder *b, int var) {
     return e;
 }
 
-KExpr *k_load(KBuilder *b, int buf, KExpr *index) {
-    KType t = buf >= 0 && buf < b->kb->n_bufs ? b->kb->bufs[buf].type : KT_F32;
-    KExpr *e = node(b, KE_LOAD, t);
+/* A load, address or vector load of buffer buf at index. */
+static KExpr *access(KBuilder *b, KExprKind kind, KType t, int buf, KExpr *index) {
+    KExpr *e = node(b, kind, t);
     if (e != &dummy_expr) {
         e->buf = buf;
         e->a = index;
     }
     return e;
+}
+
+KExpr *k_load(KBuilder *b, int buf, KExpr *index) {
+    return access(b, KE_LOAD, buf >= 0 && buf < b->kb->n_bufs ? b->kb->bufs[buf].type : KT_F32, buf, index);
 }
 
 static KExpr *flat2(KBuilder *b, int buf, KExpr *row, KExpr *col) {
@@ -221,21 +225,11 @@ KExpr *k_load2(KBuilder *b, int buf, KExpr *row, KExpr *col) {
 }
 
 KExpr *k_addr(KBuilder *b, int buf, KExpr *index) {
-    KExpr *e = node(b, KE_ADDR, KT_PTR);
-    if (e != &dummy_expr) {
-        e->buf = buf;
-        e->a = index;
-    }
-    return e;
+    return access(b, KE_ADDR, KT_PTR, buf, index);
 }
 
 KExpr *k_vload(KBuilder *b, int buf, KExpr *index) {
-    KExpr *e = node(b, KE_VLOAD, KT_VF32);
-    if (e != &dummy_expr) {
-        e->buf = buf;
-        e->a = index;
-    }
-    return e;
+    return access(b, KE_VLOAD, KT_VF32, buf, index);
 }
 
 KExpr *k_vsplat(KBuilder *b, double v) {
