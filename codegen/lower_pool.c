@@ -79,6 +79,15 @@ static KExpr *max_step(KBuilder *b, KExpr *v, KExpr *acc) {
     return k_select(b, k_bin(b, KE_NE, v, v), v, k_select(b, k_bin(b, KE_GT, v, acc), v, acc));
 }
 
+/* A loop over the channels of a position, channels last. Kept a loop: GCC's
+ * vectorizer takes it whole, where it would first unroll a short one fully and then
+ * leave its selects scalar. */
+static KExpr *channel_loop(KBuilder *b, int64_t channels) {
+    KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, channels), NULL, 0));
+    kb_unroll(b, 1);
+    return q;
+}
+
 /* One iteration per output element, each doing `work`. */
 static Kernel *loop_over_output(Program *p, const Node *n, int64_t work, Diag *d) {
     return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), grain_for(work), d);
@@ -120,7 +129,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     int acc_var = -1;
     if (vec) { /* the accumulators are the result's channels, at + q */
         row_at = k_var(b, kb_let(b, "at", KT_I64, k_mul(b, i, k_int(b, y.c))));
-        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        KExpr *q = channel_loop(b, y.c);
         kb_store(b, yb, k_add(b, row_at, q), init);
         kb_end(b);
     } else {
@@ -151,7 +160,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     KExpr *from = x_offset(b, &x, &at, in);
     if (vec) {
         KExpr *row = k_var(b, kb_let(b, "row", KT_I64, from));
-        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        KExpr *q = channel_loop(b, y.c);
         KExpr *to = k_add(b, row_at, q), *top = k_load(b, xb, k_add(b, row, q));
         if (is_max) {
             /* both loaded first: a load inside the condition would keep the loop scalar */
@@ -169,7 +178,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     for (int s = 0; s < 2 * ns; s++)
         kb_end(b);
     if (vec && !is_max) {
-        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, y.c), NULL, 0));
+        KExpr *q = channel_loop(b, y.c);
         KExpr *to = k_add(b, row_at, q);
         kb_store(b, yb, to, k_div(b, k_load(b, yb, to), count));
         kb_end(b);
