@@ -76,7 +76,7 @@ typedef struct {
     int64_t grain;         /* K_LOOP: fewest iterations worth giving a thread */
     int *reads, n_reads;   /* value ids the body reads */
     int *writes, n_writes; /* value ids it writes; -1 - k: the caller's k-th output, as `outK` */
-    /* Workspace of the node's own (im2col), at byte offset `scratch`: the kernels of
+    /* Workspace of the node's own (im2col, a padded input), at byte offset `scratch`: the kernels of
        one node that name scratch share it (one fills it, the next reads it). */
     int64_t scratch_bytes;
     int64_t scratch;
@@ -256,15 +256,30 @@ void kb_gemm_store(Kernel *k, const Program *p, const Node *n, const Expr *epilo
 void kb_store_epilogue(KBuilder *b, const Program *p, const Node *n, const Expr *epilogue, int y, KExpr *at,
                        KExpr *x0);
 
+/* Offsets of a mixed-radix index, outermost digit first: index i's digit d, (i /
+ * the product of the sizes after d) % size[d], times stride[d], summed. A conv's
+ * implicit GEMM reads its A this way: a row is (batch item, output position...),
+ * a step of the depth (tap..., channel), each digit a stride through x. */
+typedef struct {
+    int n;
+    int64_t size[KILN_MAX_RANK], stride[KILN_MAX_RANK];
+} OffsetMap;
+
+/* Appends a digit to m: none for a size of 1; merged into the digit before it when
+ * that one steps over exactly `size` of these (then the two are one run). */
+void offset_digit(OffsetMap *m, int64_t size, int64_t stride);
+
 /* A GEMM Y = A B of each of `batch` items, B known now (lower_packed.c): A(bi, r, kk)
- * at a_at + bi a_batch + r a_ld + kk in buffer a, B(bi, kk, q) at b[bi b_batch +
- * kk b_k + q b_q], Y(bi, r, q) at y_at + bi y_batch + r y_ld + q in buffer y, stored
- * plus the bias value's element bi bias_batch + q (bias -1: none) through node's
- * epilogue (NULL: none). */
+ * at a_at + bi a_batch + a_rows(r) + a_depth(kk) in buffer a, B(bi, kk, q) at
+ * b[bi b_batch + kk b_k + q b_q], Y(bi, r, q) at y_at + bi y_batch + r y_ld + q in
+ * buffer y, stored plus the bias value's element bi bias_batch + q (bias -1: none)
+ * through node's epilogue (NULL: none). A plain A [rows, depth] with rows lda apart
+ * has a_rows {rows: lda} and a_depth {depth: 1}. */
 typedef struct {
     int64_t batch, rows, cols, depth;
     int a, y, bias;
-    int64_t a_at, a_ld, a_batch, y_at, y_ld, y_batch, bias_batch;
+    OffsetMap a_rows, a_depth;
+    int64_t a_at, a_batch, y_at, y_ld, y_batch, bias_batch;
     const float *b;
     int64_t b_k, b_q, b_batch;
     const Node *node;

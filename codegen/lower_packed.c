@@ -3,7 +3,11 @@
  * vector width.
  *
  * Y = A B for each of `batch` items, A [rows, depth] read from a buffer at run time,
- * B [depth, cols] a constant (a conv's or Winograd's weights). B is cut into panels
+ * B [depth, cols] a constant (a conv's or Winograd's weights). A's element (r, kk)
+ * lies at offset a_rows(r) + a_depth(kk), each a mixed-radix index (OffsetMap): a
+ * plain matrix has one digit in each, a conv's implicit GEMM reads x through several
+ * (batch item, output row and column; tap row, and tap column with channel), the
+ * tile's rows each at their own offset and the depth a loop per digit. B is cut into panels
  * of NR columns (two vector registers' worth, so NR is 32 floats with AVX-512 and 16
  * with AVX2) and each panel is stored now, in the kernel's table, as [depth][NR]:
  * the micro-kernel reads one contiguous row of NR floats per step of the depth. The
@@ -73,36 +77,95 @@ static float *pack(const Program *p, const PackedGemm *g, int64_t *bytes) {
     return packed;
 }
 
+void offset_digit(OffsetMap *m, int64_t size, int64_t stride) {
+    if (size == 1)
+        return;
+    if (m->n > 0 && m->stride[m->n - 1] == size * stride) {
+        m->size[m->n - 1] *= size;
+        m->stride[m->n - 1] = stride;
+        return;
+    }
+    KILN_ASSERT(m->n < KILN_MAX_RANK);
+    m->size[m->n] = size;
+    m->stride[m->n++] = stride;
+}
+
+/* m's offset of index i. */
+static KExpr *offset_of(KBuilder *b, const OffsetMap *m, KExpr *i) {
+    KExpr *e = k_int(b, 0);
+    int64_t inner = 1;
+    for (int d = m->n - 1; d >= 0; d--) {
+        KExpr *digit = inner > 1 ? k_div(b, i, k_int(b, inner)) : i;
+        if (d > 0)
+            digit = k_mod(b, digit, k_int(b, m->size[d]));
+        e = k_madd(b, digit, m->stride[d], e);
+        inner *= m->size[d];
+    }
+    return e;
+}
+
+/* Lets a_row[i] be the offset in A of row r0 + i of batch item bi, for the mr rows
+ * of a tile: rows a constant stride apart from the first when they are one run,
+ * else each its own digits. */
+static void row_offsets(KBuilder *b, const PackedGemm *g, KExpr *bi, KExpr *r0, int64_t mr, KExpr **a_row) {
+    KExpr *base = k_madd(b, bi, g->a_batch, k_int(b, g->a_at));
+    const OffsetMap *m = &g->a_rows;
+    if (m->n <= 1) {
+        int64_t ld = m->n ? m->stride[0] : 0;
+        KExpr *first = k_var(b, kb_let(b, "a_row", KT_I64, k_add(b, base, k_mul(b, r0, k_int(b, ld)))));
+        for (int64_t i = 0; i < mr; i++)
+            a_row[i] = k_add(b, first, k_int(b, i * ld));
+        return;
+    }
+    for (int64_t i = 0; i < mr; i++)
+        a_row[i] = k_var(b, kb_let(b, kb_name(b, "a_row", (int)i), KT_I64,
+                                   k_add(b, base, offset_of(b, m, k_add(b, r0, k_int(b, i))))));
+}
+
 /* One register tile of mr rows from r0 and `width` columns from q0, of batch item
  * bi: the sums in mr x nv vector variables, then through a local tile (the last
  * panel's padding left behind) to the bias and epilogue and Y; straight to Y when
- * there is neither and the tile is whole vectors wide. */
+ * there is neither and the tile is whole vectors wide. The depth runs as a loop per
+ * digit of a_depth, the innermost (a contiguous run) unrolled. */
 static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *r0,
                          KExpr *q0, int64_t mr, int64_t width) {
     int64_t vw = p->vector_floats, stride = padded(p, width), nv = stride / vw;
     int acc[ACCUMULATORS], bv[2];
+    KExpr *a_row[ACCUMULATORS];
     KILN_ASSERT(mr * nv <= ACCUMULATORS && nv <= 2);
     for (int64_t v = 0; v < mr * nv; v++)
         acc[v] = kb_decl(b, kb_name(b, "acc", (int)v), KT_VF32, k_vsplat(b, 0));
-    KExpr *a_row = k_var(
-        b, kb_let(b, "a_row", KT_I64,
-                  k_add(b, k_madd(b, bi, g->a_batch, k_mul(b, r0, k_int(b, g->a_ld))), k_int(b, g->a_at))));
+    row_offsets(b, g, bi, r0, mr, a_row);
     KExpr *panel =
         k_var(b, kb_let(b, "panel", KT_I64,
                         k_madd(b, bi, g->depth * padded(p, g->cols), k_mul(b, q0, k_int(b, g->depth)))));
-    KExpr *kk = k_var(b, kb_for(b, "kk", KT_I64, k_int(b, 0), k_int(b, g->depth), NULL, 0));
-    kb_unroll(b, DEPTH_UNROLL);
-    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_madd(b, kk, stride, panel)));
-    for (int64_t j = 0; j < nv; j++)
-        bv[j] =
-            kb_let(b, kb_name(b, "b", (int)j), KT_VF32, k_vload(b, table, k_add(b, row, k_int(b, j * vw))));
-    for (int64_t i = 0; i < mr; i++) {
-        KExpr *a = k_var(b, kb_let(b, kb_name(b, "a", (int)i), KT_F32,
-                                   k_load(b, g->a, k_add(b, a_row, k_add(b, k_int(b, i * g->a_ld), kk)))));
-        for (int64_t j = 0; j < nv; j++)
-            kb_accum(b, acc[i * nv + j], k_mul(b, a, k_var(b, bv[j])));
+    OffsetMap depth = g->a_depth.n ? g->a_depth : (OffsetMap){1, {1}, {1}};
+    KExpr *off = k_int(b, 0), *first_kk = k_int(b, 0);
+    int64_t inner = g->depth, last = depth.n - 1, run = depth.size[last];
+    for (int d = 0; d < last; d++) {
+        inner /= depth.size[d];
+        KExpr *t =
+            k_var(b, kb_for(b, kb_name(b, "t", d), KT_I64, k_int(b, 0), k_int(b, depth.size[d]), NULL, 0));
+        off = k_madd(b, t, depth.stride[d], off);
+        first_kk = k_madd(b, t, inner, first_kk);
     }
-    kb_end(b);
+    KExpr *step = k_var(b, kb_for(b, "kk", KT_I64, k_int(b, 0), k_int(b, run), NULL, 0));
+    kb_unroll(b, run <= 4 * DEPTH_UNROLL ? (int)run : DEPTH_UNROLL);
+    KExpr *kk = last ? k_add(b, first_kk, step) : step;
+    KExpr *a_off = last ? k_var(b, kb_let(b, "a_off", KT_I64, k_madd(b, step, depth.stride[last], off)))
+                        : k_mul(b, step, k_int(b, depth.stride[last]));
+    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_madd(b, kk, stride, panel)));
+    for (int64_t v = 0; v < nv; v++)
+        bv[v] =
+            kb_let(b, kb_name(b, "b", (int)v), KT_VF32, k_vload(b, table, k_add(b, row, k_int(b, v * vw))));
+    for (int64_t i = 0; i < mr; i++) {
+        KExpr *a =
+            k_var(b, kb_let(b, kb_name(b, "a", (int)i), KT_F32, k_load(b, g->a, k_add(b, a_row[i], a_off))));
+        for (int64_t v = 0; v < nv; v++)
+            kb_accum(b, acc[i * nv + v], k_mul(b, a, k_var(b, bv[v])));
+    }
+    for (int d = 0; d <= last; d++)
+        kb_end(b);
     if (stride == width && g->bias < 0 && !g->epilogue) { /* whole vectors, stored as they are */
         KExpr *y_row = k_var(b, kb_let(b, "y_row", KT_I64,
                                        k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),

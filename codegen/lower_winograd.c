@@ -40,8 +40,8 @@ typedef struct {
     int xv, yv, wv, bv;    /* value ids; bv -1 without bias */
 } Wino;
 
-/* The 16 GEMMs have a row per tile; with fewer rows BLAS runs them slower than the
- * im2col GEMM runs 2.25 times the work (ResNet-18's 7x7 layer4, 16 tiles). */
+/* The 16 GEMMs have a row per tile; with fewer rows they run slower than the direct
+ * GEMM runs 2.25 times the work (ResNet-18's 7x7 layer4, 16 tiles). */
 enum { MIN_TILES = 32 };
 
 /* Whether conv or conv_transpose n takes this path: 2-D, nhwc, groups 1, 3x3,
@@ -239,7 +239,8 @@ static int packed_products(Program *p, const Node *n, Kernel *k, const Wino *w, 
                     .cols = o,
                     .depth = c,
                     .bias = -1,
-                    .a_ld = c,
+                    .a_rows = {1, {tiles}, {c}},
+                    .a_depth = {1, {c}, {1}},
                     .a_batch = tiles * c,
                     .y_at = 16 * tiles * c,
                     .y_ld = o,

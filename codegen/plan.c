@@ -12,7 +12,7 @@
  *     memory of such an input when nothing uses that input's buffer after the
  *     kernel (the buffer's lifetime ends there) and no other read of the kernel is
  *     in that buffer (a view read at other indexes).
- * A node's scratch (the im2col column matrix) is a buffer of its own, live over the
+ * A node's scratch (the im2col column matrix, a padded input) is a buffer of its own, live over the
  * node's kernels that use it.
  *
  * Offsets are assigned greedily, as TensorFlow Lite's and TVM's planners do: buffers
