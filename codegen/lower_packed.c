@@ -179,6 +179,7 @@ static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int
         kb_vstore(b, tile, k_int(b, v * vw), k_var(b, acc[v]));
     KExpr *i = k_var(b, kb_for(b, "ri", KT_I64, k_int(b, 0), k_int(b, mr), NULL, 0));
     KExpr *j = k_var(b, kb_for(b, "cj", KT_I64, k_int(b, 0), k_int(b, width), NULL, 0));
+    kb_unroll(b, 1); /* a loop GCC vectorizes; unrolled whole first, it would stay scalar */
     KExpr *q = k_add(b, q0, j);
     KExpr *at =
         k_var(b, kb_let(b, "at", KT_I64,
