@@ -151,10 +151,11 @@ static KExpr *row_start(KBuilder *b, KExpr *i, int64_t outer, int64_t len, int64
     return k_madd(b, k_div(b, i, k_int(b, inner)), len * inner, k_mod(b, i, k_int(b, inner)));
 }
 
-/* exp(x - max), with the exp that vectorizes (runtime/kernel_math.h) */
+/* exp(x - max), with the exp of a non-positive argument that vectorizes
+ * (runtime/kernel_math.h) */
 static KExpr *exp_shifted(KBuilder *b, KExpr *x, int max) {
     KExpr *shifted = k_sub(b, x, k_var(b, max));
-    return k_call(b, KT_F32, "kiln_expf", 1, &shifted);
+    return k_call(b, KT_F32, "kiln_expf_nonpositive", 1, &shifted);
 }
 
 int lower_softmax(Program *p, const Node *n, Diag *d) {

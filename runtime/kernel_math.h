@@ -2,25 +2,30 @@
  *
  * libm's expf is a function call that neither GCC nor Clang turns into vector code
  * (without -ffast-math), so a loop applying sigmoid or softmax to a tensor ran one
- * element at a time, at a few nanoseconds each. kiln_expf is plain arithmetic on
- * floats and their bits, inlined and vectorized with the loop around it:
+ * element at a time, at a few nanoseconds each. These are plain arithmetic on
+ * floats and their bits, inlined and vectorized with the loop around them:
  *   exp(x) = 2^n exp(r), n = x log2(e) rounded to nearest (by adding 1.5 * 2^23, so
  *   no float-to-int conversion), r = x - n ln(2) with ln(2) in two parts (Cody and
  *   Waite) so r is exact to a float's precision, and exp(r) for |r| <= ln(2)/2 by
- *   Cephes' polynomial of degree 5 (Moshier). 2^n is built in two halves, so that
- *   exp(88.72), near the largest float, does not overflow on the way.
- * Within 2 units in the last place of expf from -87.3 to 88.7 (the test checks
- * every float there); exactly 0 below -87.3 (where expf's results are denormal or
- * 0), infinity above 88.72283, and NaN for NaN. The kernels that take it: sigmoid,
- * its gradient, and softmax. kiln pastes this file into every generated C model. */
+ *   Cephes' polynomial of degree 5 (Moshier).
+ * kiln_expf builds 2^n in two halves, so that exp(88.72), near the largest float,
+ * does not overflow on the way: within 2 units in the last place of expf from -87.3
+ * to 88.7 (the test checks every float there); exactly 0 below -87.3 (where expf's
+ * results are at most FLT_MIN or denormal), infinity above 88.72283, and NaN for NaN.
+ * kiln_expf_nonpositive, for the x <= 0 of softmax's x - max and sigmoid's
+ * exp(-|x|), builds 2^n in one and skips the overflow: about a third fewer
+ * instructions, the same results there. kiln_sigmoidf is 1 / (1 + exp(-x)) as
+ * 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|), so no exp
+ * overflows: within 2 units in the last place of the correctly rounded sigmoid, 0
+ * below -87.3, NaN for NaN. kiln pastes this file into every generated C model. */
 #include <stdint.h>
 #include <string.h>
 
-static inline float kiln_expf(float x) {
-    float c = x < -87.3f ? -87.3f : x > 88.72283f ? 88.72283f : x;
+/* exp(r) of the reduced argument of c (clamped to [-87.3, 88.72283]), and in *k
+ * the bits whose low 23 hold n + 2^22. */
+static inline float kiln_exp_reduced(float c, uint32_t *k) {
     float n = c * 1.44269504088896341f + 12582912.0f;
-    uint32_t k;
-    memcpy(&k, &n, sizeof k);
+    memcpy(k, &n, sizeof *k);
     n -= 12582912.0f;
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -29,8 +34,14 @@ static inline float kiln_expf(float x) {
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    float e = p * r * r + r + 1.0f;
-    /* k's low bits hold n + 2^22 (n between -126 and 128): 2^n as 2^h 2^(n - h) */
+    return p * r * r + r + 1.0f;
+}
+
+static inline float kiln_expf(float x) {
+    float c = x < -87.3f ? -87.3f : x > 88.72283f ? 88.72283f : x;
+    uint32_t k;
+    float e = kiln_exp_reduced(c, &k);
+    /* n between -126 and 128: 2^n as 2^h 2^(n - h) */
     int32_t m = (int32_t)(k & 0x7fffffu) - 0x400000, h = m / 2;
     uint32_t b0 = (uint32_t)(h + 127) << 23, b1 = (uint32_t)(m - h + 127) << 23;
     float s0, s1;
@@ -38,4 +49,21 @@ static inline float kiln_expf(float x) {
     memcpy(&s1, &b1, sizeof s1);
     float y = e * s0 * s1;
     return x > 88.72283f ? (1.0f / 0.0f) : x < -87.3f ? 0.0f : y;
+}
+
+static inline float kiln_expf_nonpositive(float x) {
+    float c = x < -87.3f ? -87.3f : x;
+    uint32_t k;
+    float e = kiln_exp_reduced(c, &k);
+    /* n between -126 and 0: its exponent field n + 127, shifted into place (the
+       bits above the low 23 of k shift out) */
+    uint32_t b = (k + (127u - 0x400000u)) << 23;
+    float s;
+    memcpy(&s, &b, sizeof s);
+    return x < -87.3f ? 0.0f : e * s;
+}
+
+static inline float kiln_sigmoidf(float x) {
+    float e = kiln_expf_nonpositive(x < 0.0f ? x : -x);
+    return (x < 0.0f ? e : 1.0f) / (1.0f + e);
 }

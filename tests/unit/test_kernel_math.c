@@ -1,7 +1,8 @@
 /* The vectorizable math of the C target's kernels (runtime/kernel_math.h), against
- * libm in double: kiln_expf within 2 units in the last place of the correctly
- * rounded exp on every 97th float from -87.3 to 88.7 and the 64 at each end of
- * that range; 0 below it, infinity above, NaN for NaN. */
+ * libm in double: kiln_expf, kiln_expf_nonpositive and kiln_sigmoidf within 2 units
+ * in the last place of the correctly rounded result, on every 97th float of their
+ * ranges and the 64 at each end; and their values at the edges: 0 below -87.3,
+ * infinity above 88.72283 (kiln_expf), NaN for NaN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,40 +21,57 @@ static int64_t order(float f) {
     return i < 0 ? (int64_t)INT32_MIN - i : i;
 }
 
-static int64_t ulps(float x) {
-    int64_t d = order(kiln_expf(x)) - order((float)exp((double)x));
-    return d < 0 ? -d : d;
-}
-
 static float from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static void expf_within_2_ulp(void **state) {
-    (void)state;
-    int64_t worst = 0;
-    float worst_at = 0;
-    uint32_t lo, hi;
-    float l = -87.3f, h = 88.7f;
-    memcpy(&lo, &l, sizeof lo);
-    memcpy(&hi, &h, sizeof hi);
-    /* the negative floats (bits 0x80000000, -0, up to lo) and the positive (0 up to
-       hi): every 97th, then the 64 at the end */
-    for (int sign = 0; sign < 2; sign++) {
-        uint32_t first = sign ? 0x80000000u : 0, last = sign ? lo : hi;
-        for (uint32_t u = first; u <= last; u += u < last - 64 ? 97 : 1) {
-            int64_t e = ulps(from_bits(u));
-            if (e > worst)
-                worst = e, worst_at = from_bits(u);
-        }
-    }
-    if (worst > 2)
-        fail_msg("kiln_expf(%.9g) is %lld ulp from exp", worst_at, (long long)worst);
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
 }
 
-static void expf_edges(void **state) {
+static double sigmoid(double x) {
+    return 1 / (1 + exp(-x));
+}
+
+/* Fails naming the worst x of [lo, hi] (one sign) if f(x) is more than 2 ulp from
+ * ref(x) rounded to float: every 97th float, then the 64 at the far end. */
+static void within_2_ulp(const char *name, float (*f)(float), double (*ref)(double), float lo, float hi) {
+    uint32_t first = bits(fabsf(lo) < fabsf(hi) ? lo : hi), last = bits(fabsf(lo) < fabsf(hi) ? hi : lo);
+    int64_t worst = 0;
+    float worst_at = 0;
+    for (uint32_t u = first; u <= last; u += u < last - 64 ? 97 : 1) {
+        float x = from_bits(u);
+        int64_t d = order(f(x)) - order((float)ref((double)x));
+        d = d < 0 ? -d : d;
+        if (d > worst)
+            worst = d, worst_at = x;
+    }
+    if (worst > 2)
+        fail_msg("%s(%.9g) is %lld ulp from the exact result", name, worst_at, (long long)worst);
+}
+
+static void expf_within_2_ulp(void **state) {
+    (void)state;
+    within_2_ulp("kiln_expf", kiln_expf, exp, -0.0f, -87.3f);
+    within_2_ulp("kiln_expf", kiln_expf, exp, 0.0f, 88.7f);
+}
+
+static void expf_nonpositive_within_2_ulp(void **state) {
+    (void)state;
+    within_2_ulp("kiln_expf_nonpositive", kiln_expf_nonpositive, exp, -0.0f, -87.3f);
+}
+
+static void sigmoidf_within_2_ulp(void **state) {
+    (void)state;
+    within_2_ulp("kiln_sigmoidf", kiln_sigmoidf, sigmoid, -0.0f, -87.3f);
+    within_2_ulp("kiln_sigmoidf", kiln_sigmoidf, sigmoid, 0.0f, 3.4e38f);
+}
+
+static void edges(void **state) {
     (void)state;
     assert_true(isnan(kiln_expf(NAN)));
     assert_true(isinf(kiln_expf(INFINITY)) && kiln_expf(INFINITY) > 0);
@@ -61,12 +79,21 @@ static void expf_edges(void **state) {
     assert_true(kiln_expf(-INFINITY) == 0.0f && kiln_expf(-100.0f) == 0.0f);
     assert_true(kiln_expf(0.0f) == 1.0f);
     assert_true(isfinite(kiln_expf(88.72283f)) && kiln_expf(88.72283f) > 3.4e38f);
+    assert_true(isnan(kiln_expf_nonpositive(NAN)));
+    assert_true(kiln_expf_nonpositive(-INFINITY) == 0.0f && kiln_expf_nonpositive(-100.0f) == 0.0f);
+    assert_true(kiln_expf_nonpositive(0.0f) == 1.0f && kiln_expf_nonpositive(-0.0f) == 1.0f);
+    assert_true(isnan(kiln_sigmoidf(NAN)));
+    assert_true(kiln_sigmoidf(INFINITY) == 1.0f && kiln_sigmoidf(100.0f) == 1.0f);
+    assert_true(kiln_sigmoidf(-INFINITY) == 0.0f && kiln_sigmoidf(-100.0f) == 0.0f);
+    assert_true(kiln_sigmoidf(0.0f) == 0.5f);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(expf_within_2_ulp),
-        cmocka_unit_test(expf_edges),
+        cmocka_unit_test(expf_nonpositive_within_2_ulp),
+        cmocka_unit_test(sigmoidf_within_2_ulp),
+        cmocka_unit_test(edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
