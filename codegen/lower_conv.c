@@ -664,28 +664,46 @@ static bool depthwise_in_vectors(const Program *p, const Conv *c) {
 
 /* Adds every tap of output position (p0, p1) into acc, a vector of the channels
  * from ch0 on or (vector false) the float of channel ch0; a tap whose input lies in
- * the padding is skipped by an if. */
+ * the padding is skipped by an if (along the row only where check_row: the
+ * positions whose every tap lies inside need none). */
 static void depthwise_taps(KBuilder *b, const Conv *c, int x, int w, KExpr *image, KExpr *p0, KExpr *p1,
-                           KExpr *ch0, int acc, bool vector) {
+                           KExpr *ch0, int acc, bool vector, bool check_row) {
     KExpr *in[2], *tap[2];
+    int blocks = 0;
     for (int s = 0; s < 2; s++) {
         tap[s] = k_var(b, kb_for(b, k_name[s], KT_I64, k_int(b, 0), k_int(b, c->w.sp[s]), NULL, 0));
         kb_unroll(b, (int)c->w.sp[s]);
         in[s] = let_index(b, in_name[s], input_pos(b, c, s, s ? p1 : p0, tap[s]));
-        kb_if(b, within(b, in[s], c->x.sp[s]));
+        blocks++;
+        if (s == 0 || check_row) {
+            kb_if(b, within(b, in[s], c->x.sp[s]));
+            blocks++;
+        }
     }
     KExpr *at_x = plus(b, plus(b, k_add(b, image, ch0), in[0], c->x.ss[0]), in[1], c->x.ss[1]);
     KExpr *at_w = k_add(b, k_mul(b, plus(b, tap[1], tap[0], c->w.sp[1]), k_int(b, c->y.c)), ch0);
     kb_accum(b, acc,
              vector ? k_mul(b, k_vload(b, x, at_x), k_vload(b, w, at_w))
                     : k_mul(b, k_load(b, x, at_x), k_load(b, w, at_w)));
-    end_blocks(b, 4);
+    end_blocks(b, blocks);
 }
 
-/* That depthwise conv, one iteration per row of outputs: each output position sums
- * its taps for a vector of channels at a time in a register (the channels past the
- * last whole vector one by one) and stores each sum once; then the row takes the
- * epilogue. */
+/* The output positions [lo, hi) along the row whose every tap lies inside x. */
+static void inner_positions(const Conv *c, int64_t *lo, int64_t *hi) {
+    int64_t st = c->strides[1], pad = c->pads[1], wo = c->y.sp[1];
+    int64_t last = c->x.sp[1] - 1 - (c->w.sp[1] - 1) * c->dilations[1] + pad; /* the largest p st */
+    *lo = (pad + st - 1) / st;
+    *hi = last < 0 ? 0 : last / st + 1;
+    *lo = *lo < wo ? *lo : wo;
+    *hi = *hi < *lo ? *lo : *hi < wo ? *hi : wo;
+}
+
+/* That depthwise conv, one iteration per row of outputs: for a vector of channels
+ * at a time (the channels past the last whole vector one by one), each output
+ * position of the row sums its taps in a register and stores the sum once, its
+ * taps' weights the same for the whole row (so they stay in registers), and no
+ * tap tested against the row's ends in the positions between; then the row takes
+ * the epilogue. */
 static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
     int64_t ch = c->y.c, vw = p->vector_floats, whole = ch / vw * vw, ho = c->y.sp[0], wo = c->y.sp[1];
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
@@ -700,22 +718,33 @@ static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) 
         c->y.n > 1 ? let_index(b, "image", k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, c->x.sn))) : zero;
     KExpr *p0 = c->y.n > 1 ? let_index(b, "p0", k_mod(b, i, k_int(b, ho))) : i;
     KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
-    KExpr *p1 = k_var(b, kb_for(b, "p1", KT_I64, zero, k_int(b, wo), NULL, 0));
-    if (whole > 0) {
-        KExpr *cv = k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, whole), k_int(b, vw), 0));
-        int acc = kb_decl(b, "acc", KT_VF32, bias >= 0 ? k_vload(b, bias, cv) : k_vsplat(b, 0));
-        depthwise_taps(b, c, x, w, image, p0, p1, cv, acc, true);
-        kb_vstore(b, y, k_add(b, row, k_madd(b, p1, ch, cv)), k_var(b, acc));
+    int64_t lo, hi;
+    inner_positions(c, &lo, &hi);
+    int64_t from[3] = {0, lo, hi}, to[3] = {lo, hi, wo};
+    for (int vector = 1; vector >= 0; vector--) {
+        if (vector ? whole == 0 : whole == ch)
+            continue;
+        KExpr *ch0 = vector ? k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, whole), k_int(b, vw), 0))
+                            : k_var(b, kb_for(b, "cs", KT_I64, k_int(b, whole), k_int(b, ch), NULL, 0));
+        for (int part = 0; part < 3; part++) {
+            if (from[part] == to[part])
+                continue;
+            KExpr *p1 = k_var(b, kb_for(b, "p1", KT_I64, k_int(b, from[part]), k_int(b, to[part]), NULL, 0));
+            KExpr *first = bias < 0 ? NULL : vector ? k_vload(b, bias, ch0) : k_load(b, bias, ch0);
+            int acc = kb_decl(b, vector ? "acc" : "sum", vector ? KT_VF32 : KT_F32,
+                              first    ? first
+                              : vector ? k_vsplat(b, 0)
+                                       : k_f32(b, 0));
+            depthwise_taps(b, c, x, w, image, p0, p1, ch0, acc, vector, part != 1);
+            KExpr *at = k_add(b, row, k_madd(b, p1, ch, ch0));
+            if (vector)
+                kb_vstore(b, y, at, k_var(b, acc));
+            else
+                kb_store(b, y, at, k_var(b, acc));
+            kb_end(b);
+        }
         kb_end(b);
     }
-    if (whole < ch) {
-        KExpr *cs = k_var(b, kb_for(b, "cs", KT_I64, k_int(b, whole), k_int(b, ch), NULL, 0));
-        int acc = kb_decl(b, "sum", KT_F32, bias >= 0 ? k_load(b, bias, cs) : k_f32(b, 0));
-        depthwise_taps(b, c, x, w, image, p0, p1, cs, acc, false);
-        kb_store(b, y, k_add(b, row, k_madd(b, p1, ch, cs)), k_var(b, acc));
-        kb_end(b);
-    }
-    kb_end(b);
     kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, wo * ch), 0,
                      1);
     return 0;
