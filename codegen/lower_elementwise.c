@@ -123,33 +123,6 @@ void binary_formula(OpId op, int wrt, char *e, size_t cap) {
     row_formula(text, NULL, binary_operands, e, cap);
 }
 
-int lower_binary(Program *p, const Node *n, Diag *d) {
-    Kernel *k = loop_over_output(p, n, d);
-    if (!k)
-        return -1;
-    KBuilder *b = &k->b;
-    KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *at[2] = {i, i};
-    const Type *to = &p->g->values[n->out[0]].type;
-    bool broadcast =
-        !type_equal(&p->g->values[n->in[0]].type, to) || !type_equal(&p->g->values[n->in[1]].type, to);
-    if (broadcast)
-        kb_unravel(b, i, to, "o", o);
-    for (int j = 0; j < 2; j++) {
-        const Type *t = &p->g->values[n->in[j]].type;
-        if (!type_equal(t, to)) {
-            KView v = kview_broadcast(t, to);
-            at[j] = kview_index(b, &v, o);
-        }
-    }
-    KExpr *x[2];
-    x[0] = k_var(b, kb_let(b, "a", KT_F32, k_load(b, kb_value(b, n->in[0], false), at[0])));
-    x[1] = k_var(b, kb_let(b, "b", KT_F32, k_load(b, kb_value(b, n->in[1], false), at[1])));
-    char f[512];
-    binary_formula(n->op, 0, f, sizeof f);
-    kb_store(b, kb_value(b, n->out[0], true), i, k_formula(b, KT_F32, f, 2, x));
-    return 0;
-}
-
 int lower_copy(Program *p, const Node *n, Diag *d) {
     if (p->view_of && p->view_of[n->out[0]] >= 0)
         return 0;
@@ -294,19 +267,15 @@ static void mark_used(const Expr *e, bool *used) {
  *     input read at its broadcast offset, as lower_binary does. */
 enum { ELEMENTWISE_BLOCK = 16 };
 
-int lower_elementwise(Program *p, const Node *n, Diag *d) {
-    const char *text = node_attr(n, ATTR_EXPR)->s;
+/* Node n as expression e over its inputs; `text`, the expression as written, names
+ * it in the kernel's comment (NULL: n's op names it). */
+static int lower_expr(Program *p, const Node *n, const Expr *e, const char *text, Diag *d) {
     const Type *to = &p->g->values[n->out[0]].type;
-    Arena arena = {0};
-    Expr *e = node_expr(&arena, n, d);
     bool *used = ir_calloc((size_t)n->n_in + 1, sizeof *used);
     KExpr **x = arena_alloc(&p->arena, sizeof *x * ((size_t)n->n_in + 1));
-    if (!e || !used || !x) {
-        if (e)
-            diag_error(d, n->loc, "out of memory");
-        arena_free(&arena);
+    if (!used || !x) {
         ir_free(used);
-        return -1;
+        return diag_error(d, n->loc, "out of memory");
     }
     mark_used(e, used);
     /* some input needs an index other than i (it has the output's elements in the
@@ -324,13 +293,13 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
                                       ELEMENTWISE_GRAIN / inner > 1 ? ELEMENTWISE_GRAIN / inner : 1, d)
                         : loop_over_output(p, n, d);
     if (!k) {
-        arena_free(&arena);
         ir_free(used);
         return -1;
     }
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
-    kernel_annotate(k, text);
+    if (text)
+        kernel_annotate(k, text);
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK], *j = NULL;
     if (indexed)
@@ -375,7 +344,22 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
     kb_store(b, kb_value(b, n->out[0], true), blocked ? k_madd(b, i, inner, j) : i, r);
     if (blocked)
         kb_end(b);
-    arena_free(&arena);
     ir_free(used);
     return 0;
+}
+
+int lower_elementwise(Program *p, const Node *n, Diag *d) {
+    Arena arena = {0};
+    Expr *e = node_expr(&arena, n, d);
+    int rc = e ? lower_expr(p, n, e, node_attr(n, ATTR_EXPR)->s, d) : -1;
+    arena_free(&arena);
+    return rc;
+}
+
+/* A binary op is the expression op($0, $1), so that its broadcasting runs as an
+ * `elementwise` node's does: in blocks, a per-channel operand read once a block. */
+int lower_binary(Program *p, const Node *n, Diag *d) {
+    Expr operands[2] = {{.kind = EXPR_INPUT, .input = 0}, {.kind = EXPR_INPUT, .input = 1}};
+    Expr call = {.kind = EXPR_CALL, .call = *n, .arg = {&operands[0], &operands[1]}};
+    return lower_expr(p, n, &call, NULL, d);
 }

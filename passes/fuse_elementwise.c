@@ -15,10 +15,10 @@
  * Why it is correct: every op in a tree is elementwise with numpy broadcasting, so
  * the root's element at index i is a function of the leaves' elements at i, each
  * leaf read by broadcasting into the root's shape, and the root's shape is the
- * broadcast of the leaves' shapes. An interior value smaller than the root (say
- * f32[3] under an f32[2, 3] root) is recomputed for every root element from the
- * same broadcast leaf elements, which gives the value the interior node had at the
- * broadcast index. The interpreter rounds each call of an expression to f32 as the
+ * broadcast of the leaves' shapes. A value smaller than the root (say f32[3] under
+ * an f32[2, 3] root) stays a leaf: inside the tree it would be recomputed for every
+ * root element (a squeeze-and-excite gate's sigmoid, once per channel, ran once per
+ * pixel and channel). The interpreter rounds each call of an expression to f32 as the
  * ops do one by one, so the fused graph gives the same values there bit for bit.
  * An `elementwise` input used more than once by its own expression stays a leaf, and
  * one expression holds at most FUSE_MAX_CALLS calls, so expressions stay small. */
@@ -37,8 +37,9 @@ typedef struct {
     int *tree, n_tree; /* the interior nodes of the tree being built */
     int *leaves;       /* the tree's leaf values, $0, $1, ... */
     int n_leaves;
-    int calls, nodes; /* in the tree being built */
-    Arena arena;      /* its expressions */
+    int calls, nodes;   /* in the tree being built */
+    int64_t root_numel; /* the elements of its root's result */
+    Arena arena;        /* its expressions */
 } Fuser;
 
 static bool fusable(const Node *n) {
@@ -87,7 +88,8 @@ static Expr *build(Fuser *f, Node *n);
 static Expr *operand(Fuser *f, int v, bool once) {
     Graph *g = f->c->g;
     Node *def = pass_definer(g, v);
-    if (!once || !def || !fusable(def) || f->uses[v] != 1 || f->is_output[v])
+    if (!once || !def || !fusable(def) || f->uses[v] != 1 || f->is_output[v] ||
+        type_numel(&g->values[v].type) < f->root_numel)
         return leaf(f, v);
     int cost = 1;
     if (def->op == OP_ELEMENTWISE) {
@@ -151,6 +153,7 @@ static Expr *build(Fuser *f, Node *n) {
 static int fuse_tree(Fuser *f, Node *root, int at) {
     Graph *g = f->c->g;
     f->n_leaves = f->calls = f->nodes = 0;
+    f->root_numel = type_numel(&g->values[root->out[0]].type);
     Expr *e = build(f, root);
     if (!e)
         return -1;
