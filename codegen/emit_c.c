@@ -71,13 +71,14 @@ void indent_lines(Str *out, const char *text, int indent) {
     }
 }
 
-/* Whether another value the kernel names has v's memory (an in-place result and
+/* Whether another value the kernel uses has v's memory (an in-place result and
  * its input, a view and its value): then neither pointer may be `restrict`. */
 static bool shares_memory(const Program *p, const Kernel *k, int v) {
     Buffer b = p->buf[v];
     for (int i = 0; i < k->n_reads + k->n_writes; i++) {
         int u = i < k->n_reads ? k->reads[i] : k->writes[i - k->n_reads];
-        if (u >= 0 && u != v && p->buf[u].kind == b.kind && p->buf[u].offset == b.offset)
+        if (u >= 0 && u != v && p->buf[u].kind == b.kind && p->buf[u].offset == b.offset &&
+            kir_uses_value(k->ir, u))
             return true;
     }
     return false;

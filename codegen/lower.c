@@ -455,6 +455,85 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
     return 0;
 }
 
+/* A run of the old weights blob that a kernel reads, and where it moves to. */
+typedef struct {
+    int64_t from, to, at;
+} Run;
+
+static int by_start(const void *a, const void *b) {
+    const Run *x = a, *y = b;
+    return (x->from > y->from) - (x->from < y->from);
+}
+
+/* The new offset of old offset `at` when one of the n runs (sorted, disjoint) holds
+ * it, else 0 (for a value that nothing reads). */
+static int64_t moved(const Run *runs, int n, int64_t at) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (runs[mid].from <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    bool inside = n > 0 && runs[lo].from <= at && (at < runs[lo].to || at == runs[lo].from);
+    return inside ? at - runs[lo].from + runs[lo].at : 0;
+}
+
+/* Drops from the weights blob what no kernel reads: a param whose every reader
+ * packed it into its own table at compile time (ResNet-18's .so carried its conv
+ * weights twice). The state stays first, as it is; the runs that kernels read (a
+ * value, a view into one, a table) move down in order, each keeping its offset
+ * modulo 64. */
+static int drop_unread_weights(Program *p, Diag *d) {
+    int n = 0;
+    Run *runs = ir_calloc((size_t)(p->g->n_values + p->n_kernels) + 1, sizeof *runs);
+    if (!runs)
+        return diag_error(d, (Loc){0}, "out of memory");
+    for (int k = 0; k < p->n_kernels; k++) {
+        const Kernel *kn = &p->kernels[k];
+        for (int r = 0; r < kn->n_reads; r++) {
+            int v = kn->reads[r];
+            if (v >= 0 && p->buf[v].kind == BUF_WEIGHT && kir_uses_value(kn->ir, v))
+                runs[n++] = (Run){p->buf[v].offset, p->buf[v].offset + value_bytes(p, v), 0};
+        }
+        if (kn->table_bytes)
+            runs[n++] = (Run){kn->table, kn->table + kn->table_bytes, 0};
+    }
+    qsort(runs, (size_t)n, sizeof *runs, by_start);
+    int merged = 0;
+    for (int i = 0; i < n; i++) {
+        if (merged && runs[i].from <= runs[merged - 1].to)
+            runs[merged - 1].to = runs[i].to > runs[merged - 1].to ? runs[i].to : runs[merged - 1].to;
+        else
+            runs[merged++] = runs[i];
+    }
+    int64_t size = p->state_bytes;
+    for (int i = 0; i < merged; i++) {
+        runs[i].at = ((size + 63) & ~(int64_t)63) + runs[i].from % 64;
+        size = runs[i].at + runs[i].to - runs[i].from;
+    }
+    unsigned char *w = ir_calloc((size_t)size + 1, 1);
+    if (!w) {
+        ir_free(runs);
+        return diag_error(d, (Loc){0}, "out of memory for %lld bytes of weights", (long long)size);
+    }
+    memcpy(w, p->weights, (size_t)p->state_bytes);
+    for (int i = 0; i < merged; i++)
+        memcpy(w + runs[i].at, p->weights + runs[i].from, (size_t)(runs[i].to - runs[i].from));
+    for (int v = 0; v < p->g->n_values; v++)
+        if (p->buf[v].kind == BUF_WEIGHT)
+            p->buf[v].offset = moved(runs, merged, p->buf[v].offset);
+    for (int k = 0; k < p->n_kernels; k++)
+        if (p->kernels[k].table_bytes)
+            p->kernels[k].table = moved(runs, merged, p->kernels[k].table);
+    ir_free(p->weights);
+    p->weights = w;
+    p->weights_bytes = size;
+    ir_free(runs);
+    return 0;
+}
+
 Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
@@ -511,7 +590,7 @@ Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *
     for (int k = 0; k < p->n_kernels; k++)
         if (kernel_finish(p, &p->kernels[k], d))
             goto fail;
-    if (plan_memory(p, o->memplan, d))
+    if (drop_unread_weights(p, d) || plan_memory(p, o->memplan, d))
         goto fail;
     return p;
 oom:
