@@ -152,6 +152,18 @@ static void let_dims(KBuilder *b, KExpr *i, const Dim *dims, int n) {
     }
 }
 
+/* Makes LOOP kernel k one iteration per point of dims, each doing `work`, and lets
+ * the dims' coordinates of its iteration; returns the iteration. */
+static KExpr *iterate_dims(Kernel *k, const Dim *dims, int n, int64_t work) {
+    k->count = 1;
+    for (int i = 0; i < n; i++)
+        k->count *= dims[i].size;
+    k->grain = grain_for(work);
+    KExpr *i = k_var(&k->b, k->iter);
+    let_dims(&k->b, i, dims, n);
+    return i;
+}
+
 /* Lets NAMEs = the coordinates of flat index `flat` over the spatial sizes sp,
  * for the dims above 1 (the others are 0), into at. */
 static void let_spatial(KBuilder *b, const char *const *names, KExpr *flat, const int64_t *sp, int ns,
@@ -270,12 +282,7 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
         dims[nd++] = dim(p_name[s], c->y.sp[s], &at.p[s]);
     if (c->nhwc)
         run *= c->w.sp[last];
-    k->count = 1;
-    for (int i = 0; i < nd; i++)
-        k->count *= dims[i].size;
-    k->grain = grain_for(run);
-    KExpr *i = k_var(b, k->iter);
-    let_dims(b, i, dims, nd);
+    KExpr *i = iterate_dims(k, dims, nd, run);
     /* the dims the iteration fixes: all but the last */
     KExpr *inside = NULL;
     for (int s = 0; s < last; s++) {
@@ -484,12 +491,7 @@ static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp
     dims[nd++] = dim("b", c->x.n, &at.b);
     for (int s = 0; s < last; s++)
         dims[nd++] = dim(p_name[s], sp[s], &at.p[s]);
-    k->count = 1;
-    for (int i = 0; i < nd; i++)
-        k->count *= dims[i].size;
-    k->grain = grain_for(row_len);
-    KExpr *i = k_var(b, k->iter);
-    let_dims(b, i, dims, nd);
+    KExpr *i = iterate_dims(k, dims, nd, row_len);
     KExpr *inside = NULL;
     for (int s = 0; s < last; s++) {
         at.in[s] = k_var(b, kb_let(b, in_name[s], KT_I64, k_sub(b, at.p[s], k_int(b, c->pads[s]))));

@@ -1,40 +1,40 @@
-/* GEMMs whose right operand is known at compile time: the weights packed into panels,
- * run by a register-blocked micro-kernel that kiln generates for the machine's
- * vector width.
+/* GEMMs whose right operand is known at compile time: the weights packed into
+ * panels, run by a register-blocked micro-kernel that kiln generates for the
+ * machine's vector width.
  *
  * Y = A B for each of `batch` items, A [rows, depth] read from a buffer at run time,
  * B [depth, cols] a constant (a conv's or Winograd's weights). A's element (r, kk)
  * lies at offset a_rows(r) + a_depth(kk), each a mixed-radix index (OffsetMap): a
  * plain matrix has one digit in each, a conv's implicit GEMM reads x through several
  * (batch item, output row and column; tap row, and tap column with channel), the
- * tile's rows each at their own offset and the depth a loop per digit. B is cut into panels
- * of NR columns (two vector registers' worth, so NR is 32 floats with AVX-512 and 16
- * with AVX2) and each panel is stored now, in the kernel's table, as [depth][NR]:
- * the micro-kernel reads one contiguous row of NR floats per step of the depth. The
- * last panel is as wide as what is left.
+ * tile's rows each at their own offset and the depth a loop per digit. B is cut into
+ * panels of NR columns (two vector registers' worth, so NR is 32 floats with AVX-512
+ * and 16 with AVX2) and each panel is stored now, in the kernel's table, as
+ * [depth][NR]: the micro-kernel reads one contiguous row of NR floats per step of
+ * the depth. The last panel is as wide as what is left.
  *
  * The kernel is a LOOP over register tiles: MR rows by one panel. A tile keeps its
- * MR x NR sums in 12 vector variables (MR 6 with two-vector panels, 12 when B has
- * at most one vector's width of columns), leaving registers for the panel's loads
- * and the broadcasts of A; each step of the depth broadcasts one element of each of
- * the MR rows of A and adds its product with the panel's row to every sum of that
- * row, and the depth loop is unrolled by 4 so the loads run ahead of the
- * multiply-adds. A tile of fewer rows (the last, or all of a linear layer's one
- * row) has variables to spare: up to 4 sets of sums, consecutive steps adding into
- * different sets, so that each multiply-add does not wait for the one before it
- * (a 2048-deep single row ran 3x faster). When the depth is done the sums pass through a small local tile
- * (which leaves the last panel's padding behind) to the bias and the fused epilogue
- * (relu, a residual add, ...) on their way to Y, while still in L1. Each tile size
- * is a compile-time constant: the tiles of the last rows and of the last panel are
- * their own copies of the micro-kernel, chosen by an if on the tile's position.
+ * MR x NR sums in 12 vector variables (MR 6 with two-vector panels, 12 when B has at
+ * most one vector's width of columns), leaving registers for the panel's loads and
+ * the broadcasts of A; each step of the depth broadcasts one element of each of the
+ * MR rows of A and adds its product with the panel's row to every sum of that row,
+ * and the depth loop is unrolled by 4 so the loads run ahead of the multiply-adds. A
+ * tile of fewer rows (the last, or all of a linear layer's one row) has variables to
+ * spare: up to 4 sets of sums, consecutive steps adding into different sets, so that
+ * each multiply-add does not wait for the one before it (a 2048-deep single row ran
+ * 3x faster). When the depth is done the sums pass through a small local tile (which
+ * leaves the last panel's padding behind) to the bias and the fused epilogue (relu,
+ * a residual add, ...) on their way to Y, while still in L1. Each tile size is a
+ * compile-time constant: the tiles of the last rows and of the last panel are their
+ * own copies of the micro-kernel, chosen by an if on the tile's position.
  *
  * The tiles run panels innermost, so consecutive tiles (those a thread's chunk
  * holds) reuse the same MR rows of A from the L1 cache, while all of B, read once
- * per row tile, stays in the L2 cache; a B too large for that (ResNet's last
- * layers: 4608 x 512) runs row tiles innermost instead, each panel read from
- * memory once and then from L2 for every row tile. Measured on a 2-core Zen 5 (AVX-512),
- * one thread: 220 to 260 GFLOP/s on ResNet's conv GEMMs, where OpenBLAS 0.3.21
- * (AVX2 kernels there) runs at 105 to 137. */
+ * per row tile, stays in the L2 cache; a B too large for that (ResNet's last layers:
+ * 4608 x 512) runs row tiles innermost instead, each panel read from memory once and
+ * then from L2 for every row tile. Measured on a 2-core Zen 5 (AVX-512), one thread:
+ * 220 to 260 GFLOP/s on ResNet's conv GEMMs, where OpenBLAS 0.3.21 (AVX2 kernels
+ * there) runs at 105 to 137. */
 #include "codegen.h"
 
 /* B_IN_CACHE: the most bytes of B that stay in a core's L2 cache (1 MiB on Zen 4 and
