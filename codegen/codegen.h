@@ -289,7 +289,8 @@ typedef struct {
 /* The iterations of the LOOP kernel that runs g. */
 int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g);
 /* Builds LOOP kernel k's body (of packed_gemm_tiles iterations): g's B packed into
- * k's table, and the micro-kernels. -1 after a diagnostic when memory runs out. */
+ * k's table, and the micro-kernels; and sets k's grain. -1 after a diagnostic when
+ * memory runs out. */
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d);
 
 /* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the

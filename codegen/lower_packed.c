@@ -41,6 +41,12 @@
  * 5, 1.25 to 2 on recent Intel) beside the rows of A. */
 enum { ACCUMULATORS = 12, DEPTH_UNROLL = 4, B_IN_CACHE = 512 << 10 };
 
+/* The fewest multiply-adds worth a chunk of the pool's (about a microsecond): a GEMM
+ * of less than twice that (a squeeze-and-excite block's one-row convs) runs on the
+ * caller alone, where a fork and join would cost more than the work and, on a busy
+ * machine, wait for a thread the scheduler has not run. */
+enum { CHUNK_WORK = 1 << 16 };
+
 /* Rows per register tile: 12 vector accumulators, so 6 rows of two-vector panels,
  * 12 of a one-vector panel (a GEMM with at most vector-width columns). */
 static int64_t tile_rows(const Program *p, const PackedGemm *g) {
@@ -270,6 +276,8 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     KBuilder *b = &k->b;
     int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr, mr = tile_rows(p, g),
             row_tiles = (g->rows + mr - 1) / mr, last_rows = g->rows - (row_tiles - 1) * mr;
+    int64_t tile_work = (g->rows < mr ? g->rows : mr) * (g->cols < nr ? g->cols : nr) * g->depth;
+    k->grain = tile_work >= CHUNK_WORK ? 1 : (CHUNK_WORK + tile_work - 1) / tile_work;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
     /* consecutive iterations share a panel when B is too large to stay in cache */
