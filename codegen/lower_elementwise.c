@@ -264,7 +264,7 @@ static void mark_used(const Expr *e, bool *used) {
  *     one iteration per block, the input offsets computed once per block and an
  *     inner loop over the block that compilers vectorize;
  *   - otherwise one iteration per element, the output index unraveled and each
- *     input read at its broadcast offset, as lower_binary does. */
+ *     input read at its broadcast offset. */
 enum { ELEMENTWISE_BLOCK = 16 };
 
 /* Node n as expression e over its inputs; `text`, the expression as written, names
