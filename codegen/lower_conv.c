@@ -249,15 +249,26 @@ static void end_blocks(KBuilder *b, int count) {
 
 /* ---- conv as im2col and GEMM ---- */
 
+/* A LOOP kernel of node n that reads its input x into `bytes` of the node's scratch
+ * (a column matrix, a padded copy); NULL after a diagnostic. */
+static Kernel *scratch_of_x(Program *p, const Node *n, const char *what, int64_t bytes, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, what);
+    if (!k) {
+        diag_error(d, n->loc, "out of memory");
+        return NULL;
+    }
+    kernel_reads(k, n->in[0]);
+    k->scratch_bytes = bytes;
+    return k;
+}
+
 /* The LOOP filling the column matrix; nchw: one iteration per row of it (a run along
  * the last spatial dim); nhwc: one per (position, group, taps but the last dim's),
  * copying C/g channels for each tap along the last dim. */
 static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, "im2col");
+    Kernel *k = scratch_of_x(p, n, "im2col", bytes, d);
     if (!k)
-        return diag_error(d, n->loc, "out of memory");
-    kernel_reads(k, n->in[0]);
-    k->scratch_bytes = bytes;
+        return -1;
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[2 * KILN_MAX_RANK];
@@ -478,11 +489,9 @@ static void zeros(KBuilder *b, int scratch, KExpr *row, int64_t from, int64_t to
  * spatial sizes sp: one iteration per row along the last spatial dim (a batch item
  * and a position in the others), all zeros where that position is padding. */
 static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp, int64_t bytes, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, "pad");
+    Kernel *k = scratch_of_x(p, n, "pad", bytes, d);
     if (!k)
-        return diag_error(d, n->loc, "out of memory");
-    kernel_reads(k, n->in[0]);
-    k->scratch_bytes = bytes;
+        return -1;
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[MAX_SPATIAL];
