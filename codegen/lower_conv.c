@@ -524,6 +524,15 @@ static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp
     return 0;
 }
 
+/* The digit of `size` steps of `step` positions along a spatial dim of `pitch`
+ * elements. None for a size of 1, whose step may lie far outside x (a stride past
+ * the input, for its one output position) and times the pitch overflow; a longer
+ * run of steps fits inside x, or its padded copy, whose size is checked. */
+static void conv_digit(OffsetMap *m, int64_t size, int64_t step, int64_t pitch) {
+    if (size > 1)
+        offset_digit(m, size, step * pitch);
+}
+
 /* conv c as a GEMM per group, y[:, g] = A x w[g]^T, on w packed now: A's row r (a
  * batch item and output position) and step kk of its depth (a tap and channel of
  * the group) are offsets into x, or into its padded copy in the scratch, so no
@@ -565,9 +574,9 @@ static int packed_conv(Program *p, const Node *n, const Conv *c, Diag *d) {
     }
     offset_digit(&g.a_rows, c->y.n, image);
     for (int s = 0; s < c->ns; s++)
-        offset_digit(&g.a_rows, c->y.sp[s], c->strides[s] * pitch[s]);
+        conv_digit(&g.a_rows, c->y.sp[s], c->strides[s], pitch[s]);
     for (int s = 0; s < c->ns; s++)
-        offset_digit(&g.a_depth, c->w.sp[s], c->dilations[s] * pitch[s]);
+        conv_digit(&g.a_depth, c->w.sp[s], c->dilations[s], pitch[s]);
     offset_digit(&g.a_depth, cg, 1);
     Kernel *k = kernel_loop(p, n, "packed_gemm", packed_gemm_tiles(p, &g), 1, d);
     if (!k)
