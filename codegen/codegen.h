@@ -136,6 +136,7 @@ typedef struct {
     Buffer *buf; /* per value id */
     MemPlan plan;
     int *view_of; /* per value id: the value a view shares memory with (memplan), else -1 */
+    int *uses;    /* per value id: the node inputs, outputs and update values naming it */
     int64_t workspace_bytes;
     unsigned char *weights; /* the blob: params and consts, 64-byte aligned each */
     int64_t weights_bytes;
@@ -282,16 +283,24 @@ typedef struct {
     int64_t a_at, a_batch, y_at, y_ld, y_batch, bias_batch;
     const float *b;
     int64_t b_k, b_q, b_batch;
+    int64_t table_at; /* where the packed B starts in the kernel's table, in floats */
     const Node *node;
     const Expr *epilogue;
 } PackedGemm;
 
 /* The iterations of the LOOP kernel that runs g. */
 int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g);
+/* A kernel's table holding g's B packed from float `at` on (g->table_at), the
+ * floats before it zeros for the caller to fill, and its size in *bytes; NULL when
+ * memory runs out. A B of b_batch 0 is packed once for every item. */
+float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int64_t *bytes);
 /* Builds LOOP kernel k's body (of packed_gemm_tiles iterations): g's B packed into
  * k's table, and the micro-kernels; and sets k's grain. -1 after a diagnostic when
  * memory runs out. */
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d);
+/* Every tile of g's batch item bi, as loops over row tiles and panels, its packed B
+ * in the kernel's table `table`: a GEMM that one iteration of a LOOP runs whole. */
+void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi);
 
 /* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the
  * sum running over `depth`, with the float scalars alpha and beta (lower_linalg.c). */

@@ -537,12 +537,14 @@ static int drop_unread_weights(Program *p, Diag *d) {
 Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
-        !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs))) {
+        !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs)) ||
+        !(p->uses = ir_calloc((size_t)g->n_values + 1, sizeof *p->uses))) {
         program_free(p);
         diag_error(d, (Loc){0}, "out of memory");
         return NULL;
     }
     p->g = g;
+    graph_count_uses(g, p->uses);
     p->target = o->target;
 #ifdef KILN_HAVE_OPENBLAS
     p->blas = o->target == TARGET_C && o->blas;
@@ -618,6 +620,7 @@ void program_free(Program *p) {
     ir_free(p->view_of);
     ir_free(p->buf);
     ir_free(p->inputs);
+    ir_free(p->uses);
     ir_free(p->weights);
     ir_free(p);
 }

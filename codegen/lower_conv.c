@@ -661,17 +661,22 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
  * tap adds weight x input over whole channel vectors. The weights, [C, k..., 1],
  * are read tap-major: relaid at compile time into the kernel's table when they
  * are known then (a param or const), else read with a stride. */
-/* The depthwise weights known now, relaid as k's table [tap][channel]. */
-static int relay_depthwise_weights(Program *p, const Node *n, const Conv *c, Kernel *k, Diag *d) {
+/* The depthwise weights known now, [C, k..., 1], relaid tap-major into t [tap][channel]. */
+static void relay_depthwise(const Program *p, const Conv *c, float *t) {
     int64_t ch = c->y.c, taps = c->taps;
-    float *t = ir_malloc(sizeof(float) * (size_t)(taps * ch) + 1);
-    if (!t)
-        return diag_error(d, n->loc, "out of memory");
-    const float *w = (const float *)(p->weights + p->buf[n->in[1]].offset);
+    const float *w = (const float *)(p->weights + p->buf[c->wv].offset);
     for (int64_t o = 0; o < ch; o++)
         for (int64_t tap = 0; tap < taps; tap++)
             t[tap * ch + o] = w[o * taps + tap];
-    int rc = program_table(p, k, t, (int64_t)sizeof(float) * taps * ch, d);
+}
+
+/* Those weights as k's table. */
+static int relay_depthwise_weights(Program *p, const Node *n, const Conv *c, Kernel *k, Diag *d) {
+    float *t = ir_malloc(sizeof(float) * (size_t)(c->taps * c->y.c) + 1);
+    if (!t)
+        return diag_error(d, n->loc, "out of memory");
+    relay_depthwise(p, c, t);
+    int rc = program_table(p, k, t, (int64_t)sizeof(float) * c->taps * c->y.c, d);
     ir_free(t);
     return rc;
 }
@@ -718,29 +723,18 @@ static void inner_positions(const Conv *c, int64_t *lo, int64_t *hi) {
     *hi = *hi < *lo ? *lo : *hi < wo ? *hi : wo;
 }
 
-/* That depthwise conv, one iteration per row of outputs: for a vector of channels
- * at a time (the channels past the last whole vector one by one), each output
- * position of the row sums its taps in a register and stores the sum once, its
- * taps' weights the same for the whole row (so they stay in registers), and no
- * tap tested against the row's ends in the positions between; then the row takes
- * the epilogue. */
-static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
-    int64_t ch = c->y.c, vw = p->vector_floats, whole = ch / vw * vw, ho = c->y.sp[0], wo = c->y.sp[1];
-    Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
-    if (!k || relay_depthwise_weights(p, n, c, k, d))
-        return -1;
-    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, ch, c->positions, c->taps});
-    KBuilder *b = &k->b;
-    int x = kb_value(b, c->xv, false), w = kb_table(b), y = kb_value(b, c->yv, true),
-        bias = c->bv >= 0 ? kb_value(b, c->bv, false) : -1;
-    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
-    KExpr *image =
-        c->y.n > 1 ? let_index(b, "image", k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, c->x.sn))) : zero;
-    KExpr *p0 = c->y.n > 1 ? let_index(b, "p0", k_mod(b, i, k_int(b, ho))) : i;
-    KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
-    int64_t lo, hi;
+/* Row p0 of image `image` of that depthwise conv into y at `row`, without the
+ * epilogue: for a vector of channels at a time (the channels past the last whole
+ * vector one by one), each output position of the row sums its taps in a register
+ * and stores the sum once, its taps' weights (in `w`, as relay_depthwise lays them
+ * out) the same for the whole row, so they stay in registers, and no tap tested
+ * against the row's ends in the positions between. */
+static void depthwise_row(KBuilder *b, const Program *p, const Conv *c, int x, int w, int bias, int y,
+                          KExpr *image, KExpr *p0, KExpr *row) {
+    int64_t ch = c->y.c, vw = p->vector_floats, whole = ch / vw * vw, lo, hi;
     inner_positions(c, &lo, &hi);
-    int64_t from[3] = {0, lo, hi}, to[3] = {lo, hi, wo};
+    int64_t from[3] = {0, lo, hi}, to[3] = {lo, hi, c->y.sp[1]};
+    KExpr *zero = k_int(b, 0);
     for (int vector = 1; vector >= 0; vector--) {
         if (vector ? whole == 0 : whole == ch)
             continue;
@@ -765,6 +759,31 @@ static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) 
         }
         kb_end(b);
     }
+}
+
+/* The image and the row p0 of LOOP iteration i over (batch item, row). */
+static void depthwise_iteration(KBuilder *b, const Conv *c, KExpr *i, KExpr **image, KExpr **p0) {
+    int64_t ho = c->y.sp[0];
+    *image = c->y.n > 1 ? let_index(b, "image", k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, c->x.sn)))
+                        : k_int(b, 0);
+    *p0 = c->y.n > 1 ? let_index(b, "p0", k_mod(b, i, k_int(b, ho))) : i;
+}
+
+/* That depthwise conv, one iteration per row of outputs (depthwise_row), each row
+ * then taking the epilogue. */
+static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
+    int64_t ch = c->y.c, ho = c->y.sp[0], wo = c->y.sp[1];
+    Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
+    if (!k || relay_depthwise_weights(p, n, c, k, d))
+        return -1;
+    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, ch, c->positions, c->taps});
+    KBuilder *b = &k->b;
+    int x = kb_value(b, c->xv, false), w = kb_table(b), y = kb_value(b, c->yv, true),
+        bias = c->bv >= 0 ? kb_value(b, c->bv, false) : -1;
+    KExpr *i = k_var(b, k->iter), *image, *p0;
+    depthwise_iteration(b, c, i, &image, &p0);
+    KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
+    depthwise_row(b, p, c, x, w, bias, y, image, p0, row);
     kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, wo * ch), 0,
                      1);
     return 0;
@@ -825,6 +844,128 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     end_blocks(b, opened);
     kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, run * ch), 0,
                      1);
+    return 0;
+}
+
+/* ---- A depthwise conv and the pointwise conv that reads it, as one kernel ----
+ *
+ * MobileNet's blocks end in a depthwise conv whose result only a 1x1 conv reads.
+ * Apart, the depthwise kernel writes that result out to memory and the GEMM reads
+ * it back; where it is large (the first blocks', megabytes), that traffic is most
+ * of both kernels' time. Together, one iteration per row of the depthwise conv's
+ * output computes that row, every channel, into a local array (depthwise_row),
+ * finishes it with the depthwise conv's epilogue, and runs the 1x1 conv's GEMM
+ * (kb_packed_gemm_item) on it, from the L1 cache, into the same row of the result.
+ * The row lives on the stack of whichever thread runs it, so its floats are
+ * bounded (FUSED_ROW_FLOATS); the depthwise result has no buffer at all. */
+enum { FUSED_ROW_FLOATS = 16384, FUSED_MIN_BYTES = 512 << 10 };
+
+static bool is_conv(const Node *n) {
+    return n && (n->op == OP_CONV || n->op == OP_FUSED_CONV);
+}
+
+/* The node defining value v, or NULL (an input or a weight). */
+static const Node *definer(const Program *p, int v) {
+    for (int i = 0; i < p->g->n_nodes; i++)
+        if (p->g->nodes[i]->n_out > 0 && p->g->nodes[i]->out[0] == v)
+            return p->g->nodes[i];
+    return NULL;
+}
+
+/* The first node reading value v as its input 0, or NULL. */
+static const Node *first_reader(const Program *p, int v) {
+    for (int i = 0; i < p->g->n_nodes; i++)
+        if (p->g->nodes[i]->n_in > 0 && p->g->nodes[i]->in[0] == v)
+            return p->g->nodes[i];
+    return NULL;
+}
+
+/* Whether conv node dn is a depthwise conv in vectors whose result only conv node
+ * pn reads, a 1x1 conv on packed weights, and the two run as one kernel: the
+ * depthwise epilogue reads nothing at an element's offset (there is no result to
+ * read it beside), a row fits FUSED_ROW_FLOATS, and the result is large enough
+ * for its traffic to matter. */
+static bool depthwise_feeds_pointwise(const Program *p, const Node *dn, const Node *pn) {
+    if (!is_conv(dn) || !is_conv(pn) || pn->in[0] != dn->out[0] || p->uses[dn->out[0]] != 1)
+        return false;
+    Conv dw = conv_of(p, dn), pw = conv_of(p, pn);
+    bool depthwise = dw.nhwc && dw.groups > 1 && dw.x.c == dw.groups && dw.y.c == dw.groups &&
+                     depthwise_in_vectors(p, &dw);
+    if (!depthwise || !packed_applies(p, &pw) || !is_pointwise(&pw) || pw.groups != 1 ||
+        dw.y.sp[1] * dw.y.c > FUSED_ROW_FLOATS ||
+        type_numel(&p->g->values[dw.yv].type) < FUSED_MIN_BYTES / (int64_t)sizeof(float))
+        return false;
+    for (int k = expr_first_input(dn); dn->op == OP_FUSED_CONV && k < dn->n_in; k++)
+        if (type_numel(&p->g->values[dn->in[k]].type) != 1)
+            return false;
+    return true;
+}
+
+static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag *d) {
+    Arena arena = {0};
+    Conv dw = conv_of(p, dn), pw = conv_of(p, pn);
+    if ((dn->op == OP_FUSED_CONV && !(dw.epilogue = node_expr(&arena, dn, d))) ||
+        (pn->op == OP_FUSED_CONV && !(pw.epilogue = node_expr(&arena, pn, d)))) {
+        arena_free(&arena);
+        return -1;
+    }
+    int64_t ch = dw.y.c, wo = dw.y.sp[1], out_ch = pw.y.c, rows = dw.y.n * dw.y.sp[0];
+    PackedGemm g = {.batch = rows,
+                    .rows = wo,
+                    .cols = out_ch,
+                    .depth = ch,
+                    .bias = pw.bv,
+                    .y_ld = out_ch,
+                    .y_batch = wo * out_ch,
+                    .b = (const float *)(p->weights + p->buf[pw.wv].offset),
+                    .b_k = 1,
+                    .b_q = ch,
+                    .table_at = (dw.taps * ch + 15) / 16 * 16,
+                    .node = pn,
+                    .epilogue = pw.epilogue};
+    offset_digit(&g.a_rows, wo, ch);
+    offset_digit(&g.a_depth, ch, 1);
+    Kernel *k = kernel_new(p, pn, K_LOOP, "depthwise_pointwise");
+    int64_t bytes;
+    float *table = k ? packed_gemm_table(p, &g, g.table_at, &bytes) : NULL;
+    if (!table) {
+        arena_free(&arena);
+        return diag_error(d, pn->loc, "out of memory");
+    }
+    relay_depthwise(p, &dw, table);
+    int rc = program_table(p, k, table, bytes, d);
+    ir_free(table);
+    if (rc) {
+        arena_free(&arena);
+        return -1;
+    }
+    k->count = rows;
+    k->grain = grain_for(wo * ch * (dw.taps + out_ch));
+    for (int i = 0; i < dn->n_in; i++)
+        if (dn->in[i] >= 0)
+            kernel_reads(k, dn->in[i]);
+    for (int i = 1; i < pn->n_in; i++)
+        if (pn->in[i] >= 0)
+            kernel_reads(k, pn->in[i]);
+    kernel_writes(k, pn->out[0]);
+    int64_t dw_flops = lower_flops(5, (int64_t[]){2, dw.y.n, ch, dw.positions, dw.taps}),
+            pw_flops = lower_flops(4, (int64_t[]){2, rows * wo, out_ch, ch});
+    k->flops = dw_flops > INT64_MAX - pw_flops ? INT64_MAX : dw_flops + pw_flops;
+    KBuilder *b = &k->b;
+    int x = kb_value(b, dw.xv, false), t = kb_table(b), bias = dw.bv >= 0 ? kb_value(b, dw.bv, false) : -1;
+    int mid = kb_array(b, "mid", KT_F32, wo * ch, 0, false, false);
+    KExpr *i = k_var(b, k->iter), *image, *p0;
+    depthwise_iteration(b, &dw, i, &image, &p0);
+    depthwise_row(b, p, &dw, x, t, bias, mid, image, p0, k_int(b, 0));
+    kb_tile_epilogue(b, p, dn, dw.epilogue, -1, NULL, NULL, mid, k_int(b, 0), k_int(b, 1), k_int(b, wo * ch),
+                     0, 1);
+    g.a = mid;
+    g.y = kb_value(b, pw.yv, true);
+    kb_packed_gemm_item(p, b, &g, t, i);
+    for (int e = 0; e < 2; e++)
+        if (e ? pw.epilogue : dw.epilogue)
+            kernel_annotate(k, node_attr(e ? pn : dn, ATTR_EXPR)->s);
+    arena_free(&arena);
     return 0;
 }
 
@@ -969,6 +1110,11 @@ static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
 }
 
 int lower_conv(Program *p, const Node *n, Diag *d) {
+    if (depthwise_feeds_pointwise(p, n, first_reader(p, n->out[0])))
+        return 0; /* the pointwise conv reading it computes it */
+    const Node *dn = definer(p, n->in[0]);
+    if (depthwise_feeds_pointwise(p, dn, n))
+        return depthwise_pointwise(p, dn, n, d);
     Conv c = conv_of(p, n);
     Arena arena = {0};
     if (n->op == OP_FUSED_CONV && !(c.epilogue = node_expr(&arena, n, d)))

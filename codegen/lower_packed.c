@@ -70,20 +70,22 @@ int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g) {
     return g->batch * ((g->rows + mr - 1) / mr) * ((g->cols + nr - 1) / nr);
 }
 
-/* B as panels: for each batch item, panel after panel, [depth][width padded]. */
-static float *pack(const Program *p, const PackedGemm *g, int64_t *bytes) {
-    int64_t nr = panel_width(p), per_item = g->depth * padded(p, g->cols);
-    *bytes = (int64_t)sizeof(float) * g->batch * per_item;
-    float *packed = ir_calloc((size_t)(g->batch * per_item) + 1, sizeof(float));
-    for (int64_t bi = 0; packed && bi < g->batch; bi++)
+/* The kernel's table: `at` floats for the caller (zeros here), then B as panels,
+ * for each batch item (one item when every item has the same B) panel after panel,
+ * [depth][width padded]; NULL when memory runs out. */
+float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int64_t *bytes) {
+    int64_t nr = panel_width(p), per_item = g->depth * padded(p, g->cols), items = g->b_batch ? g->batch : 1;
+    *bytes = (int64_t)sizeof(float) * (at + items * per_item);
+    float *table = ir_calloc((size_t)(at + items * per_item) + 1, sizeof(float));
+    for (int64_t bi = 0; table && bi < items; bi++)
         for (int64_t q0 = 0; q0 < g->cols; q0 += nr) {
             int64_t width = g->cols - q0 < nr ? g->cols - q0 : nr, stride = padded(p, width);
-            float *panel = packed + bi * per_item + q0 * g->depth;
+            float *panel = table + at + bi * per_item + q0 * g->depth;
             for (int64_t kk = 0; kk < g->depth; kk++)
                 for (int64_t j = 0; j < width; j++)
                     panel[kk * stride + j] = g->b[bi * g->b_batch + kk * g->b_k + (q0 + j) * g->b_q];
         }
-    return packed;
+    return table;
 }
 
 void offset_digit(OffsetMap *m, int64_t size, int64_t stride) {
@@ -185,9 +187,10 @@ static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int
     for (int64_t v = 0; v < t.sets * mr * nv; v++)
         t.acc[v] = kb_decl(b, kb_name(b, "acc", (int)v), KT_VF32, k_vsplat(b, 0));
     row_offsets(b, g, bi, r0, mr, t.a_row);
-    t.panel =
-        k_var(b, kb_let(b, "panel", KT_I64,
-                        k_madd(b, bi, g->depth * padded(p, g->cols), k_mul(b, q0, k_int(b, g->depth)))));
+    KExpr *item = g->b_batch ? bi : k_int(b, 0);
+    t.panel = k_var(b, kb_let(b, "panel", KT_I64,
+                              k_madd(b, item, g->depth * padded(p, g->cols),
+                                     k_add(b, k_mul(b, q0, k_int(b, g->depth)), k_int(b, g->table_at)))));
     KExpr *off = k_int(b, 0), *first_kk = k_int(b, 0);
     for (int d = 0; d < last; d++) {
         inner /= depth.size[d];
@@ -264,9 +267,27 @@ static void tiles_of_row(const Program *p, KBuilder *b, const PackedGemm *g, int
     kb_end(b);
 }
 
+/* The tile of row tile rt and panel pn: an if on the row tile, the last one's rows
+ * being what is left. */
+static void tile(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *rt,
+                 KExpr *pn) {
+    int64_t mr = tile_rows(p, g), row_tiles = (g->rows + mr - 1) / mr,
+            last_rows = g->rows - (row_tiles - 1) * mr;
+    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, mr))));
+    if (last_rows == mr || row_tiles == 1) {
+        tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
+        return;
+    }
+    kb_if(b, k_lt(b, rt, k_int(b, row_tiles - 1)));
+    tiles_of_row(p, b, g, table, bi, r0, pn, mr);
+    kb_else(b);
+    tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
+    kb_end(b);
+}
+
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     int64_t bytes;
-    float *packed = pack(p, g, &bytes);
+    float *packed = packed_gemm_table(p, g, 0, &bytes);
     if (!packed)
         return diag_error(d, k->node->loc, "out of memory");
     int rc = program_table(p, k, packed, bytes, d);
@@ -275,7 +296,7 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
         return -1;
     KBuilder *b = &k->b;
     int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr, mr = tile_rows(p, g),
-            row_tiles = (g->rows + mr - 1) / mr, last_rows = g->rows - (row_tiles - 1) * mr;
+            row_tiles = (g->rows + mr - 1) / mr;
     int64_t tile_work = (g->rows < mr ? g->rows : mr) * (g->cols < nr ? g->cols : nr) * g->depth;
     k->grain = tile_work >= CHUNK_WORK ? 1 : (CHUNK_WORK + tile_work - 1) / tile_work;
     int table = kb_table(b);
@@ -288,15 +309,15 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
         k_var(b, kb_let(b, "rt", KT_I64, k_mod(b, k_div(b, i, k_int(b, rt_step)), k_int(b, row_tiles))));
     KExpr *bi = g->batch > 1 ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, panels * row_tiles))))
                              : k_int(b, 0);
-    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, mr))));
-    if (last_rows == mr || row_tiles == 1) {
-        tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
-        return 0;
-    }
-    kb_if(b, k_lt(b, rt, k_int(b, row_tiles - 1)));
-    tiles_of_row(p, b, g, table, bi, r0, pn, mr);
-    kb_else(b);
-    tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
-    kb_end(b);
+    tile(p, b, g, table, bi, rt, pn);
     return 0;
+}
+
+void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi) {
+    int64_t nr = panel_width(p), mr = tile_rows(p, g);
+    KExpr *rt = k_var(b, kb_for(b, "rt", KT_I64, k_int(b, 0), k_int(b, (g->rows + mr - 1) / mr), NULL, 0));
+    KExpr *pn = k_var(b, kb_for(b, "pn", KT_I64, k_int(b, 0), k_int(b, (g->cols + nr - 1) / nr), NULL, 0));
+    tile(p, b, g, table, bi, rt, pn);
+    kb_end(b);
+    kb_end(b);
 }
