@@ -63,7 +63,18 @@ static inline float kiln_expf_nonpositive(float x) {
     return x < -87.3f ? 0.0f : e * s;
 }
 
+/* exp(-|x|) inlined: -|x| by setting the sign bit, and no clamp, as the select
+ * that makes it 0 below -87.3 replaces whatever the garbage there came to. */
 static inline float kiln_sigmoidf(float x) {
-    float e = kiln_expf_nonpositive(x < 0.0f ? x : -x);
+    uint32_t bits, k;
+    memcpy(&bits, &x, sizeof bits);
+    bits |= 0x80000000u;
+    float z;
+    memcpy(&z, &bits, sizeof z);
+    float e = kiln_exp_reduced(z, &k);
+    uint32_t b = (k + (127u - 0x400000u)) << 23;
+    float s;
+    memcpy(&s, &b, sizeof s);
+    e = z < -87.3f ? 0.0f : e * s;
     return (x < 0.0f ? e : 1.0f) / (1.0f + e);
 }
