@@ -323,7 +323,7 @@ int lower_gemm(Program *p, const Node *n, Diag *d);
 int lower_linear(Program *p, const Node *n, Diag *d);
 int lower_conv(Program *p, const Node *n, Diag *d);
 int lower_conv_transpose(Program *p, const Node *n, Diag *d);
-/* A conv (or fused_conv, with its epilogue) as Winograd F(2x2, 3x3), when
+/* A conv (or fused_conv, with its epilogue) as Winograd F(4x4, 3x3) or F(2x2, 3x3), when
  * winograd_applies (lower_winograd.c). */
 bool winograd_applies(const Program *p, const Node *n);
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d);

@@ -7,7 +7,9 @@
  * (shape, strides, offset), so no lowering writes index arithmetic by hand. A loop
  * carries annotations: PARALLEL (the kernel's iterations, which C spreads over the
  * runtime's threads and CUDA over its threads), UNROLL and VECTOR (hints, printed
- * where the language has a spelling both its compilers read).
+ * where the language has a spelling for them; VECTOR promises that no iteration
+ * touches an element another one does, so the loop vectorizes without overlap
+ * tests).
  *
  * The constructors simplify as they build: integer constants fold, `x * 1`,
  * `x * 0`, `x / 1`, `x % 1`, `x + 0` and `x - 0` vanish (for integers only: float

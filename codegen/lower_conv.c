@@ -10,7 +10,7 @@
  *     weight's order [O, k..., C/g]; y[:, g] = cols[:, g] x w[g]^T, already nhwc.
  * A 1x1 conv with stride 1 and no pads needs no column matrix: the input is one. A
  * 3x3 conv with stride 1 and enough channels, channels last, is Winograd's
- * F(2x2, 3x3) instead (lower_winograd.c). With channels last and weights known at
+ * F(4x4, 3x3) or F(2x2, 3x3) instead (lower_winograd.c). With channels last and weights known at
  * compile time (the C target), a conv gathers no column matrix at all: kiln's
  * micro-kernel (lower_packed.c) reads each row of A, an output position's taps, as
  * offsets into x, or into a copy of x with its padding as zeros (an implicit GEMM),

@@ -255,6 +255,11 @@ static void *compile_and_open(const char *source, char *dir) {
     assert_non_null(fp);
     fputs("#include <stdint.h>\n", fp);
     fputs("typedef float kiln_vf __attribute__((vector_size(16), aligned(4)));\n", fp);
+    /* the loop hint, as emit_c_model defines it */
+    fputs(
+        "#ifdef __clang__\n#define KILN_INDEPENDENT _Pragma(\"clang loop vectorize(assume_safety)\")\n#else\n"
+        "#define KILN_INDEPENDENT _Pragma(\"GCC ivdep\")\n#endif\n",
+        fp);
     fputs(source, fp);
     fclose(fp);
     const char *cc = getenv("CC") ? getenv("CC") : "cc";
