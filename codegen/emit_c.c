@@ -314,10 +314,10 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
     for (int k = 0; k < p->n_kernels; k++) {
         const Kernel *kn = &p->kernels[k];
         if (kn->kind == K_LOOP)
-            str_printf(out, "    kiln_rt_parallel(inst, %d, %s, args, %lld, %lld);\n", k, kn->name,
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
                        (long long)kn->count, (long long)kn->grain);
         else if (kn->kind == K_GEMM)
-            str_printf(out, "    kiln_rt_parallel(inst, %d, %s, args, %lld, 1);\n", k, kn->name,
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
                        (long long)(kn->batch * kn->m));
         else
             str_printf(out, "    %s(args, 0, 1);\n", kn->name);
@@ -332,12 +332,12 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
         str_printf(out, "    (void)inst, (void)args;\n");
     str_printf(out, "}\n\n");
     str_printf(out,
-               "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s, %d};\n\n"
+               "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n"
                "static int model_create(void **instance, char *err, size_t errlen) {\n"
                "    return kiln_rt_create(&program, instance, err, errlen);\n"
                "}\n",
                (long long)p->workspace_bytes, (long long)p->state_bytes,
-               uses_blas(p) ? "openblas_set_num_threads" : "NULL", p->n_kernels);
+               uses_blas(p) ? "openblas_set_num_threads" : "NULL");
     emit_model_def(p, out, "kiln_rt_run", "kiln_rt_destroy");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");

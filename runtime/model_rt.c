@@ -22,15 +22,7 @@
  * within microseconds), then sleep on a futex; the side that changes the word wakes
  * sleepers only when there are some. A worker moves itself off the caller's CPU
  * when it starts and when it is woken onto it (kiln_rt_place); the scheduler places
- * it as it likes after that.
- *
- * Whether a loop is worth the pool at all depends on more than its size: on a
- * machine busy with other work a worker may get its core late, and some placements
- * of two virtual CPUs make every result that crosses between them slow. So each
- * call site of the model (each kernel) learns it, from the time its calls take: its
- * first call runs on the pool, the second on the caller alone, and from then on the
- * faster way, averaged over its recent calls, while every so often one call tries the
- * other way again (KilnSite, kiln_rt_learn). */
+ * it as it likes after that. */
 #include "kiln/model.h"
 
 #include <limits.h>
@@ -65,17 +57,7 @@ typedef struct {
     const unsigned char *weights;
     void (*run)(KilnInstance *inst, const KilnArgs *a);
     void (*set_blas_threads)(int n); /* NULL when the model calls no BLAS */
-    int n_sites;                     /* the run function's calls of kiln_rt_parallel */
 } KilnProgram;
-
-/* A call site of kiln_rt_parallel: the seconds its calls took on the pool and on the
- * caller alone (a moving average, replaced by a try's), its calls so far, and the
- * call that next tries the slower way, and how many calls after that one the try
- * after it comes. */
-typedef struct {
-    double pool, alone;
-    uint32_t calls, try_at, try_every;
-} KilnSite;
 
 struct KilnInstance {
     const KilnProgram *prog;
@@ -95,10 +77,9 @@ struct KilnInstance {
     uint32_t loop;    /* the newest loop's number; workers sleep on it */
     int sleepers;     /* workers asleep on loop, or about to be */
     int stopping;
-    int home_cpu;    /* the CPU create ran on, -1 unknown; workers start on the others */
-    int placed;      /* workers that have moved there */
-    int waker_cpu;   /* the CPU the caller last woke sleeping workers from */
-    KilnSite *sites; /* prog->n_sites, the caller's alone */
+    int home_cpu;  /* the CPU create ran on, -1 unknown; workers start on the others */
+    int placed;    /* workers that have moved there */
+    int waker_cpu; /* the CPU the caller last woke sleeping workers from */
 };
 
 static void kiln_rt_futex_wait(uint32_t *word, uint32_t value) {
@@ -240,9 +221,15 @@ static void kiln_rt_announce(KilnInstance *in, uint32_t loop) {
     }
 }
 
-/* Runs kernel k over [0, count) on the pool, in at most `most` chunks. */
-static void kiln_rt_fork_join(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count,
-                              int64_t most) {
+/* Runs kernel k over [0, count) on the instance's threads: on the caller alone when
+ * the loop has fewer than two chunks of `grain` iterations. */
+static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count,
+                             int64_t grain) {
+    int64_t most = grain > 0 ? count / grain : count;
+    if (in->n_threads == 1 || most < 2) {
+        k(a, 0, count);
+        return;
+    }
     /* a late or slow thread holds up one small chunk; at most 256 * 8 chunks, which
        the ticket's 16 bits hold */
     int64_t parts = (int64_t)in->n_threads * 8;
@@ -271,60 +258,6 @@ static void kiln_rt_fork_join(KilnInstance *in, KilnKernel k, const KilnArgs *a,
         __atomic_store_n(&in->caller_waits, 0, __ATOMIC_RELAXED);
         return;
     }
-}
-
-#define KILN_TRY_FIRST 16
-#define KILN_TRY_MOST 1024
-#define KILN_CLEARLY 1.5
-
-/* Whether site s runs its next call on the caller alone. */
-static int kiln_rt_alone(const KilnSite *s) {
-    if (s->calls < 2)
-        return (int)s->calls;
-    return (s->alone < s->pool) != (s->calls == s->try_at);
-}
-
-/* Learns from a call of site s that took `seconds`, alone or not. A try that
- * finds the other way still slower comes again twice as late, or at once
- * KILN_TRY_MOST calls later when that way took KILN_CLEARLY times as long. */
-static void kiln_rt_learn(KilnSite *s, int alone, double seconds) {
-    int tried = s->calls >= 2 && s->calls == s->try_at, was_alone = s->alone < s->pool;
-    double *average = alone ? &s->alone : &s->pool;
-    *average = s->calls < 2 || tried ? seconds : *average + (seconds - *average) / 8;
-    if (s->calls < 2 || tried) {
-        double slow = s->alone < s->pool ? s->pool : s->alone, fast = s->alone < s->pool ? s->alone : s->pool;
-        uint32_t every = s->calls < 2 || (s->alone < s->pool) != was_alone ? KILN_TRY_FIRST
-                         : slow > KILN_CLEARLY * fast                      ? KILN_TRY_MOST
-                                                                           : 2 * s->try_every;
-        s->try_every = every < KILN_TRY_MOST ? every : KILN_TRY_MOST;
-        s->try_at = s->calls + s->try_every;
-    }
-    s->calls++;
-}
-
-/* Runs kernel k, call site `site` of the model (-1: none, always the pool), over [0,
- * count) on the instance's threads: on the caller alone when the loop has fewer than
- * two chunks of `grain` iterations, or when the site has learned that it runs
- * faster so. */
-static void kiln_rt_parallel(KilnInstance *in, int site, KilnKernel k, const KilnArgs *a, int64_t count,
-                             int64_t grain) {
-    int64_t most = grain > 0 ? count / grain : count;
-    if (in->n_threads == 1 || most < 2) {
-        k(a, 0, count);
-        return;
-    }
-    if (site < 0 || site >= in->prog->n_sites) {
-        kiln_rt_fork_join(in, k, a, count, most);
-        return;
-    }
-    KilnSite *s = &in->sites[site];
-    int alone = kiln_rt_alone(s);
-    double start = kiln_rt_seconds();
-    if (alone)
-        k(a, 0, count);
-    else
-        kiln_rt_fork_join(in, k, a, count, most);
-    kiln_rt_learn(s, alone, kiln_rt_seconds() - start);
 }
 
 /* KILN_NUM_THREADS when it is a positive integer, else the number of cores (a value
@@ -363,7 +296,6 @@ static void kiln_rt_destroy(void *instance) {
     }
     free(in->ws);
     free(in->st);
-    free(in->sites);
     free(in);
 }
 
@@ -392,12 +324,6 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
             return 1;
         }
         memcpy(in->st, prog->weights, bytes);
-    }
-    if (in->n_threads > 1 && prog->n_sites > 0 &&
-        !(in->sites = calloc((size_t)prog->n_sites, sizeof *in->sites))) {
-        snprintf(err, errlen, "out of memory creating the instance");
-        kiln_rt_destroy(in);
-        return 1;
     }
     if (in->n_threads > 1) {
         in->home_cpu = kiln_rt_cpu();

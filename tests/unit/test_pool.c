@@ -11,10 +11,7 @@
  *     the caller finishes the rest (the late worker the pool must not wait for
  *     except for the chunk it holds);
  *   - loops after the workers have gone to sleep, so each loop wakes them;
- *   - destroying an instance at once and after sleeping;
- *   - a model's call sites, which learn from the time their calls take whether to
- *     run on the pool or on the caller alone: every index still once, whichever
- *     way a call goes; and the learning itself, on times made up.
+ *   - destroying an instance at once and after sleeping.
  * scripts/test.sh runs this under ThreadSanitizer too. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,7 +47,7 @@ static void uneven_hits(const KilnArgs *a, int64_t begin, int64_t end) {
     count_hits(a, begin, end);
 }
 
-static const KilnProgram no_kernels = {0, 0, NULL, NULL, NULL, 0};
+static const KilnProgram no_kernels = {0, 0, NULL, NULL, NULL};
 
 static KilnInstance *make(int threads) {
     char n[16], err[128];
@@ -65,7 +62,7 @@ static KilnInstance *make(int threads) {
 static void run_and_check(KilnInstance *in, KilnKernel k, int64_t count, int64_t grain) {
     memset(hits, 0, sizeof hits);
     KilnArgs a = {0};
-    kiln_rt_parallel(in, -1, k, &a, count, grain);
+    kiln_rt_parallel(in, k, &a, count, grain);
     for (int64_t i = 0; i < MAX_COUNT; i++)
         if (hits[i] != (i < count)) {
             fail_msg("count %lld, grain %lld: index %lld ran %d times", (long long)count, (long long)grain,
@@ -122,68 +119,6 @@ static void loops_after_sleep(void **state) {
     kiln_rt_destroy(in);
 }
 
-static const KilnProgram two_sites = {0, 0, NULL, NULL, NULL, 2};
-
-static void sites_run_every_index_once(void **state) {
-    (void)state;
-    setenv("KILN_NUM_THREADS", "2", 1);
-    void *made = NULL;
-    char err[128];
-    assert_int_equal(kiln_rt_create(&two_sites, &made, err, sizeof err), 0);
-    KilnInstance *in = made;
-    caller = pthread_self();
-    KilnArgs a = {0};
-    for (int i = 0; i < 3000; i++) {
-        int site = i % 2;
-        int64_t count = site ? 300 : 40 + i % 50;
-        memset(hits, 0, sizeof hits);
-        kiln_rt_parallel(in, site, site ? uneven_hits : count_hits, &a, count, 1);
-        for (int64_t j = 0; j < MAX_COUNT; j++)
-            if (hits[j] != (j < count))
-                fail_msg("call %d of site %d: index %lld ran %d times", i, site, (long long)j, hits[j]);
-    }
-    if (in->n_threads == 2)
-        assert_int_equal(in->sites[0].calls, 1500);
-    kiln_rt_destroy(in);
-}
-
-/* The ways site s runs its next `n` calls, each taking `pool` or `alone` seconds,
- * as a string of 'p' and 'a'. */
-static void calls(KilnSite *s, int n, double pool, double alone, char *ways) {
-    for (int i = 0; i < n; i++) {
-        int way = kiln_rt_alone(s);
-        ways[i] = way ? 'a' : 'p';
-        kiln_rt_learn(s, way, way ? alone : pool);
-    }
-    ways[n] = 0;
-}
-
-static void sites_learn_the_faster_way(void **state) {
-    (void)state;
-    char ways[4096];
-    KilnSite s = {0};
-    /* each way once, then the faster, trying the other at call 17 */
-    calls(&s, 18, 1e-3, 0.5e-3, ways);
-    assert_string_equal(ways, "paaaaaaaaaaaaaaaap");
-    /* the pool still twice as slow: the next try comes KILN_TRY_MOST calls later */
-    assert_int_equal(s.try_at, 17 + KILN_TRY_MOST);
-    /* the pool now faster: found at that try, and from then on the pool, the next
-       try KILN_TRY_FIRST calls later */
-    calls(&s, KILN_TRY_MOST + 3, 0.4e-3, 0.5e-3, ways);
-    assert_int_equal(ways[KILN_TRY_MOST - 2], 'a');
-    assert_int_equal(ways[KILN_TRY_MOST - 1], 'p');
-    assert_string_equal(ways + KILN_TRY_MOST, "ppp");
-    assert_int_equal(s.try_every, KILN_TRY_FIRST);
-    /* alone only a little slower: each try twice as late as the one before */
-    KilnSite close = {0};
-    calls(&close, 2 + 16 + 32 + 64, 1e-3, 1.2e-3, ways);
-    assert_int_equal(close.try_every, 128);
-    assert_int_equal(ways[17], 'a');
-    assert_int_equal(ways[17 + 32], 'a');
-    assert_int_equal(ways[17 + 32 + 64], 'a');
-    assert_int_equal(ways[18], 'p');
-}
-
 int main(void) {
     (void)kiln_rt_run; /* what a model's definition points at; unused here */
     const struct CMUnitTest tests[] = {
@@ -191,8 +126,6 @@ int main(void) {
         cmocka_unit_test(many_loops_in_a_row),
         cmocka_unit_test(late_worker),
         cmocka_unit_test(loops_after_sleep),
-        cmocka_unit_test(sites_run_every_index_once),
-        cmocka_unit_test(sites_learn_the_faster_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
