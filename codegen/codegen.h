@@ -203,6 +203,10 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
+/* Makes room in k for `reads` reads and `writes` writes in all, for a kernel that
+ * reads or writes more values than its node has inputs or results; -1 when memory
+ * runs out (k keeps what it had). */
+int kernel_room(Kernel *k, int reads, int writes);
 /* A new K_GEMM kernel of op node n: for each of `batch` items bi, the product of an
  * [m, depth] matrix A and a [depth, cols] matrix B. The lowering builds, each
  * between kb_begin_block and kb_take, load_a, the statements setting the float

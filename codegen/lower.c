@@ -195,6 +195,14 @@ void kernel_annotate(Kernel *k, const char *text) {
 void kernel_reads(Kernel *k, int value) {
     k->reads[k->n_reads++] = value;
 }
+
+int kernel_room(Kernel *k, int reads, int writes) {
+    int *r = ir_realloc(k->reads, sizeof(int) * (size_t)(reads + 1)),
+        *w = r ? ir_realloc(k->writes, sizeof(int) * (size_t)(writes + 1)) : NULL;
+    k->reads = r ? r : k->reads;
+    k->writes = w ? w : k->writes;
+    return r && w ? 0 : -1;
+}
 int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *d) {
     int64_t at = (p->weights_bytes + 63) & ~(int64_t)63, end;
     if (!ck_add(at, bytes, &end) || !ck_add(end, 64, &end))
@@ -366,12 +374,7 @@ static int lower_updates(Program *p, Diag *d) {
         for (int k = 0; k < n && !first; k++)
             first = staged[k] ? &g->updates[k] : NULL;
         stage = kernel_new(p, g->nodes[g->values[first->param].node], K_CALL, "staged_updates");
-        if (stage) { /* more reads and writes than a param node's kernel has room for */
-            ir_free(stage->reads), ir_free(stage->writes);
-            stage->reads = ir_calloc((size_t)n_staged, sizeof(int));
-            stage->writes = ir_calloc((size_t)n_staged, sizeof(int));
-        }
-        if (!stage || !stage->reads || !stage->writes)
+        if (!stage || kernel_room(stage, n_staged, n_staged))
             rc = diag_error(d, (Loc){0}, "out of memory");
     }
     for (int pass = 0; !rc && stage && pass < 2; pass++) { /* copy the values aside, then apply them */

@@ -927,7 +927,8 @@ static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag 
     offset_digit(&g.a_depth, ch, 1);
     Kernel *k = kernel_new(p, pn, K_LOOP, "depthwise_pointwise");
     int64_t bytes;
-    float *table = k ? packed_gemm_table(p, &g, g.table_at, &bytes) : NULL;
+    float *table =
+        k && !kernel_room(k, dn->n_in + pn->n_in, 1) ? packed_gemm_table(p, &g, g.table_at, &bytes) : NULL;
     if (!table) {
         arena_free(&arena);
         return diag_error(d, pn->loc, "out of memory");

@@ -227,8 +227,9 @@ static KExpr *combine(KBuilder *b, const double *coef, KExpr *const *terms, int 
     return sum;
 }
 
-/* M^T X M of the n x n values x, m the rows of M^T (its rows `rows` by n): by the
- * rows, into lets tNAMEaq, then by the columns, into out[a][j]. */
+/* mt x mt^T for the an x an values x and the rows x an matrix mt (B^T or A^T): mt
+ * times each column of x first, into the lets t{a}{q}, then each row of that times
+ * mt^T, into out[a][j], rows x rows. */
 static void sandwich(KBuilder *b, const double (*mt)[MAX_N], int rows, int an, KExpr *x[MAX_N][MAX_N],
                      KExpr *out[MAX_N][MAX_N]) {
     KExpr *t[MAX_N][MAX_N], *col[MAX_N];
