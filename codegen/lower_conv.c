@@ -865,14 +865,6 @@ static bool is_conv(const Node *n) {
     return n && (n->op == OP_CONV || n->op == OP_FUSED_CONV);
 }
 
-/* The node defining value v, or NULL (an input or a weight). */
-static const Node *definer(const Program *p, int v) {
-    for (int i = 0; i < p->g->n_nodes; i++)
-        if (p->g->nodes[i]->n_out > 0 && p->g->nodes[i]->out[0] == v)
-            return p->g->nodes[i];
-    return NULL;
-}
-
 /* The first node reading value v as its input 0, or NULL. */
 static const Node *first_reader(const Program *p, int v) {
     for (int i = 0; i < p->g->n_nodes; i++)
@@ -1114,7 +1106,7 @@ static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
 int lower_conv(Program *p, const Node *n, Diag *d) {
     if (depthwise_feeds_pointwise(p, n, first_reader(p, n->out[0])))
         return 0; /* the pointwise conv reading it computes it */
-    const Node *dn = definer(p, n->in[0]);
+    const Node *dn = p->g->nodes[p->g->values[n->in[0]].node];
     if (depthwise_feeds_pointwise(p, dn, n))
         return depthwise_pointwise(p, dn, n, d);
     Conv c = conv_of(p, n);
