@@ -31,16 +31,39 @@ const char *const cc_flags[] = {
 
 const char *const cc_cpus[] = {"native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", NULL};
 
+/* The ISA extensions here are those the precompiled kernels for each width are
+ * built with (CMakeLists.txt). */
 int cc_vector_floats(const char *cpu) {
     if (!cpu || strcmp(cpu, "native") == 0) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
+        bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+        return avx2 && avx512 ? 16 : avx2 ? 8 : 4;
 #else
         return 4;
 #endif
     }
     return strcmp(cpu, "x86-64-v4") == 0 ? 16 : strcmp(cpu, "x86-64-v3") == 0 ? 8 : 4;
+}
+
+#if defined(__x86_64__)
+extern const unsigned char kiln_kernels_vf8[], kiln_kernels_vf16[];
+extern const size_t kiln_kernels_vf8_size, kiln_kernels_vf16_size;
+#endif
+extern const unsigned char kiln_kernels_vf4[];
+extern const size_t kiln_kernels_vf4_size;
+
+KernelObject cc_kernel_object(int vector_floats) {
+#if defined(__x86_64__)
+    if (vector_floats == 16)
+        return (KernelObject){kiln_kernels_vf16, kiln_kernels_vf16_size};
+    if (vector_floats == 8)
+        return (KernelObject){kiln_kernels_vf8, kiln_kernels_vf8_size};
+#endif
+    (void)vector_floats;
+    return (KernelObject){kiln_kernels_vf4, kiln_kernels_vf4_size};
 }
 
 bool cc_cpu_valid(const char *cpu) {
@@ -50,7 +73,7 @@ bool cc_cpu_valid(const char *cpu) {
     return false;
 }
 
-enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64, FILES = 6 };
+enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64, FILES = 7 };
 
 /* The compile's private directory and the files in it, each registered for removal
  * on a signal while it may exist. */
@@ -96,8 +119,8 @@ static int run_logged(char *const *argv, const char *log) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static const char *const work_files[FILES] = {"model.c",     "kernels.cpp", "kernels.o",
-                                              "weights.bin", "model.so",    "cc.log"};
+static const char *const work_files[FILES] = {"model.c",  "kernels.cpp", "kernels.o",     "weights.bin",
+                                              "model.so", "cc.log",      "kiln_kernels.o"};
 
 static void remove_dir(WorkDir *w) {
     char path[PATH_MAX_LEN];
@@ -143,7 +166,7 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
     WorkDir w = {.n = 0};
     char *dir = w.dir; /* DIR_MAX bytes */
     char march[64], weights_def[PATH_MAX_LEN], so[PATH_MAX_LEN], c_file[PATH_MAX_LEN], log[PATH_MAX_LEN];
-    char cxx_file[PATH_MAX_LEN], obj[PATH_MAX_LEN];
+    char cxx_file[PATH_MAX_LEN], obj[PATH_MAX_LEN], kiln_obj[PATH_MAX_LEN];
     if (snprintf(dir, DIR_MAX, "%s/kiln-cc-XXXXXX", tempfiles_dir()) >= DIR_MAX)
         return diag_error(d, (Loc){0}, "TMPDIR is too long");
     if (!cc_cpu_valid(cpu))
@@ -156,6 +179,7 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
     snprintf(c_file, sizeof c_file, "%s/model.c", dir);
     snprintf(cxx_file, sizeof cxx_file, "%s/kernels.cpp", dir);
     snprintf(obj, sizeof obj, "%s/kernels.o", dir);
+    snprintf(kiln_obj, sizeof kiln_obj, "%s/kiln_kernels.o", dir);
     snprintf(so, sizeof so, "%s/model.so", dir);
     snprintf(log, sizeof log, "%s/cc.log", dir);
     snprintf(weights_def, sizeof weights_def, "-DKILN_WEIGHTS_FILE=\"%s/weights.bin\"", dir);
@@ -166,6 +190,9 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
     int rc = write_in(&w, "model.c", src->host.s, src->host.len, d) ||
              write_in(&w, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
              (src->emulated && write_in(&w, "kernels.cpp", src->kernels.s, src->kernels.len, d));
+    KernelObject kernels = cc_kernel_object(p->vector_floats);
+    if (!rc && p->vector_floats > 0)
+        rc = write_in(&w, "kiln_kernels.o", kernels.bytes, kernels.len, d);
     if (!rc && src->emulated) {
         char *argv[] = {(char *)(tc->cxx ? tc->cxx : "c++"),
                         "-O2",
@@ -192,6 +219,10 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         argv[argc++] = c_file;
         if (src->emulated)
             argv[argc++] = obj;
+        if (p->vector_floats > 0) { /* the precompiled kernels, those the model calls */
+            argv[argc++] = kiln_obj;
+            argv[argc++] = "-Wl,--gc-sections";
+        }
         if (p->blas)
             argv[argc++] = "-lopenblas";
         argv[argc++] = "-lm";

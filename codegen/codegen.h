@@ -447,6 +447,13 @@ extern const char *const cc_cpus[];
 bool cc_cpu_valid(const char *cpu);
 /* The floats in a vector register of code built for cpu (NULL: native, this machine). */
 int cc_vector_floats(const char *cpu);
+/* kiln's precompiled kernels (runtime/kernels.h) for vectors of that many floats:
+ * the object file, built with kiln, that every C-target model is linked with. */
+typedef struct {
+    const unsigned char *bytes;
+    size_t len;
+} KernelObject;
+KernelObject cc_kernel_object(int vector_floats);
 /* The system compilers a shared object is built with, and the CPU it is built for. */
 typedef struct {
     const char *cc, *cxx; /* the C and C++ compilers; NULL: "cc" and "c++" */

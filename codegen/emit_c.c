@@ -1,7 +1,9 @@
-/* The C emitter: a lowered Program as one self-contained translation unit.
+/* The C emitter: a lowered Program as one translation unit.
  *
  * In order: the public header kiln/model.h and the runtime (runtime/model_rt.c),
- * pasted so the shared object needs no kiln library; the BLAS prototypes; the
+ * pasted so the shared object needs no kiln library; the declarations of kiln's
+ * precompiled kernels (runtime/kernels.h, whose object is linked in beside this
+ * source: cc_kernel_object); the BLAS prototypes; the
  * weights, linked in as binary data with an `.incbin` of the blob file (or, for an
  * in-process JIT, an external symbol the host defines); one function per kernel,
  * commented with the ops it computes; the run function calling the kernels in order;
@@ -22,6 +24,7 @@
 extern const char kiln_model_h_text[];
 extern const char kiln_runtime_text[];
 extern const char kiln_kernel_math_text[];
+extern const char kiln_kernels_h_text[];
 
 const Lang lang_c = {
     .name = "c",
@@ -279,6 +282,7 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
     str_printf(out, "\n\n");
     emit_runtime(out, kiln_runtime_text);
     str_printf(out, "%s\n", kiln_kernel_math_text);
+    str_printf(out, "%s\n", kiln_kernels_h_text);
     str_printf(out,
                "#include <math.h>\n\n"
                "/* OpenBLAS, declared here so that no BLAS header is needed. */\n"

@@ -4,8 +4,9 @@
  * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and kiln_options.jit is not `cc`, the C
  * is compiled and linked in memory (jit_clang.cpp), its object file cached as
  * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
- * it is dlopened. KEY is a hash of the generated source, the weights, the
- * compiler flags and the CPU; only a miss compiles. Each entry carries its key and
+ * it is dlopened. KEY is a hash of the generated source, the precompiled kernels,
+ * the compiler flags and the CPU, and for a shared object the weights it holds;
+ * only a miss compiles. Each entry carries its key and
  * a checksum (codegen/cache.c); one that fails them, or whose shared object fails
  * the loader's checks, is compiled again and overwritten, with one warning. The cache directory is
  * kiln_options.cache_dir (its default from the environment: codegen/options.c); without one, or
@@ -34,22 +35,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+/* One lane of the cache key: a multiplicative hash of data, 8 bytes a step (the
+ * weights of a large model are tens of megabytes, hashed on every load). */
+static uint64_t hash_bytes(uint64_t h, uint64_t mul, const void *data, size_t n) {
     const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, sizeof w);
+        h = (h ^ w) * mul;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * mul;
     return h;
+}
+
+static uint64_t hash_string(uint64_t h, uint64_t mul, const char *s) {
+    return hash_bytes(h, mul, s, strlen(s) + 1);
 }
 
 /* Hashes this CPU's model name and feature flags: -march=native code built on one
  * CPU may not run on another that shares the cache directory. */
-static uint64_t cpu_hash(uint64_t h) {
+static uint64_t cpu_hash(uint64_t h, uint64_t mul) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[8192];
     int seen = 0;
     while (f && seen < 2 && fgets(line, sizeof line, f))
         if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0) {
-            h = fnv1a(h, line, strlen(line));
+            h = hash_string(h, mul, line);
             seen++;
         }
     if (f)
@@ -57,23 +71,32 @@ static uint64_t cpu_hash(uint64_t h) {
     return h;
 }
 
-/* Two independent 64-bit hashes of everything that determines the shared object. */
-static void cache_key(const Source *src, const Program *p, const Toolchain *tc, char *key, size_t n) {
-    uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+/* Two independent 64-bit hashes of everything that determines the compiled code: the
+ * source, the precompiled kernels linked in, the compilers, their flags and the CPU,
+ * and the weights when they are part of it (a shared object's; the in-process JIT
+ * binds them at load, so its object is the same for any weights). */
+static void cache_key(const Source *src, const Program *p, const Toolchain *tc, bool weights, char *key,
+                      size_t n) {
+    const uint64_t seeds[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    const uint64_t muls[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};
+    KernelObject kernels = p->vector_floats > 0 ? cc_kernel_object(p->vector_floats) : (KernelObject){0};
+    uint64_t h[2];
     for (int k = 0; k < 2; k++) {
-        h[k] = cpu_hash(h[k]);
-        h[k] = fnv1a(h[k], src->host.s, src->host.len);
+        uint64_t m = muls[k];
+        h[k] = cpu_hash(seeds[k], m);
+        h[k] = hash_bytes(h[k], m, src->host.s, src->host.len);
         if (src->emulated)
-            h[k] = fnv1a(h[k], src->kernels.s, src->kernels.len);
-        h[k] = fnv1a(h[k], p->weights, (size_t)p->weights_bytes);
+            h[k] = hash_bytes(h[k], m, src->kernels.s, src->kernels.len);
+        h[k] = hash_bytes(h[k], m, kernels.bytes, kernels.len);
+        if (weights)
+            h[k] = hash_bytes(h[k], m, p->weights, (size_t)p->weights_bytes);
         for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
-            h[k] = fnv1a(h[k], cc_flags[f], strlen(cc_flags[f]) + 1);
-        const char *cpu = tc->cpu ? tc->cpu : "native";
-        h[k] = fnv1a(h[k], cpu, strlen(cpu) + 1);
+            h[k] = hash_string(h[k], m, cc_flags[f]);
+        h[k] = hash_string(h[k], m, tc->cpu ? tc->cpu : "native");
         const char *compilers[] = {tc->cc, tc->cxx};
         for (int c = 0; c < 2; c++)
             if (compilers[c])
-                h[k] = fnv1a(h[k], compilers[c], strlen(compilers[c]) + 1);
+                h[k] = hash_string(h[k], m, compilers[c]);
     }
     snprintf(key, n, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }
@@ -108,8 +131,9 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
     const char *cpu = o->tools.cpu ? o->tools.cpu : "native";
     const kiln_model_def *def = NULL;
     char msg[2048];
-    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, cpu, dir, key, &def,
-                                msg, sizeof msg);
+    KernelObject kernels = p->vector_floats > 0 ? cc_kernel_object(p->vector_floats) : (KernelObject){0};
+    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, kernels.bytes,
+                                kernels.len, cpu, dir, key, &def, msg, sizeof msg);
     if (h) {
         kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
         if (!m)
@@ -200,7 +224,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         kiln_set_error(err, "cannot compile the model");
         return NULL;
     }
-    cache_key(&src, p, &o->tools, key, sizeof key);
+    cache_key(&src, p, &o->tools, false, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
     kiln_module *m = profile || src.emulated
                          ? NULL
@@ -210,6 +234,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         source_free(&src);
         return m;
     }
+    cache_key(&src, p, &o->tools, true, key, sizeof key);
     if (cached)
         snprintf(path, sizeof path, "%s/%s.so", dir, key);
     else {

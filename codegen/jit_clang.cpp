@@ -216,9 +216,11 @@ llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> make_jit(FileCache *cache) {
 }
 
 /* A fresh JIT in h with the model in it: object when there is one, else source
- * compiled; sets *def. Returns null, or what failed with the message in err. */
+ * compiled, beside the precompiled kernels; sets *def. Returns null, or what failed
+ * with the message in err. */
 const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, const char *source,
-                       size_t len, const char *cpu, const kiln_model_def **def, char *err, size_t errlen) {
+                       size_t len, llvm::StringRef kernels, const char *cpu, const kiln_model_def **def,
+                       char *err, size_t errlen) {
     h.jit.reset();
     auto jit = make_jit(h.cache.get());
     if (!jit) {
@@ -230,6 +232,12 @@ const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, 
         set_error(err, errlen, "cannot define the host's symbols in the JIT", llvm::toString(std::move(e)));
         return "symbols";
     }
+    /* a copy: the object's reader wants it aligned, which the embedded bytes are not */
+    if (!kernels.empty())
+        if (auto e = h.jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(kernels, "kiln_kernels.o"))) {
+            set_error(err, errlen, "cannot add kiln's kernels to the JIT", llvm::toString(std::move(e)));
+            return "kernels";
+        }
     if (auto e = add_model(*h.jit, std::move(object), source, len, cpu)) {
         set_error(err, errlen, "cannot compile the model in process", llvm::toString(std::move(e)));
         return "add";
@@ -248,8 +256,9 @@ const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, 
 } // namespace
 
 extern "C" void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
-                                   const char *cpu, const char *cache_dir, const char *key,
-                                   const kiln_model_def **def, char *err, size_t errlen) {
+                                   const void *kernels, size_t kernels_len, const char *cpu,
+                                   const char *cache_dir, const char *key, const kiln_model_def **def,
+                                   char *err, size_t errlen) {
     static std::once_flag init;
     std::call_once(init, [] {
         llvm::InitializeNativeTarget();
@@ -270,11 +279,12 @@ extern "C" void *clang_jit_compile(const char *source, size_t len, const void *w
                                            key ? key : "");
     std::unique_ptr<llvm::MemoryBuffer> cached = h->cache->load();
     bool from_cache = cached != nullptr;
-    const char *failed = link_model(*h, std::move(cached), source, len, cpu, def, err, errlen);
+    llvm::StringRef kernel_object(static_cast<const char *>(kernels), kernels_len);
+    const char *failed = link_model(*h, std::move(cached), source, len, kernel_object, cpu, def, err, errlen);
     if (failed && from_cache && (!strcmp(failed, "add") || !strcmp(failed, "link"))) {
         /* the entry held a whole object that still would not link: compile it afresh */
         h->cache->corrupt();
-        failed = link_model(*h, nullptr, source, len, cpu, def, err, errlen);
+        failed = link_model(*h, nullptr, source, len, kernel_object, cpu, def, err, errlen);
     }
     return failed ? nullptr : h.release();
 }

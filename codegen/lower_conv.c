@@ -33,6 +33,7 @@
  * outside x skipped by an if around the work it would do, and the BLAS calls
  * cblas_sgemm statements (kb_sgemm) on addresses into the values and the scratch. */
 #include "codegen.h"
+#include "../runtime/kernels.h"
 #include "../ir/ops_impl.h"
 
 #include <limits.h>
@@ -471,9 +472,11 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
 /* ---- conv as an implicit GEMM on packed weights ---- */
 
 /* Whether conv c is a GEMM on packed weights (lower_packed.c): the C target, channels
- * last, and weights known now. */
+ * last, weights known now, and taps that the micro-kernel's segments of the depth
+ * hold. */
 static bool packed_applies(const Program *p, const Conv *c) {
-    return p->vector_floats > 0 && c->nhwc && p->buf[c->wv].kind == BUF_WEIGHT;
+    return p->vector_floats > 0 && c->nhwc && p->buf[c->wv].kind == BUF_WEIGHT &&
+           c->taps <= KILN_GEMM_SEGMENTS;
 }
 
 /* Zeros into the scratch at row + [from, to). */

@@ -1,6 +1,6 @@
 /* GEMMs whose right operand is known at compile time: the weights packed into
- * panels, run by a register-blocked micro-kernel that kiln generates for the
- * machine's vector width.
+ * panels, run by kiln's precompiled register-blocked micro-kernel (kiln_gemm_tiles,
+ * runtime/kernels.c) for the machine's vector width.
  *
  * Y = A B for each of `batch` items, A [rows, depth] read from a buffer at run time,
  * B [depth, cols] a constant (a conv's or Winograd's weights). A's element (r, kk)
@@ -11,22 +11,21 @@
  * panels of NR columns (two vector registers' worth, so NR is 32 floats with AVX-512
  * and 16 with AVX2) and each panel is stored now, in the kernel's table, as
  * [depth][NR]: the micro-kernel reads one contiguous row of NR floats per step of
- * the depth. The last panel is as wide as what is left.
+ * the depth. The last panel is as wide as what is left. The table starts with the
+ * shapes and digits, a KilnGemm, which is all the micro-kernel knows of the GEMM.
  *
  * The kernel is a LOOP over register tiles: MR rows by one panel. A tile keeps its
- * MR x NR sums in 12 vector variables (MR 6 with two-vector panels, 12 when B has at
+ * MR x NR sums in 12 vector registers (MR 6 with two-vector panels, 12 when B has at
  * most one vector's width of columns), leaving registers for the panel's loads and
  * the broadcasts of A; each step of the depth broadcasts one element of each of the
- * MR rows of A and adds its product with the panel's row to every sum of that row,
- * and the depth loop is unrolled by 4 so the loads run ahead of the multiply-adds. A
- * tile of fewer rows (the last, or all of a linear layer's one row) has variables to
- * spare: up to 4 sets of sums, consecutive steps adding into different sets, so that
- * each multiply-add does not wait for the one before it (a 2048-deep single row ran
- * 3x faster). When the depth is done the sums pass through a small local tile (which
- * leaves the last panel's padding behind) to the bias and the fused epilogue (relu,
- * a residual add, ...) on their way to Y, while still in L1. Each tile size is a
- * compile-time constant: the tiles of the last rows and of the last panel are their
- * own copies of the micro-kernel, chosen by an if on the tile's position.
+ * MR rows of A and adds its product with the panel's row to every sum of that row.
+ * A tile of fewer rows (the last, or all of a linear layer's one row) has registers
+ * to spare: up to 4 sets of sums, consecutive steps adding into different sets, so
+ * that each multiply-add does not wait for the one before it (a 2048-deep single
+ * row ran 3x faster). When the depth is done the sums pass through a small local
+ * tile (which leaves the last panel's padding behind) to the bias and the fused
+ * epilogue (relu, a residual add, ...) on their way to Y, while still in L1: that
+ * part is the model's own, generated here.
  *
  * The tiles run panels innermost, so consecutive tiles (those a thread's chunk
  * holds) reuse the same MR rows of A from the L1 cache, while all of B, read once
@@ -36,10 +35,13 @@
  * 220 to 260 GFLOP/s on ResNet's conv GEMMs, where OpenBLAS 0.3.21 (AVX2 kernels
  * there) runs at 105 to 137. */
 #include "codegen.h"
+#include "../runtime/kernels.h"
+
+#include <string.h>
 
 /* B_IN_CACHE: the most bytes of B that stay in a core's L2 cache (1 MiB on Zen 4 and
  * 5, 1.25 to 2 on recent Intel) beside the rows of A. */
-enum { ACCUMULATORS = 12, DEPTH_UNROLL = 4, B_IN_CACHE = 512 << 10 };
+enum { ACCUMULATORS = 12, B_IN_CACHE = 512 << 10 };
 
 /* The fewest multiply-adds worth a chunk of the pool's (about a microsecond): a GEMM
  * of less than twice that (a squeeze-and-excite block's one-row convs) runs on the
@@ -64,23 +66,106 @@ static int64_t padded(const Program *p, int64_t cols) {
     return (cols + vw - 1) / vw * vw;
 }
 
-int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g) {
-    int64_t nr = panel_width(p);
-    int64_t mr = tile_rows(p, g);
-    return g->batch * ((g->rows + mr - 1) / mr) * ((g->cols + nr - 1) / nr);
+/* Whether B is too large to stay in cache: then consecutive iterations run the row
+ * tiles of one panel. */
+static bool rows_inner(const Program *p, const PackedGemm *g) {
+    return (int64_t)sizeof(float) * g->depth * padded(p, g->cols) > B_IN_CACHE;
 }
 
-/* The kernel's table: `at` floats for the caller (zeros here), then B as panels,
- * for each batch item (one item when every item has the same B) panel after panel,
- * [depth][width padded]; NULL when memory runs out. */
+/* What one call of kiln_gemm_tiles computes, an iteration of the kernel: up to
+ * MAX_ROWS row tiles by MAX_PANELS panels, so that a call's setup (a tenth of a
+ * 64-deep tile's time) is spread over a few tiles; fewer while that leaves the GEMM
+ * fewer than MIN_ITERATIONS iterations for the threads. When B is too large for the
+ * cache, one panel a call, its row tiles in turn. (Larger calls ran slower: their
+ * local tile, 6 x 256 floats, left L1 before the epilogue read it back.) */
+enum { MAX_PANELS = 2, MAX_ROWS = 2, MIN_ITERATIONS = 16 };
+
+typedef struct {
+    int64_t mr, nr;               /* rows of a register tile, columns of a panel */
+    int64_t row_tiles, panels;    /* in a batch item */
+    int64_t rows, cols;           /* row tiles and panels a call */
+    int64_t row_calls, col_calls; /* calls across a batch item's rows and columns */
+} Blocking;
+
+static Blocking blocking_of(const Program *p, const PackedGemm *g) {
+    Blocking k = {.mr = tile_rows(p, g), .nr = panel_width(p)};
+    k.row_tiles = (g->rows + k.mr - 1) / k.mr;
+    k.panels = (g->cols + k.nr - 1) / k.nr;
+    k.cols = rows_inner(p, g) ? 1 : k.panels < MAX_PANELS ? k.panels : MAX_PANELS;
+    k.rows = k.row_tiles < MAX_ROWS ? k.row_tiles : MAX_ROWS;
+    for (;;) {
+        k.row_calls = (k.row_tiles + k.rows - 1) / k.rows;
+        k.col_calls = (k.panels + k.cols - 1) / k.cols;
+        if (g->batch * k.row_calls * k.col_calls >= MIN_ITERATIONS || (k.rows == 1 && k.cols == 1))
+            return k;
+        if (k.rows > 1)
+            k.rows = (k.rows + 1) / 2;
+        else
+            k.cols = (k.cols + 1) / 2;
+    }
+}
+
+int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g) {
+    Blocking k = blocking_of(p, g);
+    return g->batch * k.row_calls * k.col_calls;
+}
+
+/* The floats of kiln_gemm_tiles's parameter block in a table: whole cache lines, so
+ * that the panels after it start on one. */
+enum { BLOCK_FLOATS = (sizeof(KilnGemm) + 63) / 64 * 16 };
+
+/* The parameter block of g, for B packed right after it. */
+static KilnGemm gemm_block(const Program *p, const PackedGemm *g) {
+    KilnGemm kg = {.rows = g->rows,
+                   .cols = g->cols,
+                   .depth = g->depth,
+                   .tile_rows = tile_rows(p, g),
+                   .a_at = g->a_at,
+                   .a_batch = g->a_batch,
+                   .row_digits = g->a_rows.n,
+                   .panels_at = BLOCK_FLOATS,
+                   .item_floats = g->b_batch ? g->depth * padded(p, g->cols) : 0};
+    KILN_ASSERT(g->a_rows.n <= KILN_GEMM_ROW_DIGITS);
+    for (int d = 0; d < g->a_rows.n && d < KILN_GEMM_ROW_DIGITS; d++) {
+        kg.row_size[d] = g->a_rows.size[d];
+        kg.row_stride[d] = g->a_rows.stride[d];
+    }
+    /* the depth's last digit is the run, when its steps are contiguous; the other
+       digits' every combination a segment */
+    OffsetMap depth = g->a_depth.n ? g->a_depth : (OffsetMap){1, {1}, {1}};
+    if (depth.stride[depth.n - 1] != 1) {
+        KILN_ASSERT(depth.n < KILN_MAX_RANK);
+        depth.size[depth.n] = 1;
+        depth.stride[depth.n++] = 1;
+    }
+    int outer = depth.n - 1;
+    kg.run = depth.size[outer];
+    kg.segments = 1;
+    for (int d = 0; d < outer; d++)
+        kg.segments *= depth.size[d];
+    KILN_ASSERT(kg.segments <= KILN_GEMM_SEGMENTS);
+    for (int64_t seg = 0; seg < kg.segments && seg < KILN_GEMM_SEGMENTS; seg++)
+        for (int64_t d = outer - 1, i = seg; d >= 0; i /= depth.size[d], d--)
+            kg.segment[seg] += i % depth.size[d] * depth.stride[d];
+    return kg;
+}
+
+/* The kernel's table: `at` floats for the caller (zeros here), then the parameter
+ * block, then B as panels, for each batch item (one item when every item has the
+ * same B) panel after panel, [depth][width padded]; NULL when memory runs out. */
 float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int64_t *bytes) {
     int64_t nr = panel_width(p), per_item = g->depth * padded(p, g->cols), items = g->b_batch ? g->batch : 1;
-    *bytes = (int64_t)sizeof(float) * (at + items * per_item);
-    float *table = ir_calloc((size_t)(at + items * per_item) + 1, sizeof(float));
-    for (int64_t bi = 0; table && bi < items; bi++)
+    int64_t floats = at + BLOCK_FLOATS + items * per_item;
+    *bytes = (int64_t)sizeof(float) * floats;
+    float *table = ir_calloc((size_t)floats + 1, sizeof(float));
+    if (!table)
+        return NULL;
+    KilnGemm block = gemm_block(p, g);
+    memcpy(table + at, &block, sizeof block);
+    for (int64_t bi = 0; bi < items; bi++)
         for (int64_t q0 = 0; q0 < g->cols; q0 += nr) {
             int64_t width = g->cols - q0 < nr ? g->cols - q0 : nr, stride = padded(p, width);
-            float *panel = table + at + bi * per_item + q0 * g->depth;
+            float *panel = table + at + BLOCK_FLOATS + bi * per_item + q0 * g->depth;
             for (int64_t kk = 0; kk < g->depth; kk++)
                 for (int64_t j = 0; j < width; j++)
                     panel[kk * stride + j] = g->b[bi * g->b_batch + kk * g->b_k + (q0 + j) * g->b_q];
@@ -101,187 +186,53 @@ void offset_digit(OffsetMap *m, int64_t size, int64_t stride) {
     m->stride[m->n++] = stride;
 }
 
-/* m's offset of index i. */
-static KExpr *offset_of(KBuilder *b, const OffsetMap *m, KExpr *i) {
-    KExpr *e = k_int(b, 0);
-    int64_t inner = 1;
-    for (int d = m->n - 1; d >= 0; d--) {
-        KExpr *digit = inner > 1 ? k_div(b, i, k_int(b, inner)) : i;
-        if (d > 0)
-            digit = k_mod(b, digit, k_int(b, m->size[d]));
-        e = k_madd(b, digit, m->stride[d], e);
-        inner *= m->size[d];
-    }
-    return e;
+/* min(step, size - from): a tile's rows or columns, a constant where every tile has
+ * as many. */
+static KExpr *tile_extent(KBuilder *b, const char *name, int64_t size, int64_t step, KExpr *from) {
+    if (size <= step || size % step == 0)
+        return k_int(b, size < step ? size : step);
+    KExpr *left = k_sub(b, k_int(b, size), from), *whole = k_int(b, step);
+    return k_var(b, kb_let(b, name, KT_I64, k_select(b, k_lt(b, left, whole), left, whole)));
 }
 
-/* Lets a_row[i] be the offset in A of row r0 + i of batch item bi, for the mr rows
- * of a tile: rows a constant stride apart from the first when they are one run,
- * else each its own digits. */
-static void row_offsets(KBuilder *b, const PackedGemm *g, KExpr *bi, KExpr *r0, int64_t mr, KExpr **a_row) {
-    KExpr *base = k_madd(b, bi, g->a_batch, k_int(b, g->a_at));
-    const OffsetMap *m = &g->a_rows;
-    if (m->n <= 1) {
-        int64_t ld = m->n ? m->stride[0] : 0;
-        KExpr *first = k_var(b, kb_let(b, "a_row", KT_I64, k_add(b, base, k_mul(b, r0, k_int(b, ld)))));
-        for (int64_t i = 0; i < mr; i++)
-            a_row[i] = k_add(b, first, k_int(b, i * ld));
+/* The sums of one call's row tiles (from row tile rt) and panels (from panel pn)
+ * by kiln_gemm_tiles (runtime/kernels.c), which reads g's parameter block at
+ * table_at in the table: into y when they are what Y holds (no bias nor epilogue,
+ * every panel whole vectors), else into a local tile, whose rows (fewer in the last
+ * call) and columns (fewer in the last) then pass through the bias and the epilogue
+ * to Y while in L1. */
+static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Blocking *k, int table, KExpr *bi,
+                  KExpr *rt, KExpr *pn) {
+    int64_t height = k->rows * k->mr, width = k->cols * k->nr;
+    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, k->mr))));
+    KExpr *q0 = k_var(b, kb_let(b, "q0", KT_I64, k_mul(b, pn, k_int(b, k->nr))));
+    KExpr *rows = tile_extent(b, "rows", g->rows, height, r0),
+          *panels = tile_extent(b, "panels", k->panels, k->cols, pn);
+    KExpr *params = k_addr(b, table, k_int(b, g->table_at)), *a = k_addr(b, g->a, k_int(b, 0));
+    if (g->cols % p->vector_floats == 0 && g->bias < 0 && !g->epilogue) {
+        KExpr *y_row = k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
+                             k_add(b, k_int(b, g->y_at), q0));
+        kb_call(b, "kiln_gemm_tiles", 9,
+                (KExpr *[]){params, a, bi, r0, rows, q0, panels, k_addr(b, g->y, y_row), k_int(b, g->y_ld)});
         return;
     }
-    for (int64_t i = 0; i < mr; i++)
-        a_row[i] = k_var(b, kb_let(b, kb_name(b, "a_row", (int)i), KT_I64,
-                                   k_add(b, base, offset_of(b, m, k_add(b, r0, k_int(b, i))))));
-}
-
-/* A register tile's sums while its depth runs: `sets` sets of mr x nv vector
- * variables, step kk adding into set kk % sets (more than one set when the tile's
- * rows leave accumulators free: independent chains of multiply-adds, where one
- * would wait on each add's latency), and what a step reads. */
-typedef struct {
-    int acc[ACCUMULATORS];
-    int64_t mr, nv, sets, stride;
-    KExpr *a_row[ACCUMULATORS], *panel;
-    int table;
-} Tile;
-
-/* One step of the depth into set `set`: B's row kk of the panel and A's element
- * a_off of each row. */
-static void depth_step(const Program *p, KBuilder *b, const PackedGemm *g, const Tile *t, KExpr *kk,
-                       KExpr *a_off, int64_t set) {
-    int64_t vw = p->vector_floats;
-    int bv[2];
-    if (t->sets > 1) /* a scope per step, whose variables have the same names */
-        kb_scope(b);
-    if (a_off->kind != KE_VAR && a_off->kind != KE_INT && a_off != kk)
-        a_off = k_var(b, kb_let(b, "a_off", KT_I64, a_off));
-    KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_madd(b, kk, t->stride, t->panel)));
-    for (int64_t v = 0; v < t->nv; v++)
-        bv[v] = kb_let(b, kb_name(b, "b", (int)v), KT_VF32,
-                       k_vload(b, t->table, k_add(b, row, k_int(b, v * vw))));
-    for (int64_t i = 0; i < t->mr; i++) {
-        KExpr *a = k_var(
-            b, kb_let(b, kb_name(b, "a", (int)i), KT_F32, k_load(b, g->a, k_add(b, t->a_row[i], a_off))));
-        for (int64_t v = 0; v < t->nv; v++)
-            kb_accum(b, t->acc[(set * t->mr + i) * t->nv + v], k_mul(b, a, k_var(b, bv[v])));
-    }
-    if (t->sets > 1)
-        kb_end(b);
-}
-
-/* One register tile of mr rows from r0 and `width` columns from q0, of batch item
- * bi: the sums in vector variables, then through a local tile (the last panel's
- * padding left behind) to the bias and epilogue and Y; straight to Y when there is
- * neither and the tile is whole vectors wide. The depth runs as a loop per digit of
- * a_depth, the innermost (a contiguous run) unrolled, by the number of sets when
- * there are several. */
-static void micro_kernel(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *r0,
-                         KExpr *q0, int64_t mr, int64_t width) {
-    int64_t vw = p->vector_floats, stride = padded(p, width), nv = stride / vw;
-    KILN_ASSERT(mr * nv <= ACCUMULATORS && nv <= 2);
-    OffsetMap depth = g->a_depth.n ? g->a_depth : (OffsetMap){1, {1}, {1}};
-    int64_t inner = g->depth, last = depth.n - 1, run = depth.size[last];
-    Tile t = {.mr = mr, .nv = nv, .stride = stride, .table = table};
-    t.sets = ACCUMULATORS / (mr * nv);
-    t.sets = t.sets < DEPTH_UNROLL ? t.sets : DEPTH_UNROLL;
-    t.sets = t.sets < run ? t.sets : run;
-    for (int64_t v = 0; v < t.sets * mr * nv; v++)
-        t.acc[v] = kb_decl(b, kb_name(b, "acc", (int)v), KT_VF32, k_vsplat(b, 0));
-    row_offsets(b, g, bi, r0, mr, t.a_row);
-    KExpr *item = g->b_batch ? bi : k_int(b, 0);
-    t.panel = k_var(b, kb_let(b, "panel", KT_I64,
-                              k_madd(b, item, g->depth * padded(p, g->cols),
-                                     k_add(b, k_mul(b, q0, k_int(b, g->depth)), k_int(b, g->table_at)))));
-    KExpr *off = k_int(b, 0), *first_kk = k_int(b, 0);
-    for (int d = 0; d < last; d++) {
-        inner /= depth.size[d];
-        KExpr *td =
-            k_var(b, kb_for(b, kb_name(b, "t", d), KT_I64, k_int(b, 0), k_int(b, depth.size[d]), NULL, 0));
-        off = k_madd(b, td, depth.stride[d], off);
-        first_kk = k_madd(b, td, inner, first_kk);
-    }
-    /* the run in steps of `sets`, then what is left of it into the first set */
-    int64_t whole = run / t.sets * t.sets;
-    for (int rest = 0; rest < 2; rest++) {
-        int64_t from = rest ? whole : 0, to = rest ? run : whole, by = rest ? 1 : t.sets;
-        if (from == to)
-            continue;
-        KExpr *step = k_var(b, kb_for(b, "kk", KT_I64, k_int(b, from), k_int(b, to), k_int(b, by), 0));
-        int64_t steps = (to - from) / by;
-        if (by == 1)
-            kb_unroll(b, steps <= 4 * DEPTH_UNROLL ? (int)steps : DEPTH_UNROLL);
-        for (int64_t set = 0; set < (rest ? 1 : t.sets); set++) {
-            KExpr *at = k_add(b, step, k_int(b, set));
-            KExpr *a_off = k_madd(b, at, depth.stride[last], off);
-            depth_step(p, b, g, &t, last ? k_add(b, first_kk, at) : at, a_off, set);
-        }
-        kb_end(b);
-    }
-    for (int d = 0; d < last; d++)
-        kb_end(b);
-    int acc[ACCUMULATORS];
-    for (int64_t v = 0; v < mr * nv; v++) {
-        acc[v] = t.acc[v];
-        for (int64_t set = 1; set < t.sets; set++)
-            kb_accum(b, acc[v], k_var(b, t.acc[set * mr * nv + v]));
-    }
-    if (stride == width && g->bias < 0 && !g->epilogue) { /* whole vectors, stored as they are */
-        KExpr *y_row = k_var(b, kb_let(b, "y_row", KT_I64,
-                                       k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
-                                             k_add(b, k_int(b, g->y_at), q0))));
-        for (int64_t v = 0; v < mr * nv; v++)
-            kb_vstore(b, g->y, k_add(b, y_row, k_int(b, v / nv * g->y_ld + v % nv * vw)), k_var(b, acc[v]));
-        return;
-    }
-    int tile = kb_array(b, "tile", KT_F32, mr * stride, 0, false, false);
-    for (int64_t v = 0; v < mr * nv; v++)
-        kb_vstore(b, tile, k_int(b, v * vw), k_var(b, acc[v]));
-    KExpr *i = k_var(b, kb_for(b, "ri", KT_I64, k_int(b, 0), k_int(b, mr), NULL, 0));
-    KExpr *j = k_var(b, kb_for(b, "cj", KT_I64, k_int(b, 0), k_int(b, width), NULL, 0));
+    int sums = kb_array(b, "tile", KT_F32, height * width, 0, false, false);
+    kb_call(b, "kiln_gemm_tiles", 9,
+            (KExpr *[]){params, a, bi, r0, rows, q0, panels, k_addr(b, sums, k_int(b, 0)), k_int(b, width)});
+    KExpr *cols = tile_extent(b, "cols", g->cols, width, q0);
+    KExpr *i = k_var(b, kb_for(b, "ri", KT_I64, k_int(b, 0), rows, NULL, 0));
+    KExpr *j = k_var(b, kb_for(b, "cj", KT_I64, k_int(b, 0), cols, NULL, 0));
     kb_unroll(b, 1); /* a loop GCC vectorizes; unrolled whole first, it would stay scalar */
     KExpr *q = k_add(b, q0, j);
     KExpr *at =
         k_var(b, kb_let(b, "at", KT_I64,
                         k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, k_add(b, r0, i), k_int(b, g->y_ld))),
                               k_add(b, k_int(b, g->y_at), q))));
-    KExpr *x0 = k_load(b, tile, k_madd(b, i, stride, j));
+    KExpr *x0 = k_load(b, sums, k_madd(b, i, width, j));
     if (g->bias >= 0)
         x0 = k_add(b, x0, k_load(b, kb_value(b, g->bias, false), k_madd(b, bi, g->bias_batch, q)));
     kb_store_epilogue(b, p, g->node, g->epilogue, g->y, at, x0);
     kb_end(b);
-    kb_end(b);
-}
-
-/* The tiles of the last panel (narrower) and otherwise: an if on the panel. */
-static void tiles_of_row(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *r0,
-                         KExpr *pn, int64_t mr) {
-    int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr, last = g->cols - (panels - 1) * nr;
-    KExpr *q0 = k_var(b, kb_let(b, "q0", KT_I64, k_mul(b, pn, k_int(b, nr))));
-    if (last == nr || panels == 1) {
-        micro_kernel(p, b, g, table, bi, r0, q0, mr, last);
-        return;
-    }
-    kb_if(b, k_lt(b, pn, k_int(b, panels - 1)));
-    micro_kernel(p, b, g, table, bi, r0, q0, mr, nr);
-    kb_else(b);
-    micro_kernel(p, b, g, table, bi, r0, q0, mr, last);
-    kb_end(b);
-}
-
-/* The tile of row tile rt and panel pn: an if on the row tile, the last one's rows
- * being what is left. */
-static void tile(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi, KExpr *rt,
-                 KExpr *pn) {
-    int64_t mr = tile_rows(p, g), row_tiles = (g->rows + mr - 1) / mr,
-            last_rows = g->rows - (row_tiles - 1) * mr;
-    KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, mr))));
-    if (last_rows == mr || row_tiles == 1) {
-        tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
-        return;
-    }
-    kb_if(b, k_lt(b, rt, k_int(b, row_tiles - 1)));
-    tiles_of_row(p, b, g, table, bi, r0, pn, mr);
-    kb_else(b);
-    tiles_of_row(p, b, g, table, bi, r0, pn, last_rows);
     kb_end(b);
 }
 
@@ -295,29 +246,33 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     if (rc)
         return -1;
     KBuilder *b = &k->b;
-    int64_t nr = panel_width(p), panels = (g->cols + nr - 1) / nr, mr = tile_rows(p, g),
-            row_tiles = (g->rows + mr - 1) / mr;
-    int64_t tile_work = (g->rows < mr ? g->rows : mr) * (g->cols < nr ? g->cols : nr) * g->depth;
-    k->grain = tile_work >= CHUNK_WORK ? 1 : (CHUNK_WORK + tile_work - 1) / tile_work;
+    Blocking bk = blocking_of(p, g);
+    int64_t height = bk.rows * bk.mr, width = bk.cols * bk.nr;
+    int64_t work = (g->rows < height ? g->rows : height) * (g->cols < width ? g->cols : width) * g->depth;
+    k->grain = work >= CHUNK_WORK ? 1 : (CHUNK_WORK + work - 1) / work;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
-    /* consecutive iterations share a panel when B is too large to stay in cache */
-    bool rows_inner = (int64_t)sizeof(float) * g->depth * padded(p, g->cols) > B_IN_CACHE;
-    int64_t pn_step = rows_inner ? row_tiles : 1, rt_step = rows_inner ? 1 : panels;
-    KExpr *pn = k_var(b, kb_let(b, "pn", KT_I64, k_mod(b, k_div(b, i, k_int(b, pn_step)), k_int(b, panels))));
-    KExpr *rt =
-        k_var(b, kb_let(b, "rt", KT_I64, k_mod(b, k_div(b, i, k_int(b, rt_step)), k_int(b, row_tiles))));
-    KExpr *bi = g->batch > 1 ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, panels * row_tiles))))
-                             : k_int(b, 0);
-    tile(p, b, g, table, bi, rt, pn);
+    /* consecutive iterations share their panels when B is too large to stay in cache */
+    bool inner = rows_inner(p, g);
+    int64_t col_step = inner ? bk.row_calls : 1, row_step = inner ? 1 : bk.col_calls;
+    KExpr *col = k_mod(b, k_div(b, i, k_int(b, col_step)), k_int(b, bk.col_calls));
+    KExpr *row = k_mod(b, k_div(b, i, k_int(b, row_step)), k_int(b, bk.row_calls));
+    KExpr *pn = k_var(b, kb_let(b, "pn", KT_I64, k_mul(b, col, k_int(b, bk.cols))));
+    KExpr *rt = k_var(b, kb_let(b, "rt", KT_I64, k_mul(b, row, k_int(b, bk.rows))));
+    KExpr *bi = g->batch > 1
+                    ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, bk.col_calls * bk.row_calls))))
+                    : k_int(b, 0);
+    tiles(p, b, g, &bk, table, bi, rt, pn);
     return 0;
 }
 
 void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi) {
-    int64_t nr = panel_width(p), mr = tile_rows(p, g);
-    KExpr *rt = k_var(b, kb_for(b, "rt", KT_I64, k_int(b, 0), k_int(b, (g->rows + mr - 1) / mr), NULL, 0));
-    KExpr *pn = k_var(b, kb_for(b, "pn", KT_I64, k_int(b, 0), k_int(b, (g->cols + nr - 1) / nr), NULL, 0));
-    tile(p, b, g, table, bi, rt, pn);
+    Blocking k = blocking_of(p, g);
+    k.rows = 1; /* its own loop: the rows of one item are few */
+    k.cols = k.panels < MAX_PANELS ? k.panels : MAX_PANELS;
+    KExpr *rt = k_var(b, kb_for(b, "rt", KT_I64, k_int(b, 0), k_int(b, k.row_tiles), NULL, 0));
+    KExpr *pn = k_var(b, kb_for(b, "pn", KT_I64, k_int(b, 0), k_int(b, k.panels), k_int(b, k.cols), 0));
+    tiles(p, b, g, &k, table, bi, rt, pn);
     kb_end(b);
     kb_end(b);
 }

@@ -14,10 +14,9 @@
  *       calls;
  *   y = A^T M A per tile and output channel, plus the bias, into y; each tile row is
  *       then finished with the epilogue while in cache (fused_conv).
- * Each transform is one loop over the channels per tile, its products with B^T (or
- * A^T) taken in two steps, by the rows and then by the columns, each a few terms
- * (the matrices are sparse), with the matrices' elements as literals; the loop
- * vectorizes along the channels.
+ * The input and output transforms are kiln's precompiled kernels (kiln_winograd_in
+ * and kiln_winograd_out, runtime/kernels.c), the same code for every layer, given
+ * the shapes in a KilnWinograd in the kernel's table; the epilogue is generated.
  * A conv_transpose with stride 1 is the conv of its input with the weights flipped
  * in space and their channel dims swapped, padded by 2 - pad: the backward pass of
  * a 3x3 conv takes the same path through its weight transform.
@@ -29,40 +28,29 @@
  * ran slower with it than with F(2x2, 3x3)), F(2x2, 3x3) where it has as many of
  * 2 x 2. */
 #include "codegen.h"
+#include "../runtime/kernels.h"
 
 #include <limits.h>
 #include <stdio.h>
 
 enum { MAX_N = 6 };
 
-/* B^T, G and A^T of F(m x m, 3x3), n = m + 2. */
+/* G of F(m x m, 3x3), n = m + 2 (B^T and A^T are runtime/kernels.c's). */
 typedef struct {
     int m, n;
-    double bt[MAX_N][MAX_N], g[MAX_N][3], at[MAX_N - 2][MAX_N];
+    double g[MAX_N][3];
 } Transform;
 
-static const Transform f2 = {2,
-                             4,
-                             {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
-                             {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}},
-                             {{1, 1, 1, 0}, {0, 1, -1, -1}}};
+static const Transform f2 = {2, 4, {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}}};
 
-static const Transform f4 = {
-    4,
-    6,
-    {{4, 0, -5, 0, 1, 0},
-     {0, -4, -4, 1, 1, 0},
-     {0, 4, -4, -1, 1, 0},
-     {0, -2, -1, 2, 1, 0},
-     {0, 2, -1, -2, 1, 0},
-     {0, 4, 0, -5, 0, 1}},
-    {{1.0 / 4, 0, 0},
-     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-     {1.0 / 24, 1.0 / 12, 1.0 / 6},
-     {1.0 / 24, -1.0 / 12, 1.0 / 6},
-     {0, 0, 1}},
-    {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}};
+static const Transform f4 = {4,
+                             6,
+                             {{1.0 / 4, 0, 0},
+                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                              {0, 0, 1}}};
 
 typedef struct {
     const Transform *t;
@@ -147,16 +135,6 @@ static float *weight_transform(const Program *p, const Node *n, const Transform 
     return u;
 }
 
-/* A variable's name: prefix and the digits r and q, in the IR's arena. */
-static const char *name_rq(KBuilder *b, const char *prefix, int r, int q) {
-    char name[16];
-    snprintf(name, sizeof name, "%s%d%d", prefix, r, q);
-    const char *kept = arena_strdup(b->arena, name);
-    if (!kept)
-        b->oom = true;
-    return kept ? kept : prefix;
-}
-
 /* The weight transform at run time, into the scratch at u_at: the arithmetic of
  * weight_transform in float, one iteration per input channel, whose n^2 rows of U
  * it writes along the output channels (n^2 store streams). The rows of G are
@@ -213,93 +191,46 @@ static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, in
     return 0;
 }
 
-/* The sum of coef[k] terms[k] over k < count, the zero coefficients left out, the
- * ones of +-1 as an addition or subtraction. */
-static KExpr *combine(KBuilder *b, const double *coef, KExpr *const *terms, int count) {
-    KExpr *sum = NULL;
-    for (int k = 0; k < count; k++) {
-        double f = coef[k];
-        if (f == 0)
-            continue;
-        KExpr *term = f == 1 || f == -1 ? terms[k] : k_mul(b, k_f32(b, f), terms[k]);
-        sum = !sum ? (f == -1 ? k_neg(b, term) : term) : f == -1 ? k_sub(b, sum, term) : k_add(b, sum, term);
+/* A LOOP kernel of one iteration per tile row of an image, its table kiln_winograd_in's
+ * and kiln_winograd_out's parameters. */
+static Kernel *transform_kernel(Program *p, const Node *n, const Wino *w, const char *what,
+                                int64_t scratch_bytes, Diag *d) {
+    Kernel *k = kernel_new(p, n, K_LOOP, what);
+    if (!k) {
+        diag_error(d, n->loc, "out of memory");
+        return NULL;
     }
-    return sum;
-}
-
-/* mt x mt^T for the an x an values x and the rows x an matrix mt (B^T or A^T): mt
- * times each column of x first, into the lets t{a}{q}, then each row of that times
- * mt^T, into out[a][j], rows x rows. */
-static void sandwich(KBuilder *b, const double (*mt)[MAX_N], int rows, int an, KExpr *x[MAX_N][MAX_N],
-                     KExpr *out[MAX_N][MAX_N]) {
-    KExpr *t[MAX_N][MAX_N], *col[MAX_N];
-    for (int a = 0; a < rows; a++)
-        for (int q = 0; q < an; q++) {
-            for (int r = 0; r < an; r++)
-                col[r] = x[r][q];
-            t[a][q] = k_var(b, kb_let(b, name_rq(b, "t", a, q), KT_F32, combine(b, mt[a], col, an)));
-        }
-    for (int a = 0; a < rows; a++)
-        for (int j = 0; j < rows; j++)
-            out[a][j] = combine(b, mt[j], t[a], an);
-}
-
-/* The input transform: one iteration per tile row of an image. */
-static int input_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
-    Kernel *k = kernel_new(p, n, K_LOOP, "winograd_in");
-    if (!k)
-        return diag_error(d, n->loc, "out of memory");
-    kernel_reads(k, n->in[0]);
-    k->scratch_bytes = scratch_bytes;
     k->count = w->x.n * w->th;
     k->grain = 1;
-    int64_t c = w->x.c, h = w->x.sp[0], wd = w->x.sp[1], tiles = w->tiles;
-    int m = w->t->m, an = w->t->n;
+    KilnWinograd params = {.m = w->t->m,
+                           .c = w->x.c,
+                           .h = w->x.sp[0],
+                           .w = w->x.sp[1],
+                           .pad_top = w->pad_top,
+                           .pad_left = w->pad_left,
+                           .th = w->th,
+                           .tw = w->tw,
+                           .tiles = w->tiles,
+                           .o = w->y.c,
+                           .ho = w->y.sp[0],
+                           .wo = w->y.sp[1]};
+    if (!k || program_table(p, k, &params, sizeof params, d))
+        return NULL;
+    k->scratch_bytes = scratch_bytes;
+    return k;
+}
+
+/* The input transform, into the scratch (kiln_winograd_in). */
+static int input_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes, Diag *d) {
+    Kernel *k = transform_kernel(p, n, w, "winograd_in", scratch_bytes, d);
+    if (!k)
+        return -1;
+    kernel_reads(k, n->in[0]);
     KBuilder *b = &k->b;
-    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
-    int x = kb_value(b, w->xv, false), scratch = kb_scratch(b);
-    KExpr *image = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, w->th))));
-    KExpr *th = k_var(b, kb_let(b, "th", KT_I64, k_mod(b, i, k_int(b, w->th))));
-    KExpr *tw = k_var(b, kb_for(b, "tw", KT_I64, zero, k_int(b, w->tw), NULL, 0));
-    KExpr *t = k_var(b, kb_let(b, "t", KT_I64, k_madd(b, i, w->tw, tw)));
-    /* each of the n^2 inputs: a row offset (clamped inside) and a 0/1 mask */
-    KExpr *mask[MAX_N][MAX_N], *row[MAX_N][MAX_N];
-    for (int r = 0; r < an; r++)
-        for (int q = 0; q < an; q++) {
-            KExpr *hr = k_var(
-                b, kb_let(b, name_rq(b, "h", r, q), KT_I64,
-                          k_add(b, k_sub(b, k_mul(b, th, k_int(b, m)), k_int(b, w->pad_top)), k_int(b, r))));
-            KExpr *wq = k_var(
-                b, kb_let(b, name_rq(b, "w", r, q), KT_I64,
-                          k_add(b, k_sub(b, k_mul(b, tw, k_int(b, m)), k_int(b, w->pad_left)), k_int(b, q))));
-            KExpr *in = k_and(b,
-                              k_and(b, k_and(b, k_bin(b, KE_GE, hr, zero), k_lt(b, hr, k_int(b, h))),
-                                    k_bin(b, KE_GE, wq, zero)),
-                              k_lt(b, wq, k_int(b, wd)));
-            mask[r][q] =
-                k_var(b, kb_let(b, name_rq(b, "m", r, q), KT_F32, k_select(b, in, k_f32(b, 1), k_f32(b, 0))));
-            KExpr *on = k_bin(b, KE_NE, mask[r][q], k_f32(b, 0));
-            KExpr *offset =
-                k_mul(b,
-                      k_add(b,
-                            k_mul(b, k_add(b, k_mul(b, image, k_int(b, h)), k_select(b, on, hr, zero)),
-                                  k_int(b, wd)),
-                            k_select(b, on, wq, zero)),
-                      k_int(b, c));
-            row[r][q] = k_var(b, kb_let(b, name_rq(b, "x", r, q), KT_I64, offset));
-        }
-    KExpr *ch = k_var(b, kb_for(b, "c", KT_I64, zero, k_int(b, c), NULL, K_VECTOR));
-    KExpr *dv[MAX_N][MAX_N], *v[MAX_N][MAX_N];
-    for (int r = 0; r < an; r++)
-        for (int q = 0; q < an; q++)
-            dv[r][q] = k_var(b, kb_let(b, name_rq(b, "d", r, q), KT_F32,
-                                       k_mul(b, mask[r][q], k_load(b, x, k_add(b, row[r][q], ch)))));
-    sandwich(b, w->t->bt, an, an, dv, v);
-    for (int a = 0; a < an; a++)
-        for (int j = 0; j < an; j++)
-            kb_store(b, scratch, k_add(b, k_madd(b, t, c, ch), k_int(b, (a * an + j) * tiles * c)), v[a][j]);
-    kb_end(b);
-    kb_end(b);
+    KExpr *zero = k_int(b, 0);
+    kb_call(b, "kiln_winograd_in", 4,
+            (KExpr *[]){k_addr(b, kb_table(b), zero), k_addr(b, kb_value(b, w->xv, false), zero),
+                        k_addr(b, kb_scratch(b), zero), k_var(b, k->iter)});
     return 0;
 }
 
@@ -359,22 +290,26 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
     return 0;
 }
 
-/* The output transform, bias and epilogue: one iteration per tile row of an image.
- * A tile wholly inside the output stores its m x m results in one loop over the
- * channels; one across the output's last row or column (rows or cols less than m)
- * tests each store, in a loop of its own. */
+/* The output transform and bias (kiln_winograd_out), then the epilogue over the
+ * tile row while it is in cache. */
 static int output_transform(Program *p, const Node *n, const Wino *w, const Expr *epilogue,
                             int64_t scratch_bytes, Diag *d) {
-    Kernel *k = kernel_loop(p, n, "winograd_out", w->y.n * w->th, 1, d);
+    Kernel *k = transform_kernel(p, n, w, "winograd_out", scratch_bytes, d);
     if (!k)
         return -1;
-    k->scratch_bytes = scratch_bytes;
-    int m = w->t->m, an = w->t->n;
-    int64_t o = w->y.c, ho = w->y.sp[0], wo = w->y.sp[1], tiles = w->tiles,
-            base = an * an * w->tiles * w->x.c;
+    for (int j = 0; j < n->n_in; j++)
+        if (n->in[j] >= 0)
+            kernel_reads(k, n->in[j]);
+    kernel_writes(k, n->out[0]);
+    int64_t m = w->t->m, o = w->y.c, ho = w->y.sp[0], wo = w->y.sp[1], an = w->t->n,
+            mv = an * an * w->tiles * w->x.c;
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
     int y = kb_value(b, w->yv, true), scratch = kb_scratch(b);
+    KExpr *bias = w->bv >= 0 ? k_addr(b, kb_value(b, w->bv, false), zero) : k_int(b, 0);
+    kb_call(b, "kiln_winograd_out", 5,
+            (KExpr *[]){k_addr(b, kb_table(b), zero), k_addr(b, scratch, k_int(b, mv)), bias,
+                        k_addr(b, y, zero), i});
     KExpr *image = k_var(b, kb_let(b, "b", KT_I64, k_div(b, i, k_int(b, w->th))));
     KExpr *th = k_var(b, kb_let(b, "th", KT_I64, k_mod(b, i, k_int(b, w->th))));
     KExpr *left = k_sub(b, k_int(b, ho), k_mul(b, th, k_int(b, m)));
@@ -383,40 +318,6 @@ static int output_transform(Program *p, const Node *n, const Wino *w, const Expr
     KExpr *tile =
         k_var(b, kb_let(b, "tile", KT_I64,
                         k_mul(b, k_madd(b, image, ho, k_mul(b, th, k_int(b, m))), k_int(b, wo * o))));
-    KExpr *tw = k_var(b, kb_for(b, "tw", KT_I64, zero, k_int(b, w->tw), NULL, 0));
-    KExpr *t = k_var(b, kb_let(b, "t", KT_I64, k_madd(b, i, w->tw, tw)));
-    KExpr *across = k_sub(b, k_int(b, wo), k_mul(b, tw, k_int(b, m)));
-    KExpr *cols =
-        k_var(b, kb_let(b, "cols", KT_I64, k_select(b, k_lt(b, across, k_int(b, m)), across, k_int(b, m))));
-    KExpr *out = k_var(b, kb_let(b, "out", KT_I64, k_madd(b, tw, m * o, tile)));
-    kb_if(b, k_and(b, k_bin(b, KE_EQ, rows, k_int(b, m)), k_bin(b, KE_EQ, cols, k_int(b, m))));
-    for (int edge = 0; edge < 2; edge++) {
-        if (edge)
-            kb_else(b);
-        KExpr *oc = k_var(b, kb_for(b, "o", KT_I64, zero, k_int(b, o), NULL, K_VECTOR));
-        KExpr *mv[MAX_N][MAX_N], *yv[MAX_N][MAX_N];
-        for (int a = 0; a < an; a++)
-            for (int j = 0; j < an; j++)
-                mv[a][j] = k_var(b, kb_let(b, name_rq(b, "m", a, j), KT_F32,
-                                           k_load(b, scratch,
-                                                  k_add(b, k_madd(b, t, o, oc),
-                                                        k_int(b, base + (a * an + j) * tiles * o)))));
-        sandwich(b, w->t->at, m, an, mv, yv);
-        for (int r = 0; r < m; r++)
-            for (int q = 0; q < m; q++) {
-                KExpr *sum = yv[r][q];
-                if (w->bv >= 0)
-                    sum = k_add(b, sum, k_load(b, kb_value(b, w->bv, false), oc));
-                if (edge && (r > 0 || q > 0))
-                    kb_if(b, k_and(b, k_lt(b, k_int(b, r), rows), k_lt(b, k_int(b, q), cols)));
-                kb_store(b, y, k_add(b, out, k_add(b, oc, k_int(b, r * wo * o + q * o))), sum);
-                if (edge && (r > 0 || q > 0))
-                    kb_end(b);
-            }
-        kb_end(b);
-    }
-    kb_end(b);
-    kb_end(b);
     kb_tile_epilogue(b, p, n, epilogue, -1, NULL, NULL, y, tile, rows, k_int(b, wo * o), wo * o, 1);
     return 0;
 }

@@ -254,8 +254,8 @@ static void test_compile_error(void **state) {
     char dir[4096], err[1024] = "";
     const kiln_model_def *def = (const kiln_model_def *)weights;
     make_cache_dir(dir, sizeof dir);
-    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, NULL, dir, "bad", &def, err,
-                                sizeof err);
+    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, NULL, 0, NULL, dir, "bad",
+                                &def, err, sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);
     bool cached = access(path, F_OK) == 0;

@@ -1,0 +1,357 @@
+/* kiln's precompiled kernels (kernels.h), compiled by kiln's build once per vector
+ * width: KILN_VF floats in a vector register (16 with AVX-512, 8 with AVX2, 4 with
+ * SSE), with the instructions that width needs. Every model built for that width
+ * links the same object, so a model's compile no longer spends its time optimizing
+ * a copy of these for each layer: they were most of what ResNet-18 ran through
+ * Clang (2.1 of its 2.7 seconds).
+ *
+ * A GEMM's register tile keeps mr x nv vector sums (12 in all: 6 rows of two vectors,
+ * or 12 of one), as the lowering's table lays B out (codegen/lower_packed.c says
+ * why); each shape of tile is a function of its own, an instance of one inlined
+ * function, found in a table, so the sums stay in registers. Tiles of few rows
+ * spread consecutive steps of the depth over up to 4 sets of sums, which a step's
+ * multiply-adds do not wait on.
+ *
+ * Winograd's transforms (codegen/lower_winograd.c says what they compute) take
+ * B^T d B and A^T m A by the rows and then by the columns of the transform, whose
+ * elements are constants here: the loops over them unroll, the products by 0 drop
+ * out and those by +-1 become additions, and what is left is one loop over the
+ * channels per tile, vectorized. A tile that reaches outside the input (the
+ * padding) reads zeros there, from a row of zeros, rather than 0 times a clamped
+ * read (which would make an infinite input NaN); a tile across the output's last
+ * row or column is computed into a local patch, whose inside is then copied out. */
+#include "kernels.h"
+
+#include <stdbool.h>
+
+#ifndef KILN_VF
+#error "KILN_VF (the floats in a vector register) must be defined by the build"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float kiln_vf __attribute__((vector_size(4 * KILN_VF), aligned(4)));
+
+/* ---- GEMM register tiles ---- */
+
+enum { ACCUMULATORS = 12, MAX_SETS = 4 };
+
+/* The offsets in a batch item's A of rows r0 .. r0 + mr - 1: r0's mixed-radix
+ * digits by division, then each next row's by counting up (a division per row cost
+ * as much as a sixth of a small tile's multiply-adds). */
+INLINE void row_offsets(const KilnGemm *g, int64_t r0, int64_t mr, int64_t *offsets) {
+    int64_t digit[KILN_GEMM_ROW_DIGITS], at = 0, n = g->row_digits;
+    for (int64_t d = n - 1, r = r0; d >= 0; d--) {
+        digit[d] = d > 0 ? r % g->row_size[d] : r;
+        at += digit[d] * g->row_stride[d];
+        r /= d > 0 ? g->row_size[d] : 1;
+    }
+    for (int64_t i = 0; i < mr; i++) {
+        offsets[i] = at;
+        for (int64_t d = n - 1; d >= 0; d--) {
+            digit[d]++;
+            at += g->row_stride[d];
+            if (d == 0 || digit[d] < g->row_size[d])
+                break;
+            at -= g->row_size[d] * g->row_stride[d];
+            digit[d] = 0;
+        }
+    }
+}
+
+/* A's rows of a tile: `lda` apart from a when evenly spaced, else each at its own
+ * pointer. */
+typedef struct {
+    const float *a;
+    int64_t lda;
+    const float *const *rows;
+} Rows;
+
+/* One step of the depth into the sums acc: B's row at b, A's element `at` of each row. */
+INLINE void depth_step(kiln_vf *acc, Rows r, int64_t at, const float *b, const int mr, const int nv,
+                       const bool even) {
+    kiln_vf b0 = *(const kiln_vf *)b, b1 = nv > 1 ? *(const kiln_vf *)(b + KILN_VF) : b0;
+#pragma GCC unroll 12
+    for (int i = 0; i < mr; i++) {
+        float ai = even ? r.a[i * r.lda + at] : r.rows[i][at];
+        acc[i * nv] += ai * b0;
+        if (nv > 1)
+            acc[i * nv + 1] += ai * b1;
+    }
+}
+
+/* The tile of mr rows of A by nv vectors of the panel at b. */
+INLINE void tile_sums(const KilnGemm *g, Rows r, const float *b, float *out, int64_t out_ld, const int mr,
+                      const int nv, const bool even) {
+    const int per_set = mr * nv, fit = ACCUMULATORS / per_set, sets = fit < MAX_SETS ? fit : MAX_SETS;
+    const int64_t step = nv * KILN_VF, run = g->run, whole = run / sets * sets;
+    kiln_vf acc[MAX_SETS][ACCUMULATORS];
+#pragma GCC unroll 48
+    for (int u = 0; u < sets * per_set; u++)
+        acc[u / per_set][u % per_set] = (kiln_vf){0};
+    for (int64_t s = 0; s < g->segments; s++) {
+        int64_t at = g->segment[s], kk = 0;
+#pragma GCC unroll 4
+        for (; kk < whole; kk += sets, b += sets * step)
+#pragma GCC unroll 4
+            for (int set = 0; set < sets; set++)
+                depth_step(acc[set], r, at + kk + set, b + set * step, mr, nv, even);
+        for (; kk < run; kk++, b += step)
+            depth_step(acc[0], r, at + kk, b, mr, nv, even);
+    }
+#pragma GCC unroll 12
+    for (int u = 0; u < per_set; u++) {
+#pragma GCC unroll 4
+        for (int set = 1; set < sets; set++)
+            acc[0][u] += acc[set][u];
+        *(kiln_vf *)(out + u / nv * out_ld + u % nv * KILN_VF) = acc[0][u];
+    }
+}
+
+/* Each tile shape a function of its own (inlined into one, they left the loop over
+ * the depth short of registers), for evenly spaced rows and for rows at pointers of
+ * their own, found in a table by rows and vectors. What they take is as plain as it
+ * can be: their rows as scalars rather than a struct passed by value, and one
+ * panel, not a loop over several: each of those made the loop over the depth run
+ * 5 to 12% slower. */
+typedef void TileFn(const KilnGemm *g, const float *a, int64_t lda, const float *const *rows, const float *b,
+                    float *out, int64_t out_ld);
+
+#define TILE_FN(name, m, v, even)                                                                            \
+    static __attribute__((noinline)) void name(const KilnGemm *g, const float *a, int64_t lda,               \
+                                               const float *const *rows, const float *b, float *out,         \
+                                               int64_t out_ld) {                                             \
+        tile_sums(g, (Rows){a, lda, rows}, b, out, out_ld, m, v, even);                                      \
+    }
+#define TILE(m, v) TILE_FN(even_##m##x##v, m, v, true) TILE_FN(rows_##m##x##v, m, v, false)
+/* clang-format off */
+TILE(1, 1) TILE(2, 1) TILE(3, 1) TILE(4, 1) TILE(5, 1) TILE(6, 1) TILE(7, 1) TILE(8, 1) TILE(9, 1) TILE(10, 1)
+TILE(11, 1) TILE(12, 1) TILE(1, 2) TILE(2, 2) TILE(3, 2) TILE(4, 2) TILE(5, 2) TILE(6, 2)
+
+#define ONE_VECTOR(f) {0, f##_1x1, f##_2x1, f##_3x1, f##_4x1, f##_5x1, f##_6x1, f##_7x1, f##_8x1, f##_9x1, \
+                       f##_10x1, f##_11x1, f##_12x1}
+#define TWO_VECTORS(f) {0, f##_1x2, f##_2x2, f##_3x2, f##_4x2, f##_5x2, f##_6x2}
+static TileFn *const tiles[2][2][ACCUMULATORS + 1] = {{ONE_VECTOR(rows), TWO_VECTORS(rows)},
+                                                      {ONE_VECTOR(even), TWO_VECTORS(even)}};
+/* clang-format on */
+
+/* The row tiles from r0, each by the panels from q0. A tile whose rows are evenly
+ * spaced (one digit, or within a conv's output row) addresses them from one pointer
+ * (with a pointer per row, the loop over the depth ran 5% slower); one across a
+ * digit's end (the next output row), from a pointer per row. */
+void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, int64_t rows, int64_t q0,
+                     int64_t panels, float *out, int64_t out_ld) {
+    const KilnGemm *g = gemm;
+    const float *item = a + g->a_at + bi * g->a_batch,
+                *b = (const float *)gemm + g->panels_at + bi * g->item_floats + q0 * g->depth;
+    int64_t offsets[KILN_GEMM_CALL_ROWS];
+    rows = rows < KILN_GEMM_CALL_ROWS ? rows : KILN_GEMM_CALL_ROWS;
+    bool even = g->row_digits <= 1;
+    int64_t lda = g->row_digits ? g->row_stride[g->row_digits - 1] : 0;
+    if (!even)
+        row_offsets(g, r0, rows, offsets);
+    /* the last panel may be one vector wide; the others are two */
+    int64_t last = panels - 1, wide = g->cols - q0 - last * 2 * KILN_VF > KILN_VF;
+    for (int64_t t = 0; t < rows; t += g->tile_rows) {
+        int64_t mr = rows - t < g->tile_rows ? rows - t : g->tile_rows;
+        const float *first = item + (r0 + t) * lda, *pointers[ACCUMULATORS];
+        bool spaced = even;
+        if (!even) {
+            spaced = true;
+            for (int64_t i = 0; i < mr; i++) {
+                pointers[i] = item + offsets[t + i];
+                spaced = spaced && (i == 0 || offsets[t + i] - offsets[t + i - 1] == lda);
+            }
+            first = pointers[0];
+        }
+        for (int64_t p = 0; p < panels; p++)
+            tiles[spaced][p < last || wide][mr](g, first, lda, pointers, b + p * 2 * KILN_VF * g->depth,
+                                                out + t * out_ld + p * 2 * KILN_VF, out_ld);
+    }
+}
+
+/* ---- Winograd's transforms ---- */
+
+enum { MAX_N = 6, PATCH_CHANNELS = 64, ZERO_CHANNELS = 1024 };
+
+static const float bt2[4][MAX_N] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+static const float at2[2][MAX_N] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+static const float bt4[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                                {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+static const float at4[4][6] = {
+    {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+
+/* sum over k of coef[k] terms[k]: zero coefficients left out, +-1 an addition or
+ * subtraction, in order of k (as codegen's combine, so results match its code's). */
+INLINE float combine(const float *coef, const float *terms, const int n) {
+    float sum = 0;
+    bool first = true;
+#pragma GCC unroll 6
+    for (int k = 0; k < n; k++) {
+        float f = coef[k];
+        if (f == 0)
+            continue;
+        float term = f == 1 || f == -1 ? terms[k] : f * terms[k];
+        sum = first ? (f == -1 ? -term : term) : f == -1 ? sum - term : sum + term;
+        first = false;
+    }
+    return sum;
+}
+
+/* out = mt x mt^T for the n x n values x and the `rows` x n matrix mt. */
+INLINE void sandwich(const float (*mt)[MAX_N], const int rows, const int n, float x[MAX_N][MAX_N],
+                     float out[MAX_N][MAX_N]) {
+    float t[MAX_N][MAX_N], col[MAX_N];
+#pragma GCC unroll 6
+    for (int a = 0; a < rows; a++)
+#pragma GCC unroll 6
+        for (int q = 0; q < n; q++) {
+#pragma GCC unroll 6
+            for (int r = 0; r < n; r++)
+                col[r] = x[r][q];
+            t[a][q] = combine(mt[a], col, n);
+        }
+#pragma GCC unroll 6
+    for (int a = 0; a < rows; a++)
+#pragma GCC unroll 6
+        for (int j = 0; j < rows; j++)
+            out[a][j] = combine(mt[j], t[a], n);
+}
+
+/* The input transform of channels [0, count) of one tile: d's element (r, q) of
+ * channel ch at d[r pitch + q step + ch], V's matrix k at v[k stride + ch]. */
+INLINE void transform_in(const float (*bt)[MAX_N], const int n, const float *restrict d, int64_t pitch,
+                         int64_t step, int64_t count, float *restrict v, int64_t stride) {
+#pragma GCC ivdep
+    for (int64_t ch = 0; ch < count; ch++) {
+        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
+#pragma GCC unroll 6
+        for (int r = 0; r < n; r++)
+#pragma GCC unroll 6
+            for (int q = 0; q < n; q++)
+                x[r][q] = d[r * pitch + q * step + ch];
+        sandwich(bt, n, n, x, out);
+#pragma GCC unroll 6
+        for (int a = 0; a < n; a++)
+#pragma GCC unroll 6
+            for (int j = 0; j < n; j++)
+                v[(a * n + j) * stride + ch] = out[a][j];
+    }
+}
+
+/* The same for a tile across x's edge: element (r, q) at its own pointer, a row of
+ * zeros where it lies outside x. */
+INLINE void transform_in_edge(const float (*bt)[MAX_N], const int n, const float *const *d, int64_t count,
+                              float *restrict v, int64_t stride) {
+#pragma GCC ivdep
+    for (int64_t ch = 0; ch < count; ch++) {
+        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
+#pragma GCC unroll 6
+        for (int r = 0; r < n; r++)
+#pragma GCC unroll 6
+            for (int q = 0; q < n; q++)
+                x[r][q] = d[r * n + q][ch];
+        sandwich(bt, n, n, x, out);
+#pragma GCC unroll 6
+        for (int a = 0; a < n; a++)
+#pragma GCC unroll 6
+            for (int j = 0; j < n; j++)
+                v[(a * n + j) * stride + ch] = out[a][j];
+    }
+}
+
+static const float zeros[ZERO_CHANNELS];
+
+INLINE void winograd_in(const KilnWinograd *w, const float *x, float *v, int64_t row, const int m,
+                        const float (*bt)[MAX_N]) {
+    const int n = m + 2;
+    int64_t c = w->c, image = row / w->th, h0 = row % w->th * m - w->pad_top;
+    int64_t stride = w->tiles * c;
+    for (int64_t tw = 0; tw < w->tw; tw++) {
+        int64_t w0 = tw * m - w->pad_left;
+        float *out = v + (row * w->tw + tw) * c;
+        if (h0 >= 0 && h0 + n <= w->h && w0 >= 0 && w0 + n <= w->w) {
+            transform_in(bt, n, x + ((image * w->h + h0) * w->w + w0) * c, w->w * c, c, c, out, stride);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < c; c0 += ZERO_CHANNELS) {
+            const float *d[MAX_N * MAX_N];
+            for (int r = 0; r < n; r++)
+                for (int q = 0; q < n; q++) {
+                    int64_t hr = h0 + r, wq = w0 + q;
+                    bool inside = hr >= 0 && hr < w->h && wq >= 0 && wq < w->w;
+                    d[r * n + q] = inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros;
+                }
+            transform_in_edge(bt, n, d, c - c0 < ZERO_CHANNELS ? c - c0 : ZERO_CHANNELS, out + c0, stride);
+        }
+    }
+}
+
+void kiln_winograd_in(const void *winograd, const float *x, float *v, int64_t row) {
+    const KilnWinograd *w = winograd;
+    if (w->m == 4)
+        winograd_in(w, x, v, row, 4, bt4);
+    else
+        winograd_in(w, x, v, row, 2, bt2);
+}
+
+/* The output transform of channels [0, count) of one tile: M's matrix k at
+ * mv[k stride + ch], y's element (r, q) of channel ch at y[r pitch + q step + ch]. */
+INLINE void transform_out(const float (*at)[MAX_N], const int m, const float *restrict mv, int64_t stride,
+                          const float *bias, const bool biased, int64_t count, float *restrict y,
+                          int64_t pitch, int64_t step) {
+    const int n = m + 2;
+#pragma GCC ivdep
+    for (int64_t ch = 0; ch < count; ch++) {
+        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
+#pragma GCC unroll 6
+        for (int a = 0; a < n; a++)
+#pragma GCC unroll 6
+            for (int j = 0; j < n; j++)
+                x[a][j] = mv[(a * n + j) * stride + ch];
+        sandwich(at, m, n, x, out);
+#pragma GCC unroll 4
+        for (int r = 0; r < m; r++)
+#pragma GCC unroll 4
+            for (int q = 0; q < m; q++)
+                y[r * pitch + q * step + ch] = biased ? out[r][q] + bias[ch] : out[r][q];
+    }
+}
+
+INLINE void winograd_out(const KilnWinograd *w, const float *mv, const float *bias, float *y, int64_t row,
+                         const int m, const float (*at)[MAX_N], const bool biased) {
+    int64_t o = w->o, image = row / w->th, h0 = row % w->th * m, stride = w->tiles * o;
+    int64_t rows = w->ho - h0 < m ? w->ho - h0 : m, pitch = w->wo * o;
+    for (int64_t tw = 0; tw < w->tw; tw++) {
+        int64_t w0 = tw * m, cols = w->wo - w0 < m ? w->wo - w0 : m;
+        const float *in = mv + (row * w->tw + tw) * o;
+        float *out = y + ((image * w->ho + h0) * w->wo + w0) * o;
+        if (rows == m && cols == m) {
+            transform_out(at, m, in, stride, bias, biased, o, out, pitch, o);
+            continue;
+        }
+        float patch[4 * 4 * PATCH_CHANNELS];
+        for (int64_t c0 = 0; c0 < o; c0 += PATCH_CHANNELS) {
+            int64_t count = o - c0 < PATCH_CHANNELS ? o - c0 : PATCH_CHANNELS;
+            transform_out(at, m, in + c0, stride, biased ? bias + c0 : bias, biased, count, patch,
+                          m * PATCH_CHANNELS, PATCH_CHANNELS);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t q = 0; q < cols; q++)
+                    for (int64_t ch = 0; ch < count; ch++)
+                        out[r * pitch + q * o + c0 + ch] = patch[(r * m + q) * PATCH_CHANNELS + ch];
+        }
+    }
+}
+
+void kiln_winograd_out(const void *winograd, const float *mv, const float *bias, float *y, int64_t row) {
+    const KilnWinograd *w = winograd;
+    bool biased = bias != 0;
+    if (w->m == 4 && biased)
+        winograd_out(w, mv, bias, y, row, 4, at4, true);
+    else if (w->m == 4)
+        winograd_out(w, mv, bias, y, row, 4, at4, false);
+    else if (biased)
+        winograd_out(w, mv, bias, y, row, 2, at2, true);
+    else
+        winograd_out(w, mv, bias, y, row, 2, at2, false);
+}

@@ -1,0 +1,56 @@
+/* kiln's precompiled kernels: the code that is the same for every layer of every
+ * model (a GEMM's register tile, Winograd's transforms), compiled once when kiln is
+ * built, for each vector width (runtime/kernels.c), and linked into every compiled
+ * model. A model's kernels call them with a parameter block that the lowering
+ * writes into the kernel's table in the weights blob (so the calling code is the
+ * same whatever the shapes), and keep what is truly theirs (index arithmetic of the
+ * tile, the bias and fused epilogue) as generated code. kiln pastes this file into
+ * every generated C model; codegen/lower_packed.c and lower_winograd.c fill the
+ * blocks. */
+#ifndef KILN_KERNELS_H
+#define KILN_KERNELS_H
+
+#include <stdint.h>
+
+/* The GEMM of a LOOP kernel whose B is packed (codegen/lower_packed.c): per batch
+ * item bi, Y = A B with A [rows, depth] read at run time and B [depth, cols]
+ * packed in the table panels_at floats after this block, in panels of two vectors'
+ * width ([depth][panel width rounded up to whole vectors]), item_floats apart (0:
+ * one B for every item). A's element (r, kk) lies at
+ * a_at + bi a_batch + row(r) + depth(kk) floats from a: row(r) the sum of r's
+ * mixed-radix digits (row_size, outermost first) times row_stride; the depth is
+ * `segments` runs of `run` contiguous steps (a conv's tap rows, say): kk = s run + j
+ * at segment[s] + j. */
+enum { KILN_GEMM_ROW_DIGITS = 6, KILN_GEMM_SEGMENTS = 128, KILN_GEMM_CALL_ROWS = 96 };
+typedef struct {
+    int64_t rows, cols, depth, tile_rows;
+    int64_t a_at, a_batch;
+    int64_t row_digits, row_size[KILN_GEMM_ROW_DIGITS], row_stride[KILN_GEMM_ROW_DIGITS];
+    int64_t segments, segment[KILN_GEMM_SEGMENTS], run;
+    int64_t panels_at, item_floats;
+} KilnGemm;
+
+/* Winograd's F(m x m, 3x3), m = 2 or 4, of a conv channels last (codegen/lower_winograd.c):
+ * x [N, h, w, c] padded by pad_top and pad_left, y [N, ho, wo, o]; th x tw tiles of
+ * m x m per image, `tiles` in all. */
+typedef struct {
+    int64_t m, c, h, w, pad_top, pad_left, th, tw, tiles, o, ho, wo;
+} KilnWinograd;
+
+/* The sums of A B's register tiles of the `rows` rows from r0 (tile_rows at a time,
+ * at most KILN_GEMM_CALL_ROWS) by `panels` panels from column q0, of batch item bi,
+ * stored as whole vectors: row r0 + i of panel p at out + i out_ld + p (panel
+ * width), the last panel's padding columns included. */
+void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, int64_t rows, int64_t q0,
+                     int64_t panels, float *out, int64_t out_ld);
+
+/* V = B^T d B of every tile of tile row `row` (image row / th, row % th) and every
+ * channel, into v as (m + 2)^2 matrices [tiles, c]; zeros outside x. */
+void kiln_winograd_in(const void *winograd, const float *x, float *v, int64_t row);
+
+/* y = A^T M A (+ bias when it is not NULL) of every tile of tile row `row`, M the
+ * (m + 2)^2 matrices [tiles, o] at mv; the tiles across y's last row or column
+ * store only what lies inside. */
+void kiln_winograd_out(const void *winograd, const float *mv, const float *bias, float *y, int64_t row);
+
+#endif

@@ -1,0 +1,291 @@
+/* kiln's precompiled kernels (runtime/kernels.c), the object of one vector width
+ * (KILN_VF, linked by CMake) against sums in double:
+ *   - kiln_gemm_tiles on every tile shape (1 to 12 rows of one vector, 1 to 6 of
+ *     two), with a narrower last panel, rows evenly spaced and rows across a digit's
+ *     end (a conv's next output row), a depth in several segments, batch items with
+ *     B of their own, stored straight or at an offset;
+ *   - kiln_winograd_in and kiln_winograd_out for F(2x2, 3x3) and F(4x4, 3x3),
+ *     padded and not, with tiles across the output's last row and column: every
+ *     value against B^T d B and A^T m A + bias, no store outside y, and an infinity
+ *     in x that reaches no tile it does not lie in (zeros outside x are zeros, not
+ *     0 times a clamped read).
+ * Skipped where this CPU lacks the width's instructions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../runtime/kernels.h"
+
+#ifndef KILN_VF
+#error "KILN_VF: the width of the kernels' object this test is linked with"
+#endif
+
+enum { NR = 2 * KILN_VF, BLOCK = (sizeof(KilnGemm) + 63) / 64 * 16 };
+
+static bool supported(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    return KILN_VF == 4 || (KILN_VF == 8 && avx2) || (KILN_VF == 16 && avx2 && avx512);
+#else
+    return KILN_VF == 4;
+#endif
+}
+
+static unsigned seed = 12345;
+static float uniform(void) {
+    seed = seed * 1103515245u + 12345u;
+    return (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* ---- GEMM ---- */
+
+/* One GEMM's case: A's rows are a grid of `width` columns `step` floats apart, its
+ * grid rows `pitch` apart (width == rows: one digit); the depth `segments` runs of
+ * `run`, each `seg_stride` apart. */
+typedef struct {
+    int64_t batch, rows, cols, run, segments, seg_stride, width, step, pitch, tile_rows;
+    bool own_b; /* each batch item its own B */
+} GemmCase;
+
+static int64_t padded(int64_t cols) {
+    return (cols + KILN_VF - 1) / KILN_VF * KILN_VF;
+}
+
+static int64_t a_offset(const GemmCase *c, int64_t r, int64_t kk) {
+    return r / c->width * c->pitch + r % c->width * c->step + kk / c->run * c->seg_stride + kk % c->run;
+}
+
+static void check_gemm(const GemmCase *c) {
+    int64_t depth = c->run * c->segments, items = c->own_b ? c->batch : 1, per_item = depth * padded(c->cols);
+    int64_t a_item =
+        (c->rows - 1) / c->width * c->pitch + c->width * c->step + c->segments * c->seg_stride + 64;
+    float *a = calloc((size_t)(c->batch * a_item), sizeof *a);
+    float *b = calloc((size_t)(items * depth * c->cols), sizeof *b);
+    float *table = aligned_alloc(64, (size_t)(BLOCK + items * per_item) * sizeof(float) + 64);
+    int64_t out_ld = padded(c->cols) + 8;
+    float *out = calloc((size_t)(c->batch * c->rows * out_ld + 64), sizeof *out);
+    assert_true(a && b && table && out);
+    for (int64_t i = 0; i < c->batch * a_item; i++)
+        a[i] = uniform();
+    for (int64_t i = 0; i < items * depth * c->cols; i++)
+        b[i] = uniform();
+    KilnGemm g = {.rows = c->rows,
+                  .cols = c->cols,
+                  .depth = depth,
+                  .tile_rows = c->tile_rows,
+                  .a_at = 3,
+                  .a_batch = a_item,
+                  .segments = c->segments,
+                  .run = c->run,
+                  .panels_at = BLOCK,
+                  .item_floats = c->own_b ? per_item : 0};
+    if (c->width == c->rows) {
+        g.row_digits = 1;
+        g.row_size[0] = c->rows;
+        g.row_stride[0] = c->step;
+    } else {
+        g.row_digits = 2;
+        g.row_size[0] = (c->rows + c->width - 1) / c->width;
+        g.row_stride[0] = c->pitch;
+        g.row_size[1] = c->width;
+        g.row_stride[1] = c->step;
+    }
+    for (int64_t s = 0; s < c->segments; s++)
+        g.segment[s] = s * c->seg_stride;
+    memset(table, 0, (size_t)(BLOCK + items * per_item) * sizeof(float));
+    memcpy(table, &g, sizeof g);
+    for (int64_t bi = 0; bi < items; bi++) /* panels of NR columns, [depth][width padded] */
+        for (int64_t q0 = 0; q0 < c->cols; q0 += NR) {
+            int64_t width = c->cols - q0 < NR ? c->cols - q0 : NR;
+            for (int64_t kk = 0; kk < depth; kk++)
+                for (int64_t j = 0; j < width; j++)
+                    table[BLOCK + bi * per_item + q0 * depth + kk * padded(width) + j] =
+                        b[(bi * depth + kk) * c->cols + q0 + j];
+        }
+    /* two row tiles and two panels a call, as the lowering asks */
+    for (int64_t bi = 0; bi < c->batch; bi++)
+        for (int64_t r0 = 0; r0 < c->rows; r0 += 2 * c->tile_rows)
+            for (int64_t q0 = 0; q0 < c->cols; q0 += 2 * NR) {
+                int64_t rows = c->rows - r0 < 2 * c->tile_rows ? c->rows - r0 : 2 * c->tile_rows;
+                int64_t panels = (c->cols - q0 + NR - 1) / NR < 2 ? (c->cols - q0 + NR - 1) / NR : 2;
+                kiln_gemm_tiles(table, a, bi, r0, rows, q0, panels, out + (bi * c->rows + r0) * out_ld + q0,
+                                out_ld);
+            }
+    for (int64_t bi = 0; bi < c->batch; bi++)
+        for (int64_t r = 0; r < c->rows; r++)
+            for (int64_t q = 0; q < c->cols; q++) {
+                double sum = 0, size = 0;
+                for (int64_t kk = 0; kk < depth; kk++) {
+                    double t = (double)a[bi * a_item + 3 + a_offset(c, r, kk)] *
+                               b[((c->own_b ? bi : 0) * depth + kk) * c->cols + q];
+                    sum += t;
+                    size += fabs(t);
+                }
+                double got = out[(bi * c->rows + r) * out_ld + q];
+                if (fabs(got - sum) > 1e-5 * size + 1e-6)
+                    fail_msg("rows %lld cols %lld run %lld x %lld: item %lld (%lld, %lld) is %g, not %g",
+                             (long long)c->rows, (long long)c->cols, (long long)c->run,
+                             (long long)c->segments, (long long)bi, (long long)r, (long long)q, got, sum);
+            }
+    free(a), free(b), free(table), free(out);
+}
+
+static void test_gemm_tile_shapes(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    /* one vector's width of columns: tiles of 12 rows, and every shape below */
+    for (int64_t rows = 1; rows <= 25; rows++)
+        check_gemm(&(GemmCase){1, rows, KILN_VF - 3 > 0 ? KILN_VF - 3 : 1, 37, 1, 0, rows, 40, 0, 12, false});
+    /* two vectors' and more: tiles of 6 rows, a last panel of one vector or two */
+    for (int64_t rows = 1; rows <= 13; rows++)
+        for (int64_t cols = KILN_VF + 1; cols <= 3 * NR; cols += NR / 2 + 3)
+            check_gemm(&(GemmCase){1, rows, cols, 19, 1, 0, rows, 24, 0, 6, false});
+}
+
+static void test_gemm_digits_and_segments(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    /* an implicit conv's rows: output rows of 7 (tiles across them), taps in 3 segments */
+    check_gemm(&(GemmCase){1, 45, 2 * NR + 5, 12, 3, 100, 7, 6, 300, 6, false});
+    check_gemm(&(GemmCase){2, 30, KILN_VF, 8, 2, 64, 5, 8, 90, 12, false});
+    /* batch items with a B of their own (Winograd's n^2 GEMMs) */
+    check_gemm(&(GemmCase){3, 20, NR + 4, 16, 1, 0, 20, 16, 0, 6, true});
+    /* a single row and a long depth: the sums in several sets */
+    check_gemm(&(GemmCase){1, 1, 3 * NR, 517, 1, 0, 1, 600, 0, 6, false});
+}
+
+/* ---- Winograd ---- */
+
+static const double bt[2][6][6] = {{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+                                   {{4, 0, -5, 0, 1, 0},
+                                    {0, -4, -4, 1, 1, 0},
+                                    {0, 4, -4, -1, 1, 0},
+                                    {0, -2, -1, 2, 1, 0},
+                                    {0, 2, -1, -2, 1, 0},
+                                    {0, 4, 0, -5, 0, 1}}};
+static const double at[2][4][6] = {
+    {{1, 1, 1, 0}, {0, 1, -1, -1}},
+    {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}};
+
+static KilnWinograd winograd(int64_t m, int64_t n_img, int64_t c, int64_t h, int64_t w, int64_t pad,
+                             int64_t o) {
+    int64_t ho = h + 2 * pad - 2, wo = w + 2 * pad - 2;
+    KilnWinograd k = {m, c, h, w, pad, pad, (ho + m - 1) / m, (wo + m - 1) / m, 0, o, ho, wo};
+    k.tiles = n_img * k.th * k.tw;
+    return k;
+}
+
+static void check_winograd(int64_t m, int64_t c, int64_t h, int64_t w, int64_t pad) {
+    int s = m == 4, n = (int)m + 2, images = 2;
+    int64_t o = c + 3;
+    KilnWinograd k = winograd(m, images, c, h, w, pad, o);
+    int64_t xn = images * h * w * c, vn = n * n * k.tiles * c, mn = n * n * k.tiles * o,
+            yn = images * k.ho * k.wo * o;
+    float *x = malloc((size_t)xn * sizeof *x), *v = malloc((size_t)vn * sizeof *v);
+    float *mv = malloc((size_t)mn * sizeof *mv), *y = malloc((size_t)(yn + 16) * sizeof *y);
+    float *bias = malloc((size_t)o * sizeof *bias);
+    assert_true(x && v && mv && y && bias);
+    for (int64_t i = 0; i < xn; i++)
+        x[i] = uniform();
+    x[0] = INFINITY; /* image 0, row 0, column 0, channel 0 */
+    for (int64_t i = 0; i < mn; i++)
+        mv[i] = uniform();
+    for (int64_t i = 0; i < o; i++)
+        bias[i] = uniform();
+    for (int64_t i = 0; i < yn + 16; i++)
+        y[i] = 1234.5f;
+    for (int64_t row = 0; row < images * k.th; row++) {
+        kiln_winograd_in(&k, x, v, row);
+        kiln_winograd_out(&k, mv, bias, y, row);
+    }
+    for (int64_t t = 0; t < k.tiles; t++) {
+        int64_t img = t / (k.th * k.tw), h0 = t / k.tw % k.th * m - pad, w0 = t % k.tw * m - pad;
+        for (int64_t ch = 0; ch < c; ch++) {
+            double d[6][6], tmp[6][6];
+            bool has_inf = false;
+            for (int r = 0; r < n; r++)
+                for (int q = 0; q < n; q++) {
+                    int64_t hr = h0 + r, wq = w0 + q;
+                    bool in = hr >= 0 && hr < h && wq >= 0 && wq < w;
+                    d[r][q] = in ? x[((img * h + hr) * w + wq) * c + ch] : 0;
+                    has_inf = has_inf || isinf(d[r][q]);
+                }
+            for (int a = 0; a < n; a++)
+                for (int q = 0; q < n; q++) {
+                    tmp[a][q] = 0;
+                    for (int r = 0; r < n; r++)
+                        tmp[a][q] += bt[s][a][r] * d[r][q];
+                }
+            for (int a = 0; a < n; a++)
+                for (int j = 0; j < n; j++) {
+                    double want = 0;
+                    for (int q = 0; q < n; q++)
+                        want += tmp[a][q] * bt[s][j][q];
+                    float got = v[((a * n + j) * k.tiles + t) * c + ch];
+                    if (has_inf)
+                        continue;
+                    if (!(fabs(got - want) <= 1e-4 * (1 + fabs(want))))
+                        fail_msg("F(%lld) in: tile %lld channel %lld V[%d][%d] is %g, not %g", (long long)m,
+                                 (long long)t, (long long)ch, a, j, got, want);
+                }
+        }
+        for (int64_t oc = 0; oc < o; oc++) {
+            double tmp[4][6];
+            for (int a = 0; a < m; a++)
+                for (int q = 0; q < n; q++) {
+                    tmp[a][q] = 0;
+                    for (int r = 0; r < n; r++)
+                        tmp[a][q] += at[s][a][r] * mv[((r * n + q) * k.tiles + t) * o + oc];
+                }
+            for (int a = 0; a < m; a++)
+                for (int j = 0; j < m; j++) {
+                    int64_t yr = h0 + pad + a, yc = w0 + pad + j;
+                    if (yr >= k.ho || yc >= k.wo)
+                        continue;
+                    double want = bias[oc];
+                    for (int q = 0; q < n; q++)
+                        want += tmp[a][q] * at[s][j][q];
+                    float got = y[((img * k.ho + yr) * k.wo + yc) * o + oc];
+                    if (!(fabs(got - want) <= 1e-4 * (1 + fabs(want))))
+                        fail_msg("F(%lld) out: tile %lld channel %lld y(%d, %d) is %g, not %g", (long long)m,
+                                 (long long)t, (long long)oc, a, j, got, want);
+                }
+        }
+    }
+    for (int64_t i = yn; i < yn + 16; i++)
+        assert_true(y[i] == 1234.5f);
+    free(x), free(v), free(mv), free(y), free(bias);
+}
+
+static void test_winograd_transforms(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    for (int64_t m = 2; m <= 4; m += 2) {
+        check_winograd(m, 16, 9, 7, 1);   /* partial tiles */
+        check_winograd(m, 70, 12, 12, 1); /* more channels than a patch holds, whole tiles */
+        check_winograd(m, 5, 10, 11, 0);  /* no padding */
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_tile_shapes),
+        cmocka_unit_test(test_gemm_digits_and_segments),
+        cmocka_unit_test(test_winograd_transforms),
+    };
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}
