@@ -200,8 +200,14 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
 
 /* The profiling build is different source, so it has its own cache entry; it is
  * always a dlopened shared object, so that kiln bench can dlsym its kiln_profile. */
+static void stage(const JitOptions *o, const char *what) {
+    if (o->stage)
+        o->stage(what);
+}
+
 static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o, bool profile, Diag *d,
                         kiln_error *err) {
+    stage(o, "lowering");
     Program *p = program_lower(g, weights, &(LowerOptions){o->target, o->memplan, o->blas, o->tools.cpu}, d);
     Source src = {0};
     if (p)
@@ -226,6 +232,12 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     }
     cache_key(&src, p, &o->tools, false, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
+#ifdef KILN_HAVE_CLANG_JIT
+    bool clang = o->clang && !profile && !src.emulated;
+#else
+    bool clang = false;
+#endif
+    stage(o, clang ? "compiling its C in process with Clang" : "compiling its C with the system compiler");
     kiln_module *m = profile || src.emulated
                          ? NULL
                          : jit_in_process(g, p, &src.host, o, cached ? dir : NULL, key, d, err, &in_process);

@@ -11,13 +11,14 @@
 typedef struct {
     const char *cache; /* the compile cache's directory; NULL: none, a temporary file */
     Target target;
-    bool memplan;         /* plan the workspace with reuse (the pipeline's `memplan` stage) */
-    const char *dump_dir; /* also write the generated C as DIR/model.c; NULL: no */
-    Str *report;          /* non-NULL: the memory plan's report (plan_report) is appended here */
-    Toolchain tools;      /* the system compilers and the CPU */
-    bool clang;           /* compile in process with Clang's libraries, where kiln has them */
-    bool blas;            /* the C target's GEMMs call OpenBLAS, where kiln has it */
-    bool cuda_emulated;   /* the CUDA target's kernels run on the CPU */
+    bool memplan;                    /* plan the workspace with reuse (the pipeline's `memplan` stage) */
+    const char *dump_dir;            /* also write the generated C as DIR/model.c; NULL: no */
+    Str *report;                     /* non-NULL: the memory plan's report (plan_report) is appended here */
+    Toolchain tools;                 /* the system compilers and the CPU */
+    bool clang;                      /* compile in process with Clang's libraries, where kiln has them */
+    bool blas;                       /* the C target's GEMMs call OpenBLAS, where kiln has it */
+    bool cuda_emulated;              /* the CUDA target's kernels run on the CPU */
+    void (*stage)(const char *what); /* told what the compile does next (a progress line); NULL: none */
 } JitOptions;
 
 /* The settings of o, whose NULL fields take kiln_options_from_env's values (all of

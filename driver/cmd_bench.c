@@ -41,6 +41,7 @@ static const OptionSpec options[] = {
     OPT_NO_PASS,
     OPT_DUMP_DIR,
     {"--memory-report", NULL, "print the workspace plan first, as kiln compile does"},
+    OPT_QUIET,
     OPT_HELP,
     {NULL, NULL, NULL},
 };
@@ -268,7 +269,10 @@ int cmd_bench(int argc, char **argv) {
         else if (!(m = kiln_load(o.model, &err)))
             rc = diag_relay_error(&d, &err);
     } else {
-        rc = load_model(&o, true, &d, &src, &g, &weights) || pipeline_run(g, &weights, &o.pipeline, &d);
+        progress_start(o.model, o.quiet);
+        rc = load_model(&o, true, &d, &src, &g, &weights);
+        progress_stage("optimizing");
+        rc = rc || pipeline_run(g, &weights, &o.pipeline, &d);
         JitOptions jo;
         rc = rc || jit_options(&o, &jo, &d);
         if (!rc) {
@@ -276,6 +280,7 @@ int cmd_bench(int argc, char **argv) {
             m = o.profile ? jit_graph_profiled(g, &weights, &jo, &d, &err)
                           : jit_graph(g, &weights, &jo, &d, &err);
         }
+        progress_end();
         if (!rc && !m) /* the diagnostics are printed; a failure to load is only in err */
             rc = d.errors ? -1 : diag_relay_error(&d, &err);
     }

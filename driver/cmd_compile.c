@@ -30,6 +30,7 @@ static const OptionSpec options[] = {
     {"--check", NULL,
      "run the interpreter on random inputs before the passes and after each, then the compiled model, and "
      "fail naming the first that changes an output beyond 1e-4 + 1e-4|expected|"},
+    OPT_QUIET,
     OPT_HELP,
     {NULL, NULL, NULL},
 };
@@ -102,8 +103,10 @@ static int write_all(const Options *o, const Toolchain *tc, const Source *c, con
             return -1;
     }
     const char *so = outputs_temp(outs, 0, d);
+    progress_stage("compiling its C with the system compiler");
     if (!so || cc_compile_so(c, p, so, tc, d))
         return -1;
+    progress_stage("checking the compiled model");
     if (o->pipeline.check && check_compiled(check, g, so, p->target == TARGET_CUDA ? "cuda" : "c", d))
         return -1;
     return 0;
@@ -154,14 +157,18 @@ int cmd_compile(int argc, char **argv) {
     Str h = {0};
     Check check = {0}; /* --check: the interpreter's outputs before the passes */
     o.pipeline.check_result = &check;
+    progress_start(o.model, o.quiet);
     rc = load_model(&o, true, &d, &src, &g, &weights);
+    progress_stage("optimizing");
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
+    progress_stage("lowering");
     if (!rc && (!(p = program_lower(g, &weights,
                                     &(LowerOptions){jo.target, jo.memplan, jo.blas, jo.tools.cpu}, &d)) ||
                 program_source(p, jo.cuda_emulated, &c, &d)))
         rc = EXIT_USER;
     if (!rc && o.memory_report) {
+        progress_end(); /* the report goes to the terminal too */
         Str report = {0};
         plan_report(p, &report);
         if (report.oom)
@@ -174,6 +181,7 @@ int cmd_compile(int argc, char **argv) {
         emit_header(g, &h);
     if (!rc && (write_all(&o, &jo.tools, &c, p, g, &h, &outs, &check, &d) || outputs_commit(&outs, &d)))
         rc = EXIT_USER;
+    progress_end();
     outputs_abort(&outs);
     check_free(&check);
     source_free(&c);

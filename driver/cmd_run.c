@@ -24,6 +24,7 @@ static const OptionSpec options[] = {
     OPT_DUMP_DIR,
     OPT_CHECK,
     {"--steps", "N", "run N times, each run starting from the params the last one updated (a training step)"},
+    OPT_QUIET,
     OPT_HELP,
     {NULL, NULL, NULL},
 };
@@ -199,7 +200,10 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
            before the passes, against its signature */
         PipelineOptions pipeline = o->pipeline;
         pipeline.check_result = &check;
+        if (!interp)
+            progress_start(o->model, o->quiet);
         rc = load_model(o, true, d, &src, &g, &weights);
+        progress_stage("optimizing");
         if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
             pipeline.check_inputs = (const Tensor *const *)in;
             inputs_read = true;
@@ -208,6 +212,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         JitOptions jo;
         if (!rc && !interp && (jit_options(o, &jo, d) || !(m = jit_graph(g, &weights, &jo, d, &err))))
             rc = -1;
+        progress_end();
     }
     for (int i = 0; !rc && i < o->n_outputs; i++) {
         bool found = false;

@@ -62,6 +62,8 @@ typedef struct {
     }
 #define OPT_HELP                                                                                             \
     { "--help", NULL, "print this help (also -h)" }
+#define OPT_QUIET                                                                                            \
+    { "--quiet", NULL, "no progress line on stderr while the model compiles (it shows only on a terminal)" }
 
 typedef struct {
     const char *name; /* NAME of NAME=FILE */
@@ -88,6 +90,7 @@ typedef struct {
     long steps;              /* --steps: runs of a training step (kiln run) */
     long iters, warmup;      /* --iters, --warmup (kiln bench) */
     bool profile;            /* --profile (kiln bench) */
+    bool quiet;              /* --quiet: no progress line */
     const char *cpu;         /* --cpu: the -march; NULL: native */
     kiln_options settings;   /* the compile's settings from the environment (kiln_options_from_env) */
     const Command *command;  /* the command being parsed, for its messages */
@@ -162,6 +165,14 @@ int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, G
 
 /* Whether a model path names a compiled model rather than a model file. */
 bool is_shared_object(const char *path);
+
+/* The progress line of a long compile on stderr (progress.c): started for the
+ * model, when stderr is a terminal and not quiet; each stage replaces the last
+ * (a string that lives until the end); ended (and erased) before the command
+ * prints anything of its own. */
+void progress_start(const char *model, bool quiet);
+void progress_stage(const char *stage);
+void progress_end(void);
 
 int cmd_run(int argc, char **argv);
 int cmd_compile(int argc, char **argv);

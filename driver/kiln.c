@@ -194,6 +194,8 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
         return parse_count(cmd, key, value, 0, 100000000, &o->warmup);
     else if (strcmp(key, "--profile") == 0)
         o->profile = true;
+    else if (strcmp(key, "--quiet") == 0)
+        o->quiet = true;
     else if (strcmp(key, "--list-passes") == 0)
         o->list_passes = true;
     else if (strcmp(key, "--memory-report") == 0)
@@ -270,6 +272,7 @@ int jit_options(const Options *o, JitOptions *jo, Diag *d) {
         return -1;
     jo->memplan = pipeline_selects(&o->pipeline, "memplan");
     jo->dump_dir = o->pipeline.dump_dir;
+    jo->stage = progress_stage;
     return 0;
 }
 
