@@ -4,29 +4,42 @@
  * compiler made it) followed by a 64-byte trailer: the magic "KILNCACH", the entry's
  * key (the hash its file is named by, so a file copied or renamed to another key is
  * not taken for it), the payload's length and its 64-bit FNV-1a checksum, each
- * little-endian. The trailer goes at the end rather than the start because a shared
- * object entry is dlopened in place, and the loader ignores bytes past what the ELF
- * headers describe. An entry is written to a temporary file and renamed into place,
- * so a reader sees a whole entry or none; one that fails any check (short, wrong
- * magic or key, bad checksum) reads as CACHE_CORRUPT, and the caller rebuilds it and
- * says so once (cache_entry_warn). */
+ * little-endian (the checksum cache_hash, 8 bytes a step). The trailer goes at the end rather than the start
+ * because a shared object entry is dlopened in place, and the loader ignores bytes past what the ELF headers
+ * describe. An entry is written to a temporary file and renamed into place, so a reader sees a whole entry or
+ * none; one that fails any check (short, wrong magic or key, bad checksum) reads as CACHE_CORRUPT, and the
+ * caller rebuilds it and says so once (cache_entry_warn). */
 #include "cache.h"
 #include "../frontend/frontend.h"
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-static const char MAGIC[8] = "KILNCACH";
+static const char MAGIC[8] = "KILNCAC2";
 enum { KEY_BYTES = 40, TRAILER_BYTES = 8 + KEY_BYTES + 8 + 8 };
 
-static uint64_t checksum(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
+uint64_t cache_hash(uint64_t h, uint64_t mul, const void *data, size_t n) {
+    const unsigned char *b = data;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, sizeof w);
+        h = (h ^ w) * mul;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * mul;
     return h;
+}
+
+static uint64_t checksum(const unsigned char *p, size_t n) {
+    return cache_hash(0xcbf29ce484222325ull, 0x100000001b3ull, p, n);
 }
 
 static void put_u64(unsigned char *p, uint64_t v) {
@@ -77,6 +90,38 @@ CacheLookup cache_entry_read(const char *path, const char *key, unsigned char **
 
 void cache_entry_free(unsigned char *payload) {
     ir_free(payload);
+}
+
+CacheLookup cache_entry_map(const char *path, const char *key, const unsigned char **payload, size_t *len,
+                            size_t *mapped) {
+    *payload = NULL;
+    *len = *mapped = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CACHE_MISS;
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= TRAILER_BYTES)
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return CACHE_CORRUPT;
+    size_t body = (size_t)st.st_size - TRAILER_BYTES;
+    unsigned char want[TRAILER_BYTES];
+    make_trailer(want, key, map, body);
+    if (memcmp((const unsigned char *)map + body, want, TRAILER_BYTES) != 0) {
+        munmap(map, (size_t)st.st_size);
+        return CACHE_CORRUPT;
+    }
+    *payload = map;
+    *len = body;
+    *mapped = (size_t)st.st_size;
+    return CACHE_HIT;
+}
+
+void cache_entry_unmap(const unsigned char *payload, size_t mapped) {
+    if (payload)
+        munmap((void *)payload, mapped);
 }
 
 int cache_entry_write(const char *path, const char *key, const void *payload, size_t len) {

@@ -4,6 +4,7 @@
 #define KILN_CACHE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -11,11 +12,21 @@ extern "C" {
 
 typedef enum { CACHE_MISS, CACHE_HIT, CACHE_CORRUPT } CacheLookup;
 
+/* A multiplicative hash of data, 8 bytes a step, continuing h: the entries'
+ * checksum and the keys' hashes (a large model's weights are hundreds of megabytes). */
+uint64_t cache_hash(uint64_t h, uint64_t mul, const void *data, size_t n);
+
 /* Reads the entry path made for key: on CACHE_HIT, its payload in *payload (free it
  * with cache_entry_free) of *len bytes. CACHE_MISS when there is no such file,
  * CACHE_CORRUPT when there is one that is not a whole entry for key. */
 CacheLookup cache_entry_read(const char *path, const char *key, unsigned char **payload, size_t *len);
 void cache_entry_free(unsigned char *payload);
+/* The same, the file mapped rather than read (for entries of hundreds of
+ * megabytes, which a read would copy once more): *payload points into the mapping
+ * of *mapped bytes, which cache_entry_unmap releases. */
+CacheLookup cache_entry_map(const char *path, const char *key, const unsigned char **payload, size_t *len,
+                            size_t *mapped);
+void cache_entry_unmap(const unsigned char *payload, size_t mapped);
 /* Stores payload as the entry path for key, atomically; 0, or -1 (a cache that cannot
  * be written only costs a later run a compile, so callers may ignore it). */
 int cache_entry_write(const char *path, const char *key, const void *payload, size_t len);

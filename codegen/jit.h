@@ -19,6 +19,7 @@ typedef struct {
     bool blas;                       /* the C target's GEMMs call OpenBLAS, where kiln has it */
     bool cuda_emulated;              /* the CUDA target's kernels run on the CPU */
     void (*stage)(const char *what); /* told what the compile does next (a progress line); NULL: none */
+    const char *model_key; /* the model cache's key of the graph before its passes (jit.c); NULL: none */
 } JitOptions;
 
 /* The settings of o, whose NULL fields take kiln_options_from_env's values (all of

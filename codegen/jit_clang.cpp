@@ -84,6 +84,17 @@ class FileCache : public llvm::ObjectCache {
         return buf;
     }
 
+    /* Whether the entry is there and whole, said quietly: a caller with nothing to
+     * compile leaves a corrupt entry to the compile that will replace it. */
+    bool whole() const {
+        unsigned char *payload = nullptr;
+        size_t len = 0;
+        bool hit =
+            !path_.empty() && cache_entry_read(path_.c_str(), key_.c_str(), &payload, &len) == CACHE_HIT;
+        cache_entry_free(payload);
+        return hit;
+    }
+
     /* The entry is bad (or its object would not load): warn, and let the compile overwrite it. */
     void corrupt() {
         if (!warned_)
@@ -277,11 +288,15 @@ extern "C" void *clang_jit_compile(const char *source, size_t len, const void *w
         std::memcpy(h->weights.get(), weights, weights_bytes);
     h->cache = std::make_unique<FileCache>(cache_dir ? std::string(cache_dir) + "/" + key + ".o" : "",
                                            key ? key : "");
-    std::unique_ptr<llvm::MemoryBuffer> cached = h->cache->load();
+    std::unique_ptr<llvm::MemoryBuffer> cached = source || h->cache->whole() ? h->cache->load() : nullptr;
     bool from_cache = cached != nullptr;
+    if (!cached && !source) {
+        set_error(err, errlen, "the model's object is not in the cache", "");
+        return nullptr;
+    }
     llvm::StringRef kernel_object(static_cast<const char *>(kernels), kernels_len);
     const char *failed = link_model(*h, std::move(cached), source, len, kernel_object, cpu, def, err, errlen);
-    if (failed && from_cache && (!strcmp(failed, "add") || !strcmp(failed, "link"))) {
+    if (failed && from_cache && source && (!strcmp(failed, "add") || !strcmp(failed, "link"))) {
         /* the entry held a whole object that still would not link: compile it afresh */
         h->cache->corrupt();
         failed = link_model(*h, nullptr, source, len, kernel_object, cpu, def, err, errlen);

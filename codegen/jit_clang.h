@@ -15,7 +15,8 @@ extern "C" {
  * KILN_WEIGHTS_EXTERN so that it refers to an external `kiln_weights_blob`), links it into the process with
  * that symbol bound to a copy of weights[0..weights_bytes) and with the object file
  * kernels[0..kernels_len) (the precompiled kernels; none when kernels_len is 0), and
- * sets *def to what its kiln_model() returns. When cache_dir is not NULL, the object file is taken from, or
+ * sets *def to what its kiln_model() returns. With source NULL, only a cached
+ * object will do. When cache_dir is not NULL, the object file is taken from, or
  * else stored atomically in, cache_dir/key.o, so a second JIT of the same source
  * skips Clang and LLVM's code generation. Returns the handle that owns the code and
  * the weights, or NULL with a message in err[0..errlen). */

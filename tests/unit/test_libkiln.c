@@ -18,6 +18,11 @@
  *     environment's defaults, and an option's unknown value is an error naming
  *     the valid ones.
  *
+ *   - A warm kiln_jit_file comes from the model cache (the weights blob as the
+ *     lowering left it, beside the object file): the same outputs as the cold one,
+ *     bit for bit; with its entry or the object's corrupt, the model is compiled
+ *     again, the same, and the entries rewritten.
+ *
  * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
  * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so, with the kiln
  * command (to compile the small CNN) and the two shared objects that CMake builds
@@ -246,15 +251,19 @@ static void test_error_kinds(void **state) {
     expect_error(kiln_jit("input x : f32[2]\ny = relu(x, x)\noutput y\n", NULL, &err), &err, KILN_ERROR_USER,
                  "relu takes 1 input");
 
+    /* compiled every time (a warm JIT from the cache has none of this to fail) */
+    kiln_options uncached = kiln_options_from_env();
+    uncached.opt_level = 2;
+    uncached.cache_dir = "/proc/kiln-no-cache";
     ir_fail_alloc_after(0);
-    kiln_module *m = kiln_jit(relu_text, NULL, &err);
+    kiln_module *m = kiln_jit(relu_text, &uncached, &err);
     ir_fail_alloc_after(-1);
     expect_error(m, &err, KILN_ERROR_NO_MEMORY, "out of memory");
 
     /* the first assertion checked fails, and every later one holds: the compile
        goes on and fails at its end */
     ir_fail_assert_after(0);
-    m = kiln_jit(relu_text, NULL, &err);
+    m = kiln_jit(relu_text, &uncached, &err);
     ir_fail_assert_after(-1);
     expect_error(m, &err, KILN_ERROR_INTERNAL, "internal error: ");
     assert_non_null(strstr(err.message, ".c:"));
@@ -262,12 +271,12 @@ static void test_error_kinds(void **state) {
     assert_non_null(strstr(err.message, "' failed (a bug in kiln)"));
     /* ... further in, too */
     ir_fail_assert_after(20);
-    m = kiln_jit(relu_text, NULL, &err);
+    m = kiln_jit(relu_text, &uncached, &err);
     ir_fail_assert_after(-1);
     expect_error(m, &err, KILN_ERROR_INTERNAL, "(a bug in kiln)");
 
     /* the failure was reported once: the next compile succeeds */
-    m = kiln_jit(relu_text, NULL, &err);
+    m = kiln_jit(relu_text, &uncached, &err);
     if (!m)
         fail_msg("kiln_jit after an internal error: %s", err.message);
     kiln_free(m);
@@ -318,6 +327,55 @@ static void test_settings(void **state) {
     kiln_free(m);
 }
 
+/* The small CNN's outputs from kiln_jit_file with the cache in dir. */
+static float *small_cnn_outputs(const char *dir, const Tensor *in) {
+    kiln_options o = kiln_options_from_env();
+    o.cache_dir = dir;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_jit_file(KILN_SOURCE_DIR "/examples/small_cnn.kiln", &o, &err);
+    if (!m)
+        fail_msg("kiln_jit_file: %s", err.message);
+    float *out = run_once(m, in);
+    kiln_free(m);
+    return out;
+}
+
+/* Overwrites byte 200 of every file in dir whose name ends in suffix. */
+static void corrupt_entries(const char *dir, const char *suffix) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "for f in '%s'/*%s; do printf 'X' | dd of=\"$f\" bs=1 seek=200 conv=notrunc 2>/dev/null; done",
+             dir, suffix);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_model_cache(void **state) {
+    (void)state;
+    char dir[] = "/tmp/test_libkiln_cache-XXXXXX", cmd[256];
+    assert_non_null(mkdtemp(dir));
+    Diag d;
+    diag_init(&d, stdout);
+    Tensor *in = NULL;
+    assert_int_equal(npy_read(KILN_SOURCE_DIR "/examples/small_cnn_input.npy", &in, &d), 0);
+    float *cold = small_cnn_outputs(dir, in), *warm = small_cnn_outputs(dir, in);
+    snprintf(cmd, sizeof cmd, "ls '%s'/*.m '%s'/*.o > /dev/null", dir, dir);
+    bool entries = system(cmd) == 0;
+    corrupt_entries(dir, ".m");
+    float *healed_model = small_cnn_outputs(dir, in);
+    corrupt_entries(dir, ".o");
+    float *healed_object = small_cnn_outputs(dir, in), *again = small_cnn_outputs(dir, in);
+    bool same = cold && warm && healed_model && healed_object && again;
+    for (int i = 0; same && i < 10; i++)
+        same = warm[i] == cold[i] && healed_model[i] == cold[i] && healed_object[i] == cold[i] &&
+               again[i] == cold[i];
+    free(cold), free(warm), free(healed_model), free(healed_object), free(again);
+    tensor_free(in);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_true(entries);
+    assert_true(same);
+}
+
 /* NULL where the API takes a path, text, module or buffer is an error, not a crash
  * (kiln_load(NULL) used to segfault); a NULL err is allowed too. */
 static void test_hostile_load_null(void **state) {
@@ -362,12 +420,12 @@ int main(int argc, char **argv) {
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_kinds),       cmocka_unit_test(test_settings),
-        cmocka_unit_test(test_jit_autograd),      cmocka_unit_test(test_jit_matches_load),
-        cmocka_unit_test(test_jit_bad_text),      cmocka_unit_test(test_load_not_a_model),
-        cmocka_unit_test(test_jit_onnx),          cmocka_unit_test(test_load_wrong_abi),
-        cmocka_unit_test(test_load_missing),      cmocka_unit_test(test_jit_cpu),
-        cmocka_unit_test(test_hostile_load_null),
+        cmocka_unit_test(test_error_kinds),      cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_model_cache),      cmocka_unit_test(test_jit_autograd),
+        cmocka_unit_test(test_jit_matches_load), cmocka_unit_test(test_jit_bad_text),
+        cmocka_unit_test(test_load_not_a_model), cmocka_unit_test(test_jit_onnx),
+        cmocka_unit_test(test_load_wrong_abi),   cmocka_unit_test(test_load_missing),
+        cmocka_unit_test(test_jit_cpu),          cmocka_unit_test(test_hostile_load_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
