@@ -376,6 +376,10 @@ extern const Lang lang_c, lang_cuda;
  * arrays: seconds summed over every run so far (writable, to reset them), the
  * kernels' names and comments, and their FLOPs per run (0 where not counted). */
 int emit_c_model(const Program *p, Str *out, Diag *d);
+/* The same model as `units` translation units, for compiling them at once: each
+ * the runtime and headers and every units-th kernel (from its index on); the first
+ * also the run function and `kiln_model`, calling the others' kernels. */
+int emit_c_units(const Program *p, int units, Str *out, Diag *d);
 
 /* The header `kiln compile --header` writes: kiln/model.h after a comment a line
  * naming the model, its inputs and its outputs with their types. */

@@ -2,11 +2,12 @@
  *
  * The model is parsed, optimized and lowered, and the C is generated. Where kiln was
  * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and kiln_options.jit is not `cc`, the C
- * is compiled and linked in memory (jit_clang.cpp), its object file cached as
- * KEY.o. Otherwise the system compiler makes a shared object, cached as KEY.so, and
- * it is dlopened. KEY is a hash of the generated source, the precompiled kernels,
- * the compiler flags and the CPU, and for a shared object the weights it holds;
- * only a miss compiles. Each entry carries its key and
+ * is compiled and linked in memory (jit_clang.cpp), as a translation unit a core,
+ * each unit's object file cached as KEY.o. Otherwise the system compiler makes a
+ * shared object, cached as KEY.so, and it is dlopened. KEY is a hash of the
+ * generated source, the precompiled kernels, the compiler flags and the CPU, and for
+ * a shared object the weights it holds; only a miss compiles. libkiln's calls also
+ * keep the model's lowered weights (KEY.m, the model cache below). Each entry carries its key and
  * a checksum (codegen/cache.c); one that fails them, or whose shared object fails
  * the loader's checks, is compiled again and overwritten, with one warning. The cache directory is
  * kiln_options.cache_dir (its default from the environment: codegen/options.c); without one, or
@@ -55,10 +56,8 @@ static uint64_t cpu_hash(uint64_t h, uint64_t mul) {
     return h;
 }
 
-/* Two independent 64-bit hashes of everything that determines the compiled code: the
- * source, the precompiled kernels linked in, the compilers, their flags and the CPU,
- * and the weights when they are part of it (a shared object's; the in-process JIT
- * binds them at load, so its object is the same for any weights). */
+/* Keys are two independent 64-bit hashes of everything that determines what they
+ * name. */
 static const uint64_t seeds[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
 static const uint64_t muls[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};
 
@@ -83,8 +82,8 @@ static void key_text(const uint64_t *h, char *key, size_t n) {
     snprintf(key, n, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }
 
-static void cache_key(const Source *src, const Program *p, const Toolchain *tc, bool weights, char *key,
-                      size_t n) {
+/* A shared object's key: its source and the weights it holds, with the toolchain. */
+static void cache_key(const Source *src, const Program *p, const Toolchain *tc, char *key, size_t n) {
     uint64_t h[2];
     for (int k = 0; k < 2; k++) {
         uint64_t m = muls[k];
@@ -92,8 +91,7 @@ static void cache_key(const Source *src, const Program *p, const Toolchain *tc, 
         h[k] = cache_hash(h[k], m, src->host.s, src->host.len);
         if (src->emulated)
             h[k] = cache_hash(h[k], m, src->kernels.s, src->kernels.len);
-        if (weights)
-            h[k] = cache_hash(h[k], m, p->weights, (size_t)p->weights_bytes);
+        h[k] = cache_hash(h[k], m, p->weights, (size_t)p->weights_bytes);
     }
     key_text(h, key, n);
 }
@@ -118,31 +116,85 @@ static bool cache_dir(const char *given, char *dir, size_t n) {
     return make_dirs(dir) && access(dir, W_OK) == 0;
 }
 
-/* The in-process JIT, unless it is not built or the options ask for the system compiler. */
-static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *src, const JitOptions *o,
-                                   const char *dir, const char *key, Diag *d, kiln_error *err, bool *used) {
+/* The in-process JIT compiles a model as up to MAX_UNITS translation units at once,
+ * one a core (emit_c_units), each cached by its own key: a hash of its source and
+ * of the toolchain (not the weights: the JIT binds them when it links). */
+enum { MAX_UNITS = 4, OBJECT_KEY_BYTES = 40 };
+
+typedef struct {
+    int n;
+    char keys[MAX_UNITS][OBJECT_KEY_BYTES + 1];
+} UnitKeys;
+
+/* The units of p: one a core, but at least 8 kernels a unit (a small model's compile
+ * is its fixed costs, which every unit pays again). */
+static int unit_count(const Program *p) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores < 1 ? 1 : cores > MAX_UNITS ? MAX_UNITS : (int)cores;
+    int most = p->n_kernels / 8;
+    return n < most ? n : most < 1 ? 1 : most;
+}
+
+#ifdef KILN_HAVE_CLANG_JIT
+/* Links the units of *keys (sources: their C, or NULL for cached objects only) with
+ * the weights blob into a module named after g; NULL with why in msg. */
+static kiln_module *link_units(const Graph *g, const UnitKeys *keys, const Str *sources, const void *blob,
+                               size_t blob_bytes, const JitOptions *o, const char *dir, char *msg, size_t n,
+                               kiln_error *err) {
+    const char *texts[MAX_UNITS], *key_ptrs[MAX_UNITS];
+    size_t lens[MAX_UNITS];
+    for (int u = 0; u < keys->n; u++) {
+        texts[u] = sources ? sources[u].s : NULL;
+        lens[u] = sources ? sources[u].len : 0;
+        key_ptrs[u] = keys->keys[u];
+    }
+    KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
+    const kiln_model_def *def = NULL;
+    void *h =
+        clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, blob, blob_bytes, kernels.bytes,
+                          kernels.len, o->tools.cpu ? o->tools.cpu : "native", dir, &def, msg, n);
+    return h ? kiln_module_new(h, clang_jit_free, def, g->name, err) : NULL;
+}
+#endif
+
+/* The in-process JIT, unless it is not built or the options ask for the system
+ * compiler; the units' keys in *keys. */
+static kiln_module *jit_in_process(const Graph *g, const Program *p, const Source *src, const JitOptions *o,
+                                   const char *dir, UnitKeys *keys, Diag *d, kiln_error *err, bool *used) {
 #ifdef KILN_HAVE_CLANG_JIT
     *used = o->clang;
     if (!*used)
         return NULL;
-    const char *cpu = o->tools.cpu ? o->tools.cpu : "native";
-    const kiln_model_def *def = NULL;
-    char msg[2048];
-    KernelObject kernels = p->vector_floats > 0 ? cc_kernel_object(p->vector_floats) : (KernelObject){0};
-    void *h = clang_jit_compile(src->s, src->len, p->weights, (size_t)p->weights_bytes, kernels.bytes,
-                                kernels.len, cpu, dir, key, &def, msg, sizeof msg);
-    if (h) {
-        kiln_module *m = kiln_module_new(h, clang_jit_free, def, g->name, err);
-        if (!m)
+    /* the C target's kernels in units; the CUDA target's host code (its kernels are
+       NVRTC's) in one */
+    Str sources[MAX_UNITS] = {{0}};
+    keys->n = p->target == TARGET_C ? unit_count(p) : 1;
+    kiln_module *m = NULL;
+    char msg[2048] = "";
+    int rc = p->target == TARGET_C ? emit_c_units(p, keys->n, sources, d)
+                                   : (str_printf(&sources[0], "%s", src->host.s ? src->host.s : ""),
+                                      sources[0].oom ? diag_error(d, (Loc){0}, "out of memory") : 0);
+    if (rc == 0) {
+        for (int u = 0; u < keys->n; u++) {
+            uint64_t h[2];
+            for (int k = 0; k < 2; k++)
+                h[k] = cache_hash(toolchain_hash(seeds[k], k, p->vector_floats, &o->tools), muls[k],
+                                  sources[u].s, sources[u].len);
+            key_text(h, keys->keys[u], sizeof keys->keys[u]);
+        }
+        m = link_units(g, keys, sources, p->weights, (size_t)p->weights_bytes, o, dir, msg, sizeof msg, err);
+        if (!m && *msg) /* kiln's own failure when Clang rejected the generated code, which it says */
+            diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
+        else if (!m)
             diag_relay_error(d, err);
-        return m;
+        if (!m)
+            kiln_set_error(err, "cannot compile the model");
     }
-    /* kiln's own failure when Clang rejected the generated code, which it says */
-    diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
-    kiln_set_error(err, "cannot compile the model");
-    return NULL;
+    for (int u = 0; u < keys->n; u++)
+        str_free(&sources[u]);
+    return m;
 #else
-    (void)g, (void)p, (void)src, (void)o, (void)dir, (void)key, (void)d, (void)err;
+    (void)g, (void)p, (void)src, (void)o, (void)dir, (void)keys, (void)d, (void)err;
     *used = false;
     return NULL;
 #endif
@@ -151,15 +203,16 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Str *
 /* ---- The model cache ----
  *
  * A warm kiln_jit skips the passes and the lowering as well as the compiler: the
- * entry DIR/MODELKEY.m holds the object file's key and the weights blob as the
- * lowering left it (transformed, packed), found by a hash of what the model is
- * compiled from: its graph as printed before the passes, every weight, the -O level
- * and BLAS setting, and the toolchain. On a hit the object entry is linked with
- * that blob; with either entry missing or bad the model is compiled as usual, and
- * both are written again. The passes and the lowering were most of a warm JIT's
+ * entry DIR/MODELKEY.m holds the keys of its units' object files and the weights
+ * blob as the lowering left it (transformed, packed), found by a hash of what the
+ * model is compiled from: its graph as printed before the passes, every weight, the
+ * -O level and BLAS setting, and the toolchain. On a hit the object entries are
+ * linked with that blob; with any entry missing or bad the model is compiled as
+ * usual, and the entries are written again. The passes and the lowering were most of a warm JIT's
  * time (ResNet-18: 0.25 of 0.3 s): Winograd's weight transforms, packing, folding. */
 
-enum { OBJECT_KEY_BYTES = 40 }; /* the object's key, NUL-padded, before the blob */
+/* What a model entry holds, in its key: an entry of another layout is another key. */
+#define MODEL_ENTRY_FORMAT "unit keys 4 x 40, then the weights blob"
 
 /* The model cache's key of g (before its passes) with weights w; false when memory
  * runs out. */
@@ -180,6 +233,7 @@ static bool model_key(const Graph *g, const TensorList *w, int level, const JitO
     for (int k = 0; k < 2; k++) {
         uint64_t m = muls[k];
         h[k] = toolchain_hash(seeds[k], k, cc_vector_floats(o->tools.cpu), &o->tools);
+        h[k] = hash_string(h[k], m, MODEL_ENTRY_FORMAT);
         h[k] = cache_hash(h[k], m, text, len);
         h[k] = cache_hash(h[k], m, settings, sizeof settings);
         for (int i = 0; i < w->n; i++) {
@@ -198,17 +252,19 @@ static void model_entry_path(const char *dir, const char *model_key, char *path,
     snprintf(path, n, "%s/%s.m", dir, model_key);
 }
 
-/* Stores p's weights blob and its object's key under model_key. */
-static void model_entry_write(const char *dir, const char *model_key, const char *object_key,
+/* Stores p's weights blob and its units' keys (MAX_UNITS of OBJECT_KEY_BYTES, the
+ * unused ones zeros) under model_key. */
+static void model_entry_write(const char *dir, const char *model_key, const UnitKeys *keys,
                               const Program *p) {
     char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
-    size_t len = OBJECT_KEY_BYTES + (size_t)p->weights_bytes;
+    size_t head = MAX_UNITS * OBJECT_KEY_BYTES, len = head + (size_t)p->weights_bytes;
     unsigned char *payload = ir_calloc(len + 1, 1);
     if (!payload)
         return; /* a later run compiles again */
-    memcpy(payload, object_key, strlen(object_key));
-    memcpy(payload + OBJECT_KEY_BYTES, p->weights, (size_t)p->weights_bytes);
+    for (int u = 0; u < keys->n; u++)
+        memcpy(payload + u * OBJECT_KEY_BYTES, keys->keys[u], strlen(keys->keys[u]));
+    memcpy(payload + head, p->weights, (size_t)p->weights_bytes);
     cache_entry_write(path, model_key, payload, len);
     ir_free(payload);
 }
@@ -217,26 +273,24 @@ static void model_entry_write(const char *dir, const char *model_key, const char
 static kiln_module *model_from_cache(const Graph *g, const JitOptions *o, const char *dir,
                                      const char *model_key, kiln_error *err) {
 #ifdef KILN_HAVE_CLANG_JIT
-    char path[4200], object_key[OBJECT_KEY_BYTES + 1] = "";
+    char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
     const unsigned char *payload = NULL;
-    size_t len = 0, mapped = 0;
+    size_t len = 0, mapped = 0, head = MAX_UNITS * OBJECT_KEY_BYTES;
     CacheLookup found = cache_entry_map(path, model_key, &payload, &len, &mapped);
     if (found == CACHE_CORRUPT)
         cache_entry_warn(path);
-    if (found != CACHE_HIT || len < OBJECT_KEY_BYTES) {
-        cache_entry_unmap(payload, mapped);
-        return NULL;
+    UnitKeys keys = {0};
+    for (int u = 0; found == CACHE_HIT && len >= head && u < MAX_UNITS && payload[u * OBJECT_KEY_BYTES];
+         u++) {
+        memcpy(keys.keys[u], payload + u * OBJECT_KEY_BYTES, OBJECT_KEY_BYTES);
+        keys.n++;
     }
-    memcpy(object_key, payload, OBJECT_KEY_BYTES);
-    KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
-    const kiln_model_def *def = NULL;
     char msg[2048];
-    void *h = clang_jit_compile(NULL, 0, payload + OBJECT_KEY_BYTES, len - OBJECT_KEY_BYTES, kernels.bytes,
-                                kernels.len, o->tools.cpu ? o->tools.cpu : "native", dir, object_key, &def,
-                                msg, sizeof msg);
+    kiln_module *m =
+        keys.n ? link_units(g, &keys, NULL, payload + head, len - head, o, dir, msg, sizeof msg, err) : NULL;
     cache_entry_unmap(payload, mapped);
-    return h ? kiln_module_new(h, clang_jit_free, def, g->name, err) : NULL;
+    return m;
 #else
     (void)g, (void)o, (void)dir, (void)model_key, (void)err;
     return NULL;
@@ -322,7 +376,6 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         kiln_set_error(err, "cannot compile the model");
         return NULL;
     }
-    cache_key(&src, p, &o->tools, false, key, sizeof key);
     bool cached = cache_dir(o->cache, dir, sizeof dir), in_process = false;
 #ifdef KILN_HAVE_CLANG_JIT
     bool clang = o->clang && !profile && !src.emulated;
@@ -330,17 +383,18 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
     bool clang = false;
 #endif
     stage(o, clang ? "compiling its C in process with Clang" : "compiling its C with the system compiler");
+    UnitKeys units = {0};
     kiln_module *m = profile || src.emulated
                          ? NULL
-                         : jit_in_process(g, p, &src.host, o, cached ? dir : NULL, key, d, err, &in_process);
+                         : jit_in_process(g, p, &src, o, cached ? dir : NULL, &units, d, err, &in_process);
     if (in_process) {
         if (m && cached && o->model_key)
-            model_entry_write(dir, o->model_key, key, p);
+            model_entry_write(dir, o->model_key, &units, p);
         program_free(p);
         source_free(&src);
         return m;
     }
-    cache_key(&src, p, &o->tools, true, key, sizeof key);
+    cache_key(&src, p, &o->tools, key, sizeof key);
     if (cached)
         snprintf(path, sizeof path, "%s/%s.so", dir, key);
     else {

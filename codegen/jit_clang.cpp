@@ -26,7 +26,6 @@
 #include <clang/Frontend/CompilerInvocation.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <clang/Lex/PreprocessorOptions.h>
-#include <llvm/ExecutionEngine/ObjectCache.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -42,6 +41,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #ifndef KILN_CLANG_RESOURCE_DIR
 #error "KILN_CLANG_RESOURCE_DIR (clang -print-resource-dir) must be defined by the build"
@@ -59,68 +60,45 @@ namespace {
 
 const char source_name[] = "kiln_model.c";
 
-/* The object file of one compiled model, as the cache entry CACHE_DIR/KEY.o
+/* One unit of a model and its object file, as the cache entry CACHE_DIR/KEY.o
  * (codegen/cache.c: the object with a trailer holding the key and a checksum); a
- * cache with no path keeps nothing. The compiler is asked for a cached object only
- * when there is none to add (getObject), so load() alone reads the entry. */
-class FileCache : public llvm::ObjectCache {
-  public:
-    FileCache(std::string path, std::string key) : path_(std::move(path)), key_(std::move(key)) {}
+ * cache with no path keeps nothing. */
+struct Unit {
+    const char *source = nullptr; /* null: only a cached object will do */
+    size_t len = 0;
+    std::string path, key;
+    std::unique_ptr<llvm::MemoryBuffer> object;
+    std::string error; /* why it could not be compiled */
+    bool warned = false;
 
-    /* The cached object, or null for a miss; a corrupt entry is a miss, said once. */
-    std::unique_ptr<llvm::MemoryBuffer> load() {
-        if (path_.empty())
-            return nullptr;
+    /* The cached object, or false for a miss; a corrupt entry is a miss, said once
+     * (unless there is no source to rebuild it from: that caller says nothing). */
+    bool load() {
         unsigned char *payload = nullptr;
-        size_t len = 0;
-        CacheLookup found = cache_entry_read(path_.c_str(), key_.c_str(), &payload, &len);
-        if (found == CACHE_CORRUPT)
+        size_t n = 0;
+        CacheLookup found =
+            path.empty() ? CACHE_MISS : cache_entry_read(path.c_str(), key.c_str(), &payload, &n);
+        if (found == CACHE_CORRUPT && source)
             corrupt();
-        if (found != CACHE_HIT)
-            return nullptr;
-        auto buf = llvm::MemoryBuffer::getMemBufferCopy(
-            llvm::StringRef(reinterpret_cast<const char *>(payload), len), path_);
+        if (found == CACHE_HIT)
+            object = llvm::MemoryBuffer::getMemBufferCopy(
+                llvm::StringRef(reinterpret_cast<const char *>(payload), n), path);
         cache_entry_free(payload);
-        return buf;
-    }
-
-    /* Whether the entry is there and whole, said quietly: a caller with nothing to
-     * compile leaves a corrupt entry to the compile that will replace it. */
-    bool whole() const {
-        unsigned char *payload = nullptr;
-        size_t len = 0;
-        bool hit =
-            !path_.empty() && cache_entry_read(path_.c_str(), key_.c_str(), &payload, &len) == CACHE_HIT;
-        cache_entry_free(payload);
-        return hit;
+        return object != nullptr;
     }
 
     /* The entry is bad (or its object would not load): warn, and let the compile overwrite it. */
     void corrupt() {
-        if (!warned_)
-            cache_entry_warn(path_.c_str());
-        warned_ = true;
+        if (!warned)
+            cache_entry_warn(path.c_str());
+        warned = true;
     }
-
-    void notifyObjectCompiled(const llvm::Module *, llvm::MemoryBufferRef obj) override {
-        if (!path_.empty())
-            cache_entry_write(path_.c_str(), key_.c_str(), obj.getBufferStart(), obj.getBufferSize());
-    }
-
-    std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *) override {
-        return nullptr;
-    }
-
-  private:
-    std::string path_, key_;
-    bool warned_ = false;
 };
 
-/* What a handle owns: the weights, the cache (the compiler holds a pointer to it)
- * and the JIT with the model's code. Members are destroyed in reverse order. */
+/* What a handle owns: the weights and the JIT with the model's code. Members are
+ * destroyed in reverse order. */
 struct ClangJit {
     std::unique_ptr<unsigned char, decltype(&std::free)> weights{nullptr, &std::free};
-    std::unique_ptr<FileCache> cache;
     std::unique_ptr<llvm::orc::LLJIT> jit;
 };
 
@@ -196,44 +174,49 @@ llvm::Error define_host_symbols(llvm::orc::LLJIT &jit, const void *weights) {
     }));
 }
 
-/* Adds the model to the JIT: the cached object when there is one, else the module
- * Clang makes of the source. */
-llvm::Error add_model(llvm::orc::LLJIT &jit, std::unique_ptr<llvm::MemoryBuffer> object, const char *source,
-                      size_t len, const char *cpu) {
-    if (object)
-        return jit.addObjectFile(std::move(object));
+/* Compiles a unit's source into its object file, and stores that in the cache. */
+void compile_unit(Unit &u, const char *cpu) {
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::string diag_text;
-    std::unique_ptr<llvm::Module> module = compile_c(source, len, cpu, *ctx, &diag_text);
-    if (!module)
-        return llvm::make_error<llvm::StringError>("Clang failed on the generated code (a bug in kiln):\n" +
-                                                       diag_text,
-                                                   llvm::inconvertibleErrorCode());
-    return jit.addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx)));
+    std::unique_ptr<llvm::Module> module = compile_c(u.source, u.len, cpu, *ctx, &diag_text);
+    if (!module) {
+        u.error = "Clang failed on the generated code (a bug in kiln):\n" + diag_text;
+        return;
+    }
+    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    auto tm = jtmb ? jtmb->createTargetMachine() : jtmb.takeError();
+    if (!tm) {
+        u.error = "cannot make LLVM's code generator: " + llvm::toString(tm.takeError());
+        return;
+    }
+    auto object = llvm::orc::SimpleCompiler(**tm)(*module);
+    if (!object) {
+        u.error = "cannot generate the model's code: " + llvm::toString(object.takeError());
+        return;
+    }
+    u.object = std::move(*object);
+    if (!u.path.empty())
+        cache_entry_write(u.path.c_str(), u.key.c_str(), u.object->getBufferStart(),
+                          u.object->getBufferSize());
 }
 
-/* The JIT, its compiler storing what it compiles in cache. */
-llvm::Expected<std::unique_ptr<llvm::orc::LLJIT>> make_jit(FileCache *cache) {
-    return llvm::orc::LLJITBuilder()
-        .setCompileFunctionCreator(
-            [cache](llvm::orc::JITTargetMachineBuilder jtmb)
-                -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
-                auto tm = jtmb.createTargetMachine();
-                if (!tm)
-                    return tm.takeError();
-                return std::make_unique<llvm::orc::TMOwningSimpleCompiler>(std::move(*tm), cache);
-            })
-        .create();
+/* Compiles every unit without an object, each on a thread of its own: the units of
+ * a model are what its compile spreads over the cores. */
+void compile_units(std::vector<Unit> &units, const char *cpu) {
+    std::vector<std::thread> threads;
+    for (Unit &u : units)
+        if (!u.object)
+            threads.emplace_back([&u, cpu] { compile_unit(u, cpu); });
+    for (std::thread &t : threads)
+        t.join();
 }
 
-/* A fresh JIT in h with the model in it: object when there is one, else source
- * compiled, beside the precompiled kernels; sets *def. Returns null, or what failed
- * with the message in err. */
-const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, const char *source,
-                       size_t len, llvm::StringRef kernels, const char *cpu, const kiln_model_def **def,
-                       char *err, size_t errlen) {
+/* A fresh JIT in h with the units' objects and the precompiled kernels; sets *def.
+ * Returns null, or what failed with the message in err. */
+const char *link_model(ClangJit &h, std::vector<Unit> &units, llvm::StringRef kernels,
+                       const kiln_model_def **def, char *err, size_t errlen) {
     h.jit.reset();
-    auto jit = make_jit(h.cache.get());
+    auto jit = llvm::orc::LLJITBuilder().create();
     if (!jit) {
         set_error(err, errlen, "cannot start the LLVM JIT", llvm::toString(jit.takeError()));
         return "jit";
@@ -249,11 +232,12 @@ const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, 
             set_error(err, errlen, "cannot add kiln's kernels to the JIT", llvm::toString(std::move(e)));
             return "kernels";
         }
-    if (auto e = add_model(*h.jit, std::move(object), source, len, cpu)) {
-        set_error(err, errlen, "cannot compile the model in process", llvm::toString(std::move(e)));
-        return "add";
-    }
-    /* Looking the entry point up compiles and links the module. */
+    for (Unit &u : units)
+        if (auto e =
+                h.jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(u.object->getBuffer(), u.path))) {
+            set_error(err, errlen, "cannot add the model's code to the JIT", llvm::toString(std::move(e)));
+            return "link";
+        }
     auto entry = h.jit->lookup("kiln_model");
     if (!entry) {
         set_error(err, errlen, "cannot link the compiled model", llvm::toString(entry.takeError()));
@@ -266,10 +250,11 @@ const char *link_model(ClangJit &h, std::unique_ptr<llvm::MemoryBuffer> object, 
 
 } // namespace
 
-extern "C" void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
+extern "C" void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens,
+                                   const char *const *keys, const void *weights, size_t weights_bytes,
                                    const void *kernels, size_t kernels_len, const char *cpu,
-                                   const char *cache_dir, const char *key, const kiln_model_def **def,
-                                   char *err, size_t errlen) {
+                                   const char *cache_dir, const kiln_model_def **def, char *err,
+                                   size_t errlen) {
     static std::once_flag init;
     std::call_once(init, [] {
         llvm::InitializeNativeTarget();
@@ -286,20 +271,43 @@ extern "C" void *clang_jit_compile(const char *source, size_t len, const void *w
     }
     if (weights_bytes)
         std::memcpy(h->weights.get(), weights, weights_bytes);
-    h->cache = std::make_unique<FileCache>(cache_dir ? std::string(cache_dir) + "/" + key + ".o" : "",
-                                           key ? key : "");
-    std::unique_ptr<llvm::MemoryBuffer> cached = source || h->cache->whole() ? h->cache->load() : nullptr;
-    bool from_cache = cached != nullptr;
-    if (!cached && !source) {
-        set_error(err, errlen, "the model's object is not in the cache", "");
+    std::vector<Unit> units((size_t)n_units);
+    bool all_cached = true, any_cached = false;
+    for (int i = 0; i < n_units; i++) {
+        Unit &u = units[(size_t)i];
+        u.source = sources ? sources[i] : nullptr;
+        u.len = sources ? lens[i] : 0;
+        u.key = keys[i] ? keys[i] : "";
+        u.path = cache_dir ? std::string(cache_dir) + "/" + u.key + ".o" : "";
+        bool hit = u.load();
+        all_cached = all_cached && hit;
+        any_cached = any_cached || hit;
+    }
+    if (!all_cached && !sources) {
+        set_error(err, errlen, "the model's objects are not in the cache", "");
         return nullptr;
     }
+    compile_units(units, cpu);
+    for (Unit &u : units)
+        if (!u.object) {
+            set_error(err, errlen, "cannot compile the model in process", u.error);
+            return nullptr;
+        }
     llvm::StringRef kernel_object(static_cast<const char *>(kernels), kernels_len);
-    const char *failed = link_model(*h, std::move(cached), source, len, kernel_object, cpu, def, err, errlen);
-    if (failed && from_cache && source && (!strcmp(failed, "add") || !strcmp(failed, "link"))) {
-        /* the entry held a whole object that still would not link: compile it afresh */
-        h->cache->corrupt();
-        failed = link_model(*h, nullptr, source, len, kernel_object, cpu, def, err, errlen);
+    const char *failed = link_model(*h, units, kernel_object, def, err, errlen);
+    if (failed && any_cached && sources && !strcmp(failed, "link")) {
+        /* whole cached objects that still would not link: compile them afresh */
+        for (Unit &u : units) {
+            u.corrupt();
+            u.object.reset();
+        }
+        compile_units(units, cpu);
+        for (Unit &u : units)
+            if (!u.object) {
+                set_error(err, errlen, "cannot compile the model in process", u.error);
+                return nullptr;
+            }
+        failed = link_model(*h, units, kernel_object, def, err, errlen);
     }
     return failed ? nullptr : h.release();
 }

@@ -11,18 +11,21 @@
 extern "C" {
 #endif
 
-/* Compiles source[0..len) for the CPU cpu (-march=CPU; NULL: native) (C made by emit_c_model, built with
- * KILN_WEIGHTS_EXTERN so that it refers to an external `kiln_weights_blob`), links it into the process with
- * that symbol bound to a copy of weights[0..weights_bytes) and with the object file
- * kernels[0..kernels_len) (the precompiled kernels; none when kernels_len is 0), and
- * sets *def to what its kiln_model() returns. With source NULL, only a cached
- * object will do. When cache_dir is not NULL, the object file is taken from, or
- * else stored atomically in, cache_dir/key.o, so a second JIT of the same source
- * skips Clang and LLVM's code generation. Returns the handle that owns the code and
- * the weights, or NULL with a message in err[0..errlen). */
-void *clang_jit_compile(const char *source, size_t len, const void *weights, size_t weights_bytes,
-                        const void *kernels, size_t kernels_len, const char *cpu, const char *cache_dir,
-                        const char *key, const kiln_model_def **def, char *err, size_t errlen);
+/* Compiles the n_units translation units sources[i][0..lens[i]) (C made by
+ * emit_c_units, built with KILN_WEIGHTS_EXTERN so that it refers to an external
+ * `kiln_weights_blob`) for the CPU cpu (-march=CPU; NULL: native), each on a thread of
+ * its own, and links them into the process with that symbol bound to a copy of
+ * weights[0..weights_bytes) and with the object file kernels[0..kernels_len) (the
+ * precompiled kernels; none when kernels_len is 0); sets *def to what kiln_model()
+ * returns. When cache_dir is not NULL, unit i's object file is taken from, or else
+ * stored atomically in, cache_dir/keys[i].o, so that a unit compiled before skips
+ * Clang and LLVM's code generation; with sources NULL, only cached objects will do.
+ * Returns the handle that owns the code and the weights, or NULL with a message in
+ * err[0..errlen). */
+void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens, const char *const *keys,
+                        const void *weights, size_t weights_bytes, const void *kernels, size_t kernels_len,
+                        const char *cpu, const char *cache_dir, const kiln_model_def **def, char *err,
+                        size_t errlen);
 /* Frees the code of a handle from clang_jit_compile; NULL is ignored. */
 void clang_jit_free(void *handle);
 

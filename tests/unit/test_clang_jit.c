@@ -254,7 +254,8 @@ static void test_compile_error(void **state) {
     char dir[4096], err[1024] = "";
     const kiln_model_def *def = (const kiln_model_def *)weights;
     make_cache_dir(dir, sizeof dir);
-    void *h = clang_jit_compile(bad_c, sizeof bad_c - 1, weights, sizeof weights, NULL, 0, NULL, dir, "bad",
+    void *h = clang_jit_compile(1, (const char *const[]){bad_c}, (const size_t[]){sizeof bad_c - 1},
+                                (const char *const[]){"bad"}, weights, sizeof weights, NULL, 0, NULL, dir,
                                 &def, err, sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);
