@@ -432,7 +432,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"), help="the kiln binary")
     ap.add_argument("--threads", default="2", help="thread counts, comma-separated")
-    ap.add_argument("--models", default=",".join(MODELS), help="models, comma-separated")
+    ap.add_argument("--models", default=",".join(export_models.TIMED), help="models, comma-separated")
     ap.add_argument("--batch", default="1", help="batch sizes, comma-separated")
     ap.add_argument("--rounds", type=int, default=5, help="rounds; each runs every engine once")
     ap.add_argument("--contend", type=int, default=0, metavar="N",

@@ -2,7 +2,7 @@
 """The benchmark's networks in torch, and their ONNX exports, one per model and batch size.
 
     /usr/bin/python3 bench/export_models.py --models resnet50 --batch 8 --out DIR
-    /usr/bin/python3 bench/export_models.py --out DIR      # every model, batch 1
+    /usr/bin/python3 bench/export_models.py --out DIR      # bench.py's models, batch 1
 
 Every engine of bench/bench.py runs the same network with the same weights: PyTorch
 runs the torch network this file builds, and kiln, ONNX Runtime and OpenVINO read the
@@ -12,8 +12,9 @@ ONNX file it exports from that network. The models:
                                      torch networks with the values of kiln's
                                      initializers (the weights of examples/*.kiln)
   resnet50, efficientnet_b0,         torchvision's networks (Debian's
-  mobilenet_v3_small                 python3-torchvision), with torchvision's random
-                                     initialization under a fixed seed
+  mobilenet_v3_small, densenet121,   python3-torchvision), with torchvision's random
+  vgg11                              initialization under a fixed seed (the last two
+                                     only for bench/compile.py)
 
 torchvision leaves batch norm the identity (weight 1, bias 0, mean 0, variance 1),
 which would let a wrong batch norm pass the output checks, and makes MobileNetV2-like
@@ -50,9 +51,9 @@ OPSET = 13
 
 
 class Model:
-    """A benchmark model: its input's shape without the batch, the runs to time at batch 1,
-    and how its torch network is made (a function of no arguments returning a float32
-    network in eval mode)."""
+    """A benchmark model: its input's shape without the batch, the runs to time at batch 1
+    (0: compile times only, bench/compile.py), and how its torch network is made (a
+    function of no arguments returning a float32 network in eval mode)."""
 
     def __init__(self, image_shape, iters, build):
         self.image_shape = image_shape
@@ -105,7 +106,12 @@ MODELS = {
     "resnet50": Model((3, 224, 224), 10, lambda: torchvision_network("resnet50")),
     "efficientnet_b0": Model((3, 224, 224), 30, lambda: torchvision_network("efficientnet_b0")),
     "mobilenet_v3_small": Model((3, 224, 224), 100, lambda: torchvision_network("mobilenet_v3_small")),
+    "densenet121": Model((3, 224, 224), 0, lambda: torchvision_network("densenet121")),
+    "vgg11": Model((3, 224, 224), 0, lambda: torchvision_network("vgg11")),
 }
+
+# The models bench.py times (the others only compile: bench/compile.py).
+TIMED = [name for name, model in MODELS.items() if model.iters > 0]
 
 # The example models whose PyTorch output is checked against examples/NAME_expected.npy
 # (computed in float64 from kiln's initializers) on examples/INPUT at batch 1.
@@ -166,7 +172,7 @@ def parse_list(text, what, convert=str):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help="models, comma-separated")
+    ap.add_argument("--models", default=",".join(TIMED), help="models, comma-separated")
     ap.add_argument("--batch", default="1", help="batch sizes, comma-separated")
     ap.add_argument("--out", required=True, help="the folder the files go to (made if missing)")
     args = ap.parse_args()
