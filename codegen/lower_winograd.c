@@ -31,7 +31,6 @@
 #include "../runtime/kernels.h"
 
 #include <limits.h>
-#include <stdio.h>
 
 enum { MAX_N = 6 };
 

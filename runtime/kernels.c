@@ -219,9 +219,12 @@ INLINE void sandwich(const float (*mt)[MAX_N], const int rows, const int n, floa
 }
 
 /* The input transform of channels [0, count) of one tile: d's element (r, q) of
- * channel ch at d[r pitch + q step + ch], V's matrix k at v[k stride + ch]. */
+ * channel ch at d[r pitch + q step + ch], or for a tile across x's edge (edge) at
+ * at[r n + q][ch], a row of zeros where it lies outside x; V's matrix k at
+ * v[k stride + ch]. */
 INLINE void transform_in(const float (*bt)[MAX_N], const int n, const float *restrict d, int64_t pitch,
-                         int64_t step, int64_t count, float *restrict v, int64_t stride) {
+                         int64_t step, const float *const *at, const bool edge, int64_t count,
+                         float *restrict v, int64_t stride) {
 #pragma GCC ivdep
     for (int64_t ch = 0; ch < count; ch++) {
         float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
@@ -229,28 +232,7 @@ INLINE void transform_in(const float (*bt)[MAX_N], const int n, const float *res
         for (int r = 0; r < n; r++)
 #pragma GCC unroll 6
             for (int q = 0; q < n; q++)
-                x[r][q] = d[r * pitch + q * step + ch];
-        sandwich(bt, n, n, x, out);
-#pragma GCC unroll 6
-        for (int a = 0; a < n; a++)
-#pragma GCC unroll 6
-            for (int j = 0; j < n; j++)
-                v[(a * n + j) * stride + ch] = out[a][j];
-    }
-}
-
-/* The same for a tile across x's edge: element (r, q) at its own pointer, a row of
- * zeros where it lies outside x. */
-INLINE void transform_in_edge(const float (*bt)[MAX_N], const int n, const float *const *d, int64_t count,
-                              float *restrict v, int64_t stride) {
-#pragma GCC ivdep
-    for (int64_t ch = 0; ch < count; ch++) {
-        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
-#pragma GCC unroll 6
-        for (int r = 0; r < n; r++)
-#pragma GCC unroll 6
-            for (int q = 0; q < n; q++)
-                x[r][q] = d[r * n + q][ch];
+                x[r][q] = edge ? at[r * n + q][ch] : d[r * pitch + q * step + ch];
         sandwich(bt, n, n, x, out);
 #pragma GCC unroll 6
         for (int a = 0; a < n; a++)
@@ -271,7 +253,8 @@ INLINE void winograd_in(const KilnWinograd *w, const float *x, float *v, int64_t
         int64_t w0 = tw * m - w->pad_left;
         float *out = v + (row * w->tw + tw) * c;
         if (h0 >= 0 && h0 + n <= w->h && w0 >= 0 && w0 + n <= w->w) {
-            transform_in(bt, n, x + ((image * w->h + h0) * w->w + w0) * c, w->w * c, c, c, out, stride);
+            transform_in(bt, n, x + ((image * w->h + h0) * w->w + w0) * c, w->w * c, c, 0, false, c, out,
+                         stride);
             continue;
         }
         for (int64_t c0 = 0; c0 < c; c0 += ZERO_CHANNELS) {
@@ -282,7 +265,8 @@ INLINE void winograd_in(const KilnWinograd *w, const float *x, float *v, int64_t
                     bool inside = hr >= 0 && hr < w->h && wq >= 0 && wq < w->w;
                     d[r * n + q] = inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros;
                 }
-            transform_in_edge(bt, n, d, c - c0 < ZERO_CHANNELS ? c - c0 : ZERO_CHANNELS, out + c0, stride);
+            transform_in(bt, n, 0, 0, 0, d, true, c - c0 < ZERO_CHANNELS ? c - c0 : ZERO_CHANNELS, out + c0,
+                         stride);
         }
     }
 }
