@@ -72,7 +72,8 @@ static void check_gemm(const GemmCase *c) {
         (c->rows - 1) / c->width * c->pitch + c->width * c->step + c->segments * c->seg_stride + 64;
     float *a = calloc((size_t)(c->batch * a_item), sizeof *a);
     float *b = calloc((size_t)(items * depth * c->cols), sizeof *b);
-    float *table = aligned_alloc(64, (size_t)(BLOCK + items * per_item) * sizeof(float) + 64);
+    size_t table_bytes = ((size_t)(BLOCK + items * per_item) * sizeof(float) + 127) / 64 * 64;
+    float *table = aligned_alloc(64, table_bytes); /* a size of whole alignments, as C11 asks */
     int64_t out_ld = padded(c->cols) + 8;
     float *out = calloc((size_t)(c->batch * c->rows * out_ld + 64), sizeof *out);
     assert_true(a && b && table && out);
