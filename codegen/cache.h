@@ -12,9 +12,22 @@ extern "C" {
 
 typedef enum { CACHE_MISS, CACHE_HIT, CACHE_CORRUPT } CacheLookup;
 
-/* A multiplicative hash of data, 8 bytes a step, continuing h: the entries'
- * checksum and the keys' hashes (a large model's weights are hundreds of megabytes). */
-uint64_t cache_hash(uint64_t h, uint64_t mul, const void *data, size_t n);
+/* A 128-bit hash, for the cache's keys and the entries' checksums: two independent
+ * 64-bit multiplicative hashes (a seed and a multiplier each), each of them four
+ * lanes of 8 bytes, so that hashing runs at the speed memory is read (a model's
+ * weights are hundreds of megabytes, and a warm load hashes them all). */
+typedef struct {
+    uint64_t h[2];
+} CacheHash;
+#define CACHE_HASH_INIT                                                                                      \
+    {                                                                                                        \
+        { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull }                                                     \
+    }
+/* Continues h with data[0..n), and n. */
+void cache_hash(CacheHash *h, const void *data, size_t n);
+void cache_hash_string(CacheHash *h, const char *s);
+/* h as 32 hex digits and a NUL into key[0..n). */
+void cache_hash_text(const CacheHash *h, char *key, size_t n);
 
 /* Reads the entry path made for key: on CACHE_HIT, its payload in *payload (free it
  * with cache_entry_free) of *len bytes. CACHE_MISS when there is no such file,

@@ -18,6 +18,7 @@
  * worst of them. An internal assertion that failed on the way (KILN_ASSERT) makes
  * the call fail as kiln's own error even where everything else went well: its
  * result cannot be trusted. */
+#define _GNU_SOURCE /* dladdr, dl_iterate_phdr */
 #include "codegen.h"
 #include "jit.h"
 #include "cache.h"
@@ -29,74 +30,57 @@
 #include "jit_clang.h"
 #endif
 
+#include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static uint64_t hash_string(uint64_t h, uint64_t mul, const char *s) {
-    return cache_hash(h, mul, s, strlen(s) + 1);
-}
-
 /* Hashes this CPU's model name and feature flags: -march=native code built on one
  * CPU may not run on another that shares the cache directory. */
-static uint64_t cpu_hash(uint64_t h, uint64_t mul) {
+static void cpu_hash(CacheHash *h) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[8192];
     int seen = 0;
     while (f && seen < 2 && fgets(line, sizeof line, f))
         if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0) {
-            h = hash_string(h, mul, line);
+            cache_hash_string(h, line);
             seen++;
         }
     if (f)
         fclose(f);
-    return h;
 }
 
-/* Keys are two independent 64-bit hashes of everything that determines what they
- * name. */
-static const uint64_t seeds[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
-static const uint64_t muls[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};
-
-/* Lane k of a key: what the code is built with (the precompiled kernels of a vector
- * width, the compilers and their flags, the CPU), continuing h. */
-static uint64_t toolchain_hash(uint64_t h, int k, int vector_floats, const Toolchain *tc) {
+/* What the code is built with: the precompiled kernels of a vector width, the
+ * compilers and their flags, the CPU. */
+static void toolchain_hash(CacheHash *h, int vector_floats, const Toolchain *tc) {
     KernelObject kernels = vector_floats > 0 ? cc_kernel_object(vector_floats) : (KernelObject){0};
-    uint64_t m = muls[k];
-    h = cpu_hash(h, m);
-    h = cache_hash(h, m, kernels.bytes, kernels.len);
+    cpu_hash(h);
+    cache_hash(h, kernels.bytes, kernels.len);
     for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
-        h = hash_string(h, m, cc_flags[f]);
-    h = hash_string(h, m, tc->cpu ? tc->cpu : "native");
+        cache_hash_string(h, cc_flags[f]);
+    cache_hash_string(h, tc->cpu ? tc->cpu : "native");
     const char *compilers[] = {tc->cc, tc->cxx};
     for (int c = 0; c < 2; c++)
         if (compilers[c])
-            h = hash_string(h, m, compilers[c]);
-    return h;
-}
-
-static void key_text(const uint64_t *h, char *key, size_t n) {
-    snprintf(key, n, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
+            cache_hash_string(h, compilers[c]);
 }
 
 /* A shared object's key: its source and the weights it holds, with the toolchain. */
 static void cache_key(const Source *src, const Program *p, const Toolchain *tc, char *key, size_t n) {
-    uint64_t h[2];
-    for (int k = 0; k < 2; k++) {
-        uint64_t m = muls[k];
-        h[k] = toolchain_hash(seeds[k], k, p->vector_floats, tc);
-        h[k] = cache_hash(h[k], m, src->host.s, src->host.len);
-        if (src->emulated)
-            h[k] = cache_hash(h[k], m, src->kernels.s, src->kernels.len);
-        h[k] = cache_hash(h[k], m, p->weights, (size_t)p->weights_bytes);
-    }
-    key_text(h, key, n);
+    CacheHash h = CACHE_HASH_INIT;
+    toolchain_hash(&h, p->vector_floats, tc);
+    cache_hash(&h, src->host.s, src->host.len);
+    if (src->emulated)
+        cache_hash(&h, src->kernels.s, src->kernels.len);
+    cache_hash(&h, p->weights, (size_t)p->weights_bytes);
+    cache_hash_text(&h, key, n);
 }
 
-/* mkdir -p */
 static bool make_dirs(const char *path) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
@@ -137,10 +121,10 @@ static int unit_count(const Program *p) {
 
 #ifdef KILN_HAVE_CLANG_JIT
 /* Links the units of *keys (sources: their C, or NULL for cached objects only) with
- * the weights blob into a module named after g; NULL with why in msg. */
-static kiln_module *link_units(const Graph *g, const UnitKeys *keys, const Str *sources, const void *blob,
-                               size_t blob_bytes, const JitOptions *o, const char *dir, char *msg, size_t n,
-                               kiln_error *err) {
+ * the weights blob into a module named name; NULL with why in msg. */
+static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str *sources,
+                               const JitWeights *weights, const JitOptions *o, const char *dir, char *msg,
+                               size_t n, kiln_error *err) {
     const char *texts[MAX_UNITS], *key_ptrs[MAX_UNITS];
     size_t lens[MAX_UNITS];
     for (int u = 0; u < keys->n; u++) {
@@ -150,10 +134,9 @@ static kiln_module *link_units(const Graph *g, const UnitKeys *keys, const Str *
     }
     KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
     const kiln_model_def *def = NULL;
-    void *h =
-        clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, blob, blob_bytes, kernels.bytes,
-                          kernels.len, o->tools.cpu ? o->tools.cpu : "native", dir, &def, msg, n);
-    return h ? kiln_module_new(h, clang_jit_free, def, g->name, err) : NULL;
+    void *h = clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, weights, kernels.bytes,
+                                kernels.len, o->tools.cpu ? o->tools.cpu : "native", dir, &def, msg, n);
+    return h ? kiln_module_new(h, clang_jit_free, def, name, err) : NULL;
 }
 #endif
 
@@ -176,13 +159,13 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
                                       sources[0].oom ? diag_error(d, (Loc){0}, "out of memory") : 0);
     if (rc == 0) {
         for (int u = 0; u < keys->n; u++) {
-            uint64_t h[2];
-            for (int k = 0; k < 2; k++)
-                h[k] = cache_hash(toolchain_hash(seeds[k], k, p->vector_floats, &o->tools), muls[k],
-                                  sources[u].s, sources[u].len);
-            key_text(h, keys->keys[u], sizeof keys->keys[u]);
+            CacheHash h = CACHE_HASH_INIT;
+            toolchain_hash(&h, p->vector_floats, &o->tools);
+            cache_hash(&h, sources[u].s, sources[u].len);
+            cache_hash_text(&h, keys->keys[u], sizeof keys->keys[u]);
         }
-        m = link_units(g, keys, sources, p->weights, (size_t)p->weights_bytes, o, dir, msg, sizeof msg, err);
+        JitWeights weights = {p->weights, (size_t)p->weights_bytes, NULL, 0};
+        m = link_units(g->name, keys, sources, &weights, o, dir, msg, sizeof msg, err);
         if (!m && *msg) /* kiln's own failure when Clang rejected the generated code, which it says */
             diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
         else if (!m)
@@ -202,97 +185,167 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
 
 /* ---- The model cache ----
  *
- * A warm kiln_jit skips the passes and the lowering as well as the compiler: the
- * entry DIR/MODELKEY.m holds the keys of its units' object files and the weights
- * blob as the lowering left it (transformed, packed), found by a hash of what the
- * model is compiled from: its graph as printed before the passes, every weight, the
- * -O level and BLAS setting, and the toolchain. On a hit the object entries are
- * linked with that blob; with any entry missing or bad the model is compiled as
- * usual, and the entries are written again. The passes and the lowering were most of a warm JIT's
- * time (ResNet-18: 0.25 of 0.3 s): Winograd's weight transforms, packing, folding. */
+ * A warm kiln_jit skips everything but reading the model: the entry DIR/MODELKEY.m
+ * holds the keys of its units' object files, the model's name and the weights blob
+ * as the lowering left it (transformed, packed), found by a hash of what the model
+ * is compiled from, as read: the model's bytes (text, or an ONNX file) and its path,
+ * the bytes of every weights file, the -O level and BLAS setting, the toolchain, and
+ * this build of kiln (its passes, lowering and runtime). On a hit the object entries
+ * are linked with that blob; with any entry missing or bad the model is compiled from
+ * the same bytes, and the entries are written again. An ONNX model whose weights are
+ * in external data files has no model entry (its bytes do not hold them): it is
+ * compiled each time, from cached objects. */
 
 /* What a model entry holds, in its key: an entry of another layout is another key. */
-#define MODEL_ENTRY_FORMAT "unit keys 4 x 40, then the weights blob"
+#define MODEL_ENTRY_FORMAT "unit keys 4 x 40, the name, the weights blob at a multiple of 64"
+enum { UNIT_KEYS_BYTES = MAX_UNITS * OBJECT_KEY_BYTES, BLOB_ALIGN = 64 };
 
-/* The model cache's key of g (before its passes) with weights w; false when memory
- * runs out. */
-static bool model_key(const Graph *g, const TensorList *w, int level, const JitOptions *o, char *key,
-                      size_t n) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return false;
-    print_graph(g, f);
-    if (fclose(f) != 0) {
-        free(text);
-        return false;
+/* The bytes of a file a library call reads. */
+typedef struct {
+    unsigned char *bytes;
+    size_t len;
+} FileBytes;
+
+/* What a library call compiles, read once: hashed for the model cache's key and, on
+ * a miss, parsed from these same bytes. */
+typedef struct {
+    const char *name; /* the model's path, or "<model>" for text */
+    bool onnx;
+    const char *text;   /* a .kiln model; NUL-terminated */
+    FileBytes file;     /* an ONNX model */
+    FileBytes *weights; /* the weights files', as read */
+    const char *const *weights_paths;
+    int n_weights;
+} ModelInput;
+
+typedef struct {
+    uintptr_t self;
+    CacheHash *h;
+    bool found;
+} BuildSearch;
+
+/* Hashes the GNU build ID note of the object that holds search->self. */
+static int hash_build_id(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    BuildSearch *search = data;
+    bool holds = false;
+    for (int i = 0; i < info->dlpi_phnum && !holds; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        holds = ph->p_type == PT_LOAD && search->self >= start && search->self - start < ph->p_memsz;
     }
-    uint64_t h[2];
-    int settings[2] = {level, o->blas};
-    for (int k = 0; k < 2; k++) {
-        uint64_t m = muls[k];
-        h[k] = toolchain_hash(seeds[k], k, cc_vector_floats(o->tools.cpu), &o->tools);
-        h[k] = hash_string(h[k], m, MODEL_ENTRY_FORMAT);
-        h[k] = cache_hash(h[k], m, text, len);
-        h[k] = cache_hash(h[k], m, settings, sizeof settings);
-        for (int i = 0; i < w->n; i++) {
-            const Tensor *t = w->items[i].tensor;
-            h[k] = hash_string(h[k], m, w->items[i].name);
-            h[k] = cache_hash(h[k], m, t->type.dims, sizeof *t->type.dims * (size_t)t->type.rank);
-            h[k] = cache_hash(h[k], m, t->data, sizeof(float) * (size_t)type_numel(&t->type));
+    for (int i = 0; holds && i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        const unsigned char *note = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
+        size_t at = 0;
+        while (ph->p_type == PT_NOTE && ph->p_memsz - at >= sizeof(ElfW(Nhdr))) {
+            ElfW(Nhdr) head;
+            memcpy(&head, note + at, sizeof head);
+            size_t name = (head.n_namesz + 3u) & ~3u, desc = (head.n_descsz + 3u) & ~3u;
+            if (ph->p_memsz - at - sizeof head < name + desc)
+                break;
+            if (head.n_type == NT_GNU_BUILD_ID && head.n_namesz == 4 &&
+                memcmp(note + at + sizeof head, "GNU", 4) == 0) {
+                cache_hash(search->h, note + at + sizeof head + name, head.n_descsz);
+                search->found = true;
+            }
+            at += sizeof head + name + desc;
         }
     }
-    free(text);
-    key_text(h, key, n);
-    return true;
+    return holds;
+}
+
+/* Hashes this build of kiln: the build ID of the library or program this code is
+ * linked into, else that file's size and time. A model entry holds what the passes and
+ * the lowering made, for the runtime they were made for. */
+static void build_hash(CacheHash *h) {
+    static const char self = 0;
+    BuildSearch search = {(uintptr_t)&self, h, false};
+    dl_iterate_phdr(hash_build_id, &search);
+    Dl_info info;
+    struct stat st;
+    if (!search.found && dladdr(&self, &info) && info.dli_fname && stat(info.dli_fname, &st) == 0) {
+        int64_t id[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+        cache_hash(h, id, sizeof id);
+    }
+}
+
+static void model_key(const ModelInput *in, int level, const JitOptions *o, char *key, size_t n) {
+    CacheHash h = CACHE_HASH_INIT;
+    build_hash(&h);
+    toolchain_hash(&h, cc_vector_floats(o->tools.cpu), &o->tools);
+    cache_hash_string(&h, MODEL_ENTRY_FORMAT);
+    int settings[3] = {level, o->blas, in->onnx};
+    cache_hash(&h, settings, sizeof settings);
+    cache_hash_string(&h, in->name);
+    if (in->onnx)
+        cache_hash(&h, in->file.bytes, in->file.len);
+    else
+        cache_hash_string(&h, in->text);
+    for (int i = 0; i < in->n_weights; i++)
+        cache_hash(&h, in->weights[i].bytes, in->weights[i].len);
+    cache_hash_text(&h, key, n);
 }
 
 static void model_entry_path(const char *dir, const char *model_key, char *path, size_t n) {
     snprintf(path, n, "%s/%s.m", dir, model_key);
 }
 
-/* Stores p's weights blob and its units' keys (MAX_UNITS of OBJECT_KEY_BYTES, the
- * unused ones zeros) under model_key. */
-static void model_entry_write(const char *dir, const char *model_key, const UnitKeys *keys,
+static size_t blob_offset(const char *name) {
+    return (UNIT_KEYS_BYTES + strlen(name) + 1 + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+}
+
+/* Stores the model name's units' keys (MAX_UNITS of OBJECT_KEY_BYTES, the unused ones
+ * zeros), its name and p's weights blob under model_key. */
+static void model_entry_write(const char *dir, const char *model_key, const char *name, const UnitKeys *keys,
                               const Program *p) {
     char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
-    size_t head = MAX_UNITS * OBJECT_KEY_BYTES, len = head + (size_t)p->weights_bytes;
-    unsigned char *payload = ir_calloc(len + 1, 1);
+    size_t at = blob_offset(name), len = at + (size_t)p->weights_bytes;
+    unsigned char *payload = ir_calloc(len, 1);
     if (!payload)
         return; /* a later run compiles again */
     for (int u = 0; u < keys->n; u++)
         memcpy(payload + u * OBJECT_KEY_BYTES, keys->keys[u], strlen(keys->keys[u]));
-    memcpy(payload + head, p->weights, (size_t)p->weights_bytes);
+    memcpy(payload + UNIT_KEYS_BYTES, name, strlen(name));
+    memcpy(payload + at, p->weights, (size_t)p->weights_bytes);
     cache_entry_write(path, model_key, payload, len);
     ir_free(payload);
 }
 
-/* The model of graph g from the model cache; NULL when it is not there whole. */
-static kiln_module *model_from_cache(const Graph *g, const JitOptions *o, const char *dir,
-                                     const char *model_key, kiln_error *err) {
+/* The model from the model cache; NULL when it is not there whole. */
+static kiln_module *model_from_cache(const JitOptions *o, const char *dir, const char *model_key,
+                                     kiln_error *err) {
 #ifdef KILN_HAVE_CLANG_JIT
     char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
     const unsigned char *payload = NULL;
-    size_t len = 0, mapped = 0, head = MAX_UNITS * OBJECT_KEY_BYTES;
+    size_t len = 0, mapped = 0;
     CacheLookup found = cache_entry_map(path, model_key, &payload, &len, &mapped);
-    if (found == CACHE_CORRUPT)
+    /* the name ends at the first NUL past the units' keys; the blob starts after it */
+    const char *name = NULL;
+    if (found == CACHE_HIT && len > UNIT_KEYS_BYTES &&
+        memchr(payload + UNIT_KEYS_BYTES, 0, len - UNIT_KEYS_BYTES))
+        name = (const char *)payload + UNIT_KEYS_BYTES;
+    if (name && blob_offset(name) > len)
+        name = NULL;
+    if (found == CACHE_CORRUPT || (found == CACHE_HIT && !name))
         cache_entry_warn(path);
     UnitKeys keys = {0};
-    for (int u = 0; found == CACHE_HIT && len >= head && u < MAX_UNITS && payload[u * OBJECT_KEY_BYTES];
-         u++) {
+    for (int u = 0; name && u < MAX_UNITS && payload[u * OBJECT_KEY_BYTES]; u++) {
         memcpy(keys.keys[u], payload + u * OBJECT_KEY_BYTES, OBJECT_KEY_BYTES);
         keys.n++;
     }
+    if (!keys.n) {
+        cache_entry_unmap(payload, mapped);
+        return NULL;
+    }
     char msg[2048];
-    kiln_module *m =
-        keys.n ? link_units(g, &keys, NULL, payload + head, len - head, o, dir, msg, sizeof msg, err) : NULL;
-    cache_entry_unmap(payload, mapped);
-    return m;
+    size_t at = blob_offset(name);
+    JitWeights weights = {payload + at, len - at, payload, mapped}; /* the module's from here on */
+    return link_units(name, &keys, NULL, &weights, o, dir, msg, sizeof msg, err);
 #else
-    (void)g, (void)o, (void)dir, (void)model_key, (void)err;
+    (void)o, (void)dir, (void)model_key, (void)err;
     return NULL;
 #endif
 }
@@ -389,7 +442,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
                          : jit_in_process(g, p, &src, o, cached ? dir : NULL, &units, d, err, &in_process);
     if (in_process) {
         if (m && cached && o->model_key)
-            model_entry_write(dir, o->model_key, &units, p);
+            model_entry_write(dir, o->model_key, g->name, &units, p);
         program_free(p);
         source_free(&src);
         return m;
@@ -441,31 +494,6 @@ kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOp
     return checked(jit(g, weights, o, true, d, err), d, err);
 }
 
-/* A parsed or imported graph compiled as the library's options say: their weights
- * files after any the graph came with, their target, -O level and settings. */
-static kiln_module *jit_loaded(Graph *g, TensorList *weights, const kiln_options *opts, Diag *d,
-                               kiln_error *err) {
-    JitOptions jo;
-    if (jit_options_from(opts, &jo, d))
-        return NULL;
-    for (int i = 0; opts && i < opts->n_weights; i++)
-        if (safetensors_read(opts->weights[i], weights, d))
-            return NULL;
-    PipelineOptions po = {.level = opts ? opts->opt_level : 2, .verify = true, .lower = true};
-    jo.memplan = pipeline_selects(&po, "memplan");
-    char dir[4096], key[40];
-    if (jo.clang && jo.target == TARGET_C && cache_dir(jo.cache, dir, sizeof dir) &&
-        model_key(g, weights, po.level, &jo, key, sizeof key)) {
-        kiln_module *m = model_from_cache(g, &jo, dir, key, err);
-        if (m)
-            return m;
-        jo.model_key = key;
-    }
-    if (pipeline_run(g, weights, &po, d) == 0)
-        return jit_graph(g, weights, &jo, d, err);
-    return NULL;
-}
-
 static kiln_error_kind error_kind(const Diag *d) {
     if (!d->errors)
         return KILN_ERROR_USER;
@@ -490,27 +518,88 @@ static kiln_module *finish_call(kiln_module *m, Diag *d, FILE *f, char **msg, ki
     return m;
 }
 
-/* The diagnostics of a library call go into err: the first line of them. */
-static kiln_module *jit_source(const char *name, const char *text, const kiln_options *opts,
-                               kiln_error *err) {
+/* The model of in parsed (from *src, which the graph's locations point into: free it
+ * after the graph) or imported, with the weights it came with and then those of its
+ * weights files. NULL after diagnostics. */
+static Graph *model_graph(const ModelInput *in, SrcFile **src, TensorList *weights, Diag *d) {
+    Graph *g = NULL;
+    if (in->onnx) {
+        char *dir = path_dir(in->name);
+        if (!dir)
+            diag_error(d, (Loc){0}, "out of memory");
+        else if (!(g = onnx_import_buffer(in->file.bytes, in->file.len, in->name, dir, NULL, 0, weights,
+                                          d)) &&
+                 !d->errors)
+            diag_error(d, (Loc){0}, "cannot import '%s'", in->name);
+        ir_free(dir);
+    } else {
+        if (!(*src = srcfile_from_string(in->name, in->text)))
+            diag_error(d, (Loc){0}, "out of memory");
+        g = *src ? parse_model(*src, d) : NULL;
+        if (g && verify_graph(g, d)) {
+            graph_free(g);
+            g = NULL;
+        }
+    }
+    for (int i = 0; g && i < in->n_weights; i++)
+        if (safetensors_parse(in->weights[i].bytes, in->weights[i].len, in->weights_paths[i], weights, d)) {
+            graph_free(g);
+            g = NULL;
+        }
+    return g;
+}
+
+/* in compiled as the library's options say (their target, -O level and settings),
+ * or taken from the model cache. */
+static kiln_module *jit_input(const ModelInput *in, const JitOptions *given, int level, Diag *d,
+                              kiln_error *err) {
+    JitOptions jo = *given;
+    PipelineOptions po = {.level = level, .verify = true, .lower = true};
+    jo.memplan = pipeline_selects(&po, "memplan");
+    char dir[4096], key[40];
+    bool cached = jo.clang && jo.target == TARGET_C && cache_dir(jo.cache, dir, sizeof dir);
+    if (cached) {
+        model_key(in, po.level, &jo, key, sizeof key);
+        kiln_module *m = model_from_cache(&jo, dir, key, err);
+        if (m)
+            return m;
+        if (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len))
+            jo.model_key = key;
+    }
+    TensorList weights = {0};
+    SrcFile *src = NULL;
+    Graph *g = model_graph(in, &src, &weights, d);
+    kiln_module *m = g && pipeline_run(g, &weights, &po, d) == 0 ? jit_graph(g, &weights, &jo, d, err) : NULL;
+    tensors_free(&weights);
+    graph_free(g);
+    srcfile_free(src);
+    return m;
+}
+
+/* A library call: in, with the weights files of opts read, compiled; its
+ * diagnostics go into err (the first line of them). */
+static kiln_module *jit_call(ModelInput *in, const kiln_options *opts, kiln_error *err) {
     char *msg = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&msg, &len);
     Diag d;
     diag_init(&d, f ? f : stderr);
-    kiln_module *m = NULL;
-    SrcFile *src = srcfile_from_string(name, text);
-    if (!src)
-        diag_error(&d, (Loc){0}, "out of memory");
-    Graph *g = src ? parse_model(src, &d) : NULL;
-    TensorList weights = {0};
-    if (g && verify_graph(g, &d) == 0)
-        m = jit_loaded(g, &weights, opts, &d, err);
-    m = finish_call(m, &d, f, &msg, err);
-    tensors_free(&weights);
-    graph_free(g);
-    srcfile_free(src);
-    return m;
+    JitOptions jo;
+    int n = opts ? opts->n_weights : 0;
+    FileBytes *weights = n > 0 ? ir_calloc((size_t)n, sizeof *weights) : NULL;
+    int rc = jit_options_from(opts, &jo, &d);
+    if (!rc && n > 0 && !weights)
+        rc = diag_error(&d, (Loc){0}, "out of memory");
+    for (int i = 0; !rc && i < n; i++)
+        rc = read_file_bytes(opts->weights[i], &weights[i].bytes, &weights[i].len, &d);
+    in->weights = weights;
+    in->weights_paths = opts ? opts->weights : NULL;
+    in->n_weights = n;
+    kiln_module *m = rc ? NULL : jit_input(in, &jo, opts ? opts->opt_level : 2, &d, err);
+    for (int i = 0; weights && i < n; i++)
+        ir_free(weights[i].bytes);
+    ir_free(weights);
+    return finish_call(m, &d, f, &msg, err);
 }
 
 kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err) {
@@ -518,28 +607,7 @@ kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_err
         kiln_set_error(err, "kiln_jit: the model text is NULL");
         return NULL;
     }
-    return jit_source("<model>", model_text, opts, err);
-}
-
-/* An ONNX model: imported (frontend/onnx.c) with its weights, then compiled as a
- * parsed one. */
-static kiln_module *jit_onnx(const char *path, const kiln_options *opts, kiln_error *err) {
-    char *msg = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&msg, &len);
-    Diag d;
-    diag_init(&d, f ? f : stderr);
-    kiln_module *m = NULL;
-    TensorList weights = {0};
-    Graph *g = onnx_import(path, NULL, 0, &weights, &d);
-    if (g)
-        m = jit_loaded(g, &weights, opts, &d, err);
-    else if (!d.errors)
-        diag_error(&d, (Loc){0}, "cannot import '%s'", path);
-    m = finish_call(m, &d, f, &msg, err);
-    tensors_free(&weights);
-    graph_free(g);
-    return m;
+    return jit_call(&(ModelInput){.name = "<model>", .text = model_text}, opts, err);
 }
 
 kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err) {
@@ -547,22 +615,25 @@ kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_erro
         kiln_set_error(err, "kiln_jit_file: the path is NULL");
         return NULL;
     }
-    if (is_onnx_path(path))
-        return jit_onnx(path, opts, err);
+    ModelInput in = {.name = path, .onnx = is_onnx_path(path)};
     char *msg = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&msg, &len);
     Diag d;
     diag_init(&d, f ? f : stderr);
-    SrcFile *src = srcfile_read(path, &d);
+    SrcFile *src = in.onnx ? NULL : srcfile_read(path, &d);
+    bool read = in.onnx ? read_file_bytes(path, &in.file.bytes, &in.file.len, &d) == 0 : src != NULL;
     if (f)
         fclose(f);
     kiln_module *m = NULL;
-    if (src)
-        m = jit_source(path, src->text, opts, err);
-    else
+    if (read) {
+        in.text = src ? src->text : NULL;
+        m = jit_call(&in, opts, err);
+    } else {
         kiln_set_error_kind(err, error_kind(&d), "%s", msg && *msg ? msg : "cannot read the model");
+    }
     free(msg);
+    ir_free(in.file.bytes);
     srcfile_free(src);
     return m;
 }

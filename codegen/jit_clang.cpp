@@ -6,14 +6,13 @@
  * header paths of this installation and the resource directory CMake found; the
  * source is handed over as a remapped memory buffer, and EmitLLVMOnlyAction makes
  * the optimized llvm::Module. Linking: LLJIT compiles the module for the host CPU,
- * binds `kiln_weights_blob` to the handle's copy of the weights and the BLAS entry
- * points to the ones this library links, and takes everything else (libc, libm,
- * pthreads) from the process. Nothing touches the disk but the object cache: an
- * llvm::ObjectCache that keeps the object file in the cache entry CACHE_DIR/KEY.o
- * (codegen/cache.c), written atomically, so that a second JIT of the same source
- * loads that file and runs neither Clang nor LLVM's code generation. An entry that
- * is corrupt, or whose object does not link, is a miss: compiled again, overwritten,
- * and said once on stderr. The C interface is in jit_clang.h. */
+ * binds `kiln_weights_blob` to the weights (a copy, or a model cache entry mapped in place) and the BLAS
+ * entry points to the ones this library links, and takes everything else (libc, libm, pthreads) from the
+ * process. Nothing touches the disk but the object cache: an llvm::ObjectCache that keeps the object file in
+ * the cache entry CACHE_DIR/KEY.o (codegen/cache.c), written atomically, so that a second JIT of the same
+ * source loads that file and runs neither Clang nor LLVM's code generation. An entry that is corrupt, or
+ * whose object does not link, is a miss: compiled again, overwritten, and said once on stderr. The C
+ * interface is in jit_clang.h. */
 #include "jit_clang.h"
 #include "cache.h"
 
@@ -95,11 +94,19 @@ struct Unit {
     }
 };
 
-/* What a handle owns: the weights and the JIT with the model's code. Members are
- * destroyed in reverse order. */
+/* What a handle owns: the weights (a copy, or a cache entry's mapping) and the JIT
+ * with the model's code, which goes first. */
 struct ClangJit {
-    std::unique_ptr<unsigned char, decltype(&std::free)> weights{nullptr, &std::free};
+    const unsigned char *weights = nullptr;
+    unsigned char *copy = nullptr;
+    const unsigned char *mapping = nullptr;
+    size_t mapped = 0;
     std::unique_ptr<llvm::orc::LLJIT> jit;
+    ~ClangJit() {
+        jit.reset();
+        std::free(copy);
+        cache_entry_unmap(mapping, mapped);
+    }
 };
 
 void set_error(char *err, size_t errlen, const std::string &what, const std::string &detail) {
@@ -222,7 +229,7 @@ const char *link_model(ClangJit &h, std::vector<Unit> &units, llvm::StringRef ke
         return "jit";
     }
     h.jit = std::move(*jit);
-    if (auto e = define_host_symbols(*h.jit, h.weights.get())) {
+    if (auto e = define_host_symbols(*h.jit, h.weights)) {
         set_error(err, errlen, "cannot define the host's symbols in the JIT", llvm::toString(std::move(e)));
         return "symbols";
     }
@@ -251,10 +258,9 @@ const char *link_model(ClangJit &h, std::vector<Unit> &units, llvm::StringRef ke
 } // namespace
 
 extern "C" void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens,
-                                   const char *const *keys, const void *weights, size_t weights_bytes,
-                                   const void *kernels, size_t kernels_len, const char *cpu,
-                                   const char *cache_dir, const kiln_model_def **def, char *err,
-                                   size_t errlen) {
+                                   const char *const *keys, const JitWeights *weights, const void *kernels,
+                                   size_t kernels_len, const char *cpu, const char *cache_dir,
+                                   const kiln_model_def **def, char *err, size_t errlen) {
     static std::once_flag init;
     std::call_once(init, [] {
         llvm::InitializeNativeTarget();
@@ -263,14 +269,21 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
     });
     *def = nullptr;
     auto h = std::make_unique<ClangJit>();
-    /* 64-byte aligned, as the blob is in a compiled .so; never a null pointer */
-    h->weights.reset(static_cast<unsigned char *>(std::aligned_alloc(64, (weights_bytes + 64) / 64 * 64)));
-    if (!h->weights) {
-        set_error(err, errlen, "out of memory copying the weights", "");
-        return nullptr;
+    h->mapping = weights->mapping;
+    h->mapped = weights->mapped;
+    if (h->mapping) {
+        h->weights = static_cast<const unsigned char *>(weights->bytes);
+    } else {
+        /* 64-byte aligned, as the blob is in a compiled .so; never a null pointer */
+        h->copy = static_cast<unsigned char *>(std::aligned_alloc(64, (weights->len + 64) / 64 * 64));
+        if (!h->copy) {
+            set_error(err, errlen, "out of memory copying the weights", "");
+            return nullptr;
+        }
+        if (weights->len)
+            std::memcpy(h->copy, weights->bytes, weights->len);
+        h->weights = h->copy;
     }
-    if (weights_bytes)
-        std::memcpy(h->weights.get(), weights, weights_bytes);
     std::vector<Unit> units((size_t)n_units);
     bool all_cached = true, any_cached = false;
     for (int i = 0; i < n_units; i++) {

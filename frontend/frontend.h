@@ -112,6 +112,11 @@ Graph *onnx_import(const char *path, const OnnxBind *binds, int n_binds, TensorL
  * data files are looked for (NULL: a model with external data is an error). */
 Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name, const char *dir,
                           const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d);
+/* Whether the ONNX model buf[0..len) keeps a tensor in an external data file. */
+bool onnx_uses_external_data(const unsigned char *buf, size_t len);
+/* The directory of path, for the files it names ("." for a bare name); NULL when out
+ * of memory. */
+char *path_dir(const char *path);
 /* A TensorProto file (the conformance tests' input_N.pb) as an f32 tensor, its
  * values converted from the file's dtype; *name (may be NULL) gets its name,
  * ir_malloc'ed. -1 after a diagnostic. */

@@ -1005,26 +1005,59 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
     return im.g;
 }
 
+char *path_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return ir_strdup(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *dir = ir_malloc(n + 1);
+    if (dir) {
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    return dir;
+}
+
 Graph *onnx_import(const char *path, const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d) {
     unsigned char *buf;
     size_t len;
     if (read_file_bytes(path, &buf, &len, d))
         return NULL;
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? ir_malloc((size_t)(slash - path) + 2) : ir_strdup(".");
-    if (!dir) {
-        ir_free(buf);
+    char *dir = path_dir(path);
+    Graph *g = dir ? onnx_import_buffer(buf, len, path, dir, binds, n_binds, weights, d) : NULL;
+    if (!dir)
         diag_error(d, (Loc){0}, "out of memory");
-        return NULL;
-    }
-    if (slash) {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash == path ? 1 : slash - path] = 0;
-        if (slash == path)
-            dir[0] = '/';
-    }
-    Graph *g = onnx_import_buffer(buf, len, path, dir, binds, n_binds, weights, d);
     ir_free(dir);
     ir_free(buf);
     return g;
+}
+
+static bool external(const Onnx__TensorProto *t) {
+    return t && t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+}
+
+static bool graph_external(const Onnx__GraphProto *g) {
+    bool found = false;
+    for (size_t i = 0; g && !found && i < g->n_initializer; i++)
+        found = external(g->initializer[i]);
+    for (size_t i = 0; g && !found && i < g->n_node; i++)
+        for (size_t k = 0; !found && k < g->node[i]->n_attribute; k++) {
+            const Onnx__AttributeProto *a = g->node[i]->attribute[k];
+            found = external(a->t) || graph_external(a->g);
+            for (size_t j = 0; !found && j < a->n_tensors; j++)
+                found = external(a->tensors[j]);
+            for (size_t j = 0; !found && j < a->n_graphs; j++)
+                found = graph_external(a->graphs[j]);
+        }
+    return found;
+}
+
+bool onnx_uses_external_data(const unsigned char *buf, size_t len) {
+    bool oom = false;
+    ProtobufCAllocator pa = onnx_allocator(&oom);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, buf);
+    bool found = m && graph_external(m->graph);
+    if (m)
+        onnx__model_proto__free_unpacked(m, &pa);
+    return found;
 }

@@ -10,7 +10,8 @@
  * the second must load it, leaving it untouched (same mtime to the nanosecond,
  * nothing else written). KILN_JIT=cc must take the system compiler instead (a
  * KEY.so appears), and C that does not compile must come back as an error naming
- * Clang's complaint, with nothing cached. */
+ * Clang's complaint, with nothing cached. The cache's hash changes with every bit
+ * it is given. */
 /* cmocka needs these first, in this order */
 /* clang-format off */
 #include <stdarg.h>
@@ -233,6 +234,34 @@ static void test_hostile_cache_unlinkable_object(void **state) {
     assert_true(rebuilt > sizeof garbage); /* the object compiled afresh */
 }
 
+/* The cache's hash, which names entries and checks them: any one bit flipped in a
+ * buffer long enough for every lane (and the tail past the last stripe), a byte
+ * more, or the same bytes fed in other pieces, changes both of its halves. */
+static void test_cache_hash(void **state) {
+    (void)state;
+    enum { N = 2 * 1024 + 77 };
+    static unsigned char b[N + 1];
+    for (size_t i = 0; i < N; i++)
+        b[i] = (unsigned char)(i * 131 + 7);
+    CacheHash base = CACHE_HASH_INIT;
+    cache_hash(&base, b, N);
+    for (size_t i = 0; i < N; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            b[i] ^= (unsigned char)(1u << bit);
+            CacheHash h = CACHE_HASH_INIT;
+            cache_hash(&h, b, N);
+            b[i] ^= (unsigned char)(1u << bit);
+            if (h.h[0] == base.h[0] || h.h[1] == base.h[1])
+                fail_msg("flipping bit %d of byte %zu leaves a half of the hash as it was", bit, i);
+        }
+    CacheHash longer = CACHE_HASH_INIT, pieces = CACHE_HASH_INIT;
+    cache_hash(&longer, b, N + 1);
+    cache_hash(&pieces, b, 64);
+    cache_hash(&pieces, b + 64, N - 64);
+    assert_true(longer.h[0] != base.h[0] && longer.h[1] != base.h[1]);
+    assert_true(pieces.h[0] != base.h[0] && pieces.h[1] != base.h[1]);
+}
+
 static void test_cc_fallback(void **state) {
     (void)state;
     char dir[4096], so[4200];
@@ -255,8 +284,8 @@ static void test_compile_error(void **state) {
     const kiln_model_def *def = (const kiln_model_def *)weights;
     make_cache_dir(dir, sizeof dir);
     void *h = clang_jit_compile(1, (const char *const[]){bad_c}, (const size_t[]){sizeof bad_c - 1},
-                                (const char *const[]){"bad"}, weights, sizeof weights, NULL, 0, NULL, dir,
-                                &def, err, sizeof err);
+                                (const char *const[]){"bad"}, &(JitWeights){weights, sizeof weights, NULL, 0},
+                                NULL, 0, NULL, dir, &def, err, sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);
     bool cached = access(path, F_OK) == 0;
@@ -272,6 +301,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_small_cnn_and_cache),
         cmocka_unit_test(test_hostile_cache_unlinkable_object),
+        cmocka_unit_test(test_cache_hash),
         cmocka_unit_test(test_cc_fallback),
         cmocka_unit_test(test_compile_error),
     };

@@ -21,7 +21,9 @@
  *   - A warm kiln_jit_file comes from the model cache (the weights blob as the
  *     lowering left it, beside the object file): the same outputs as the cold one,
  *     bit for bit; with its entry or the object's corrupt, the model is compiled
- *     again, the same, and the entries rewritten.
+ *     again, the same, and the entries rewritten. Its key is what the model is read
+ *     from: a weights file or an ONNX model's external data rewritten with other
+ *     values gives the new values, and a model with external data has no entry.
  *
  * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
  * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so, with the kiln
@@ -376,6 +378,83 @@ static void test_model_cache(void **state) {
     assert_true(same);
 }
 
+/* Replaces path's bytes with data[0..n) floats. */
+static void write_floats(const char *path, const float *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, sizeof *data, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The one output of the model at path, on input x, through the cache in cache_dir;
+ * opts' weights files (may be NULL) are read too. */
+static void jit_output(const char *path, const char *cache_dir, const char *weights, const float *x,
+                       float *y) {
+    kiln_options o = kiln_options_from_env();
+    o.cache_dir = cache_dir;
+    o.weights = weights ? (const char *const[]){weights} : NULL;
+    o.n_weights = weights != NULL;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_jit_file(path, &o, &err);
+    if (!m)
+        fail_msg("kiln_jit_file '%s': %s", path, err.message);
+    assert_int_equal(kiln_run(m, (const void *const[]){x}, (void *const[]){y}, &err), 0);
+    kiln_free(m);
+}
+
+/* The model cache is keyed by what the model is read from: a weights file or an ONNX
+ * model's external data rewritten with other values is compiled again, never taken
+ * from the entry of the old values; a model with external data has no model entry. */
+static void test_model_cache_inputs(void **state) {
+    (void)state;
+    char dir[] = "/tmp/test_libkiln_inputs-XXXXXX", path[128], weights[128], onnx[128], bin[128], cache[128],
+         cmd[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/scale.kiln", dir);
+    snprintf(weights, sizeof weights, "%s/scale.safetensors", dir);
+    snprintf(onnx, sizeof onnx, "%s/external_ok.onnx", dir);
+    snprintf(bin, sizeof bin, "%s/external_ok.bin", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("input x : f32[2]\nparam w : f32[2]\ny = mul(x, w)\noutput y\n", f);
+    assert_int_equal(fclose(f), 0);
+    Diag d;
+    diag_init(&d, stdout);
+    float x[6] = {1, 1, 1, 1, 1, 1}, y[6], w[2][2] = {{2, 3}, {5, 7}};
+    for (int i = 0; i < 2; i++) {
+        TensorList l = {0};
+        Tensor *t = tensor_new(&(Type){.rank = 1, .dims = {2}});
+        assert_non_null(t);
+        memcpy(t->data, w[i], sizeof w[i]);
+        assert_int_equal(tensors_add(&l, "w", t), 0);
+        assert_int_equal(safetensors_write(weights, &l, &d), 0);
+        tensors_free(&l);
+        for (int round = 0; round < 2; round++) { /* cold, then warm */
+            jit_output(path, cache, weights, x, y);
+            assert_true(y[0] == w[i][0] && y[1] == w[i][1]);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "cp '%s/tests/onnx/malformed/external_ok.onnx' '%s'", KILN_SOURCE_DIR, onnx);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 2; i++) {
+        float data[6];
+        for (int k = 0; k < 6; k++)
+            data[k] = (float)(k * (i + 1));
+        write_floats(bin, data, 6);
+        for (int round = 0; round < 2; round++) {
+            jit_output(onnx, cache, NULL, x, y);
+            for (int k = 0; k < 6; k++)
+                assert_true(y[k] == data[k] + 1);
+        }
+    }
+    snprintf(cmd, sizeof cmd, "test $(ls '%s'/*.m | wc -l) = 2", cache);
+    int model_entries = system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(model_entries, 0);
+}
+
 /* NULL where the API takes a path, text, module or buffer is an error, not a crash
  * (kiln_load(NULL) used to segfault); a NULL err is allowed too. */
 static void test_hostile_load_null(void **state) {
@@ -420,12 +499,13 @@ int main(int argc, char **argv) {
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_kinds),      cmocka_unit_test(test_settings),
-        cmocka_unit_test(test_model_cache),      cmocka_unit_test(test_jit_autograd),
-        cmocka_unit_test(test_jit_matches_load), cmocka_unit_test(test_jit_bad_text),
-        cmocka_unit_test(test_load_not_a_model), cmocka_unit_test(test_jit_onnx),
-        cmocka_unit_test(test_load_wrong_abi),   cmocka_unit_test(test_load_missing),
-        cmocka_unit_test(test_jit_cpu),          cmocka_unit_test(test_hostile_load_null),
+        cmocka_unit_test(test_error_kinds),       cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_model_cache),       cmocka_unit_test(test_model_cache_inputs),
+        cmocka_unit_test(test_jit_autograd),      cmocka_unit_test(test_jit_matches_load),
+        cmocka_unit_test(test_jit_bad_text),      cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_jit_onnx),          cmocka_unit_test(test_load_wrong_abi),
+        cmocka_unit_test(test_load_missing),      cmocka_unit_test(test_jit_cpu),
+        cmocka_unit_test(test_hostile_load_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
