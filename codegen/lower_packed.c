@@ -37,6 +37,7 @@
 #include "codegen.h"
 #include "../runtime/kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 /* B_IN_CACHE: the most bytes of B that stay in a core's L2 cache (1 MiB on Zen 4 and
@@ -195,12 +196,36 @@ static KExpr *tile_extent(KBuilder *b, const char *name, int64_t size, int64_t s
     return k_var(b, kb_let(b, name, KT_I64, k_select(b, k_lt(b, left, whole), left, whole)));
 }
 
+/* Whether epilogue, over $0 alone, is one that kiln_bias_act computes: none, relu, or
+ * clip to [lo, hi] with lo <= hi (with its limits in *lo and *hi). */
+static bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
+    *act = KILN_ACT_NONE;
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (!e)
+        return true;
+    if (e->kind != EXPR_CALL || e->call.n_in != 1 || e->arg[0]->kind != EXPR_INPUT || e->arg[0]->input != 0)
+        return false;
+    double p[UNARY_MAX_PARAMS];
+    switch (e->call.op) {
+    case OP_RELU: *act = KILN_ACT_RELU; return true;
+    case OP_CLIP:
+        unary_params(OP_CLIP, &e->call, p);
+        *act = KILN_ACT_CLIP;
+        *lo = p[0];
+        *hi = p[1];
+        return p[0] <= p[1];
+    default: return false;
+    }
+}
+
 /* The sums of one call's row tiles (from row tile rt) and panels (from panel pn)
  * by kiln_gemm_tiles (runtime/kernels.c), which reads g's parameter block at
  * table_at in the table: into y when they are what Y holds (no bias nor epilogue,
  * every panel whole vectors), else into a local tile, whose rows (fewer in the last
  * call) and columns (fewer in the last) then pass through the bias and the epilogue
- * to Y while in L1. */
+ * to Y while in L1: kiln_bias_act's when it has it (so that most of a CNN's kernels
+ * are calls alone, which Clang compiles in no time), else generated. */
 static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Blocking *k, int table, KExpr *bi,
                   KExpr *rt, KExpr *pn) {
     int64_t height = k->rows * k->mr, width = k->cols * k->nr;
@@ -220,6 +245,18 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
     kb_call(b, "kiln_gemm_tiles", 9,
             (KExpr *[]){params, a, bi, r0, rows, q0, panels, k_addr(b, sums, k_int(b, 0)), k_int(b, width)});
     KExpr *cols = tile_extent(b, "cols", g->cols, width, q0);
+    int64_t act;
+    double lo, hi;
+    if (library_act(g->epilogue, &act, &lo, &hi)) {
+        KExpr *y_at = k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
+                            k_add(b, k_int(b, g->y_at), q0));
+        KExpr *bias = g->bias >= 0 ? k_addr(b, kb_value(b, g->bias, false), k_madd(b, bi, g->bias_batch, q0))
+                                   : k_int(b, 0);
+        kb_call(b, "kiln_bias_act", 10,
+                (KExpr *[]){k_addr(b, sums, k_int(b, 0)), k_int(b, width), rows, cols, bias, k_int(b, act),
+                            k_f32(b, lo), k_f32(b, hi), k_addr(b, g->y, y_at), k_int(b, g->y_ld)});
+        return;
+    }
     KExpr *i = k_var(b, kb_for(b, "ri", KT_I64, k_int(b, 0), rows, NULL, 0));
     KExpr *j = k_var(b, kb_for(b, "cj", KT_I64, k_int(b, 0), cols, NULL, 0));
     kb_unroll(b, 1); /* a loop GCC vectorizes; unrolled whole first, it would stay scalar */

@@ -179,6 +179,67 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
     }
 }
 
+typedef int32_t kiln_vi __attribute__((vector_size(4 * KILN_VF), aligned(4)));
+
+INLINE float act_scalar(float x, const int64_t act, float lo, float hi) {
+    return act == KILN_ACT_RELU   ? (x > 0.0f ? x : (x == x ? 0.0f : x))
+           : act == KILN_ACT_CLIP ? (x < lo ? lo : (x > hi ? hi : x))
+                                  : x;
+}
+
+/* mask ? a : b, lane by lane */
+INLINE kiln_vf choose(kiln_vi mask, kiln_vf a, kiln_vf b) {
+    return (kiln_vf)(((kiln_vi)a & mask) | ((kiln_vi)b & ~mask));
+}
+
+/* act_scalar's lanes: relu keeps x where x > 0 or NaN, else +0 */
+INLINE kiln_vf act_vector(kiln_vf x, const int64_t act, kiln_vf lo, kiln_vf hi) {
+    if (act == KILN_ACT_RELU)
+        return (kiln_vf)((kiln_vi)x & ((x > (kiln_vf){0}) | (x != x)));
+    if (act == KILN_ACT_CLIP)
+        return choose(x < lo, lo, choose(x > hi, hi, x));
+    return x;
+}
+
+/* Whole vectors, then the columns left: a generated tile's loop, of a width known
+ * when it was compiled, cost nothing to set up; a loop over any width alone was 2%
+ * slower on ResNet-18. */
+INLINE void bias_act_rows(const float *restrict tile, int64_t tile_ld, int64_t rows, int64_t cols,
+                          const float *restrict bias, const bool biased, const int64_t act, float lo,
+                          float hi, float *restrict y, int64_t y_ld) {
+    kiln_vf vlo = lo - (kiln_vf){0}, vhi = hi - (kiln_vf){0};
+    for (int64_t r = 0; r < rows; r++) {
+        const float *in = tile + r * tile_ld;
+        float *out = y + r * y_ld;
+        int64_t c = 0;
+        for (; c + KILN_VF <= cols; c += KILN_VF) {
+            kiln_vf x = *(const kiln_vf *)(in + c);
+            if (biased)
+                x += *(const kiln_vf *)(bias + c);
+            *(kiln_vf *)(out + c) = act_vector(x, act, vlo, vhi);
+        }
+        for (; c < cols; c++)
+            out[c] = act_scalar(biased ? in[c] + bias[c] : in[c], act, lo, hi);
+    }
+}
+
+void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t cols, const float *bias,
+                   int64_t act, float lo, float hi, float *y, int64_t y_ld) {
+    bool biased = bias != 0;
+    if (act == KILN_ACT_RELU && biased)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, true, KILN_ACT_RELU, lo, hi, y, y_ld);
+    else if (act == KILN_ACT_RELU)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, false, KILN_ACT_RELU, lo, hi, y, y_ld);
+    else if (act == KILN_ACT_CLIP && biased)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, true, KILN_ACT_CLIP, lo, hi, y, y_ld);
+    else if (act == KILN_ACT_CLIP)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, false, KILN_ACT_CLIP, lo, hi, y, y_ld);
+    else if (biased)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, true, KILN_ACT_NONE, lo, hi, y, y_ld);
+    else
+        bias_act_rows(tile, tile_ld, rows, cols, bias, false, KILN_ACT_NONE, lo, hi, y, y_ld);
+}
+
 /* ---- Winograd's transforms ---- */
 
 enum { MAX_N = 6, PATCH_CHANNELS = 64, ZERO_CHANNELS = 1024 };

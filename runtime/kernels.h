@@ -44,6 +44,14 @@ typedef struct {
 void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, int64_t rows, int64_t q0,
                      int64_t panels, float *out, int64_t out_ld);
 
+/* The epilogues of a GEMM's tile that are most of a CNN's, where the generated code
+ * would otherwise spend its compile time: y = act(tile + bias) of a tile of rows x
+ * cols (bias NULL: none; tile and y rows tile_ld and y_ld apart), act none, relu,
+ * or clip to [lo, hi] (lo <= hi), each computed as its op's own kernel computes it. */
+enum { KILN_ACT_NONE, KILN_ACT_RELU, KILN_ACT_CLIP };
+void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t cols, const float *bias,
+                   int64_t act, float lo, float hi, float *y, int64_t y_ld);
+
 /* V = B^T d B of every tile of tile row `row` (image row / th, row % th) and every
  * channel, into v as (m + 2)^2 matrices [tiles, c]; zeros outside x. */
 void kiln_winograd_in(const void *winograd, const float *x, float *v, int64_t row);

@@ -8,7 +8,8 @@
  *     padded and not, with tiles across the output's last row and column: every
  *     value against B^T d B and A^T m A + bias, no store outside y, and an infinity
  *     in x that reaches no tile it does not lie in (zeros outside x are zeros, not
- *     0 times a clamped read).
+ *     0 times a clamped read);
+ *   - kiln_bias_act, every activation with a bias and without, bit for bit.
  * Skipped where this CPU lacks the width's instructions. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,11 +283,61 @@ static void test_winograd_transforms(void **state) {
     }
 }
 
+/* What relu and clip compute (ir/unary.def): relu turns -0 into +0 and keeps NaN;
+ * clip keeps -0 and NaN. */
+static float act_of(float x, int64_t act, float lo, float hi) {
+    if (act == KILN_ACT_RELU)
+        return x > 0.0f ? x : (x == x ? 0.0f : x);
+    if (act == KILN_ACT_CLIP)
+        return x < lo ? lo : (x > hi ? hi : x);
+    return x;
+}
+
+/* kiln_bias_act for every activation, with a bias and without, on rows of whole
+ * vectors and of a vector and some: every value bit for bit as the op's own formula,
+ * the special values (-0, NaN, infinities) among them, and nothing stored past cols. */
+static void test_bias_act(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    enum { ROWS = 5, TILE_LD = 3 * KILN_VF, Y_LD = 3 * KILN_VF + 3 };
+    static const float special[] = {-0.0f, 0.0f, NAN, INFINITY, -INFINITY, 6.0f, -1e-30f};
+    float tile[ROWS * TILE_LD], bias[TILE_LD], y[ROWS * Y_LD];
+    for (int i = 0; i < ROWS * TILE_LD; i++)
+        tile[i] = i % 11 == 0 ? special[i / 11 % 7] : (float)((i * 37) % 29) - 14.5f;
+    for (int i = 0; i < TILE_LD; i++)
+        bias[i] = i % 5 == 0 ? -0.0f : (float)(i % 7) - 3.0f;
+    const int64_t widths[] = {2 * KILN_VF, KILN_VF + KILN_VF / 2 + 1, 3};
+    const float limits[][2] = {{-INFINITY, INFINITY}, {0, 0}, {0, 6}, {-2.5f, 2.5f}};
+    for (int64_t act = KILN_ACT_NONE; act <= KILN_ACT_CLIP; act++)
+        for (int w = 0; w < 3; w++)
+            for (int l = 0; l < 4; l++)
+                for (int biased = 0; biased < 2; biased++) {
+                    float lo = limits[l][0], hi = limits[l][1];
+                    for (int i = 0; i < ROWS * Y_LD; i++)
+                        y[i] = 1234.5f;
+                    kiln_bias_act(tile, TILE_LD, ROWS, widths[w], biased ? bias : NULL, act, lo, hi, y, Y_LD);
+                    for (int r = 0; r < ROWS; r++)
+                        for (int c = 0; c < Y_LD; c++) {
+                            float want = 1234.5f;
+                            if (c < widths[w])
+                                want =
+                                    act_of(biased ? tile[r * TILE_LD + c] + bias[c] : tile[r * TILE_LD + c],
+                                           act, lo, hi);
+                            if (memcmp(&want, &y[r * Y_LD + c], sizeof want) != 0)
+                                fail_msg("act %lld, %lld columns, [%g, %g], bias %d: (%d, %d) is %g, not %g",
+                                         (long long)act, (long long)widths[w], lo, hi, biased, r, c,
+                                         y[r * Y_LD + c], want);
+                        }
+                }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_tile_shapes),
         cmocka_unit_test(test_gemm_digits_and_segments),
         cmocka_unit_test(test_winograd_transforms),
+        cmocka_unit_test(test_bias_act),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }
