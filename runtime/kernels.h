@@ -1,11 +1,12 @@
 /* kiln's precompiled kernels: the code that is the same for every layer of every
- * model (a GEMM's register tile, Winograd's transforms), compiled once when kiln is
- * built, for each vector width (runtime/kernels.c), and linked into every compiled
- * model. A model's kernels call them with a parameter block that the lowering
- * writes into the kernel's table in the weights blob (so the calling code is the
- * same whatever the shapes), and keep what is truly theirs (index arithmetic of the
- * tile, and a fused epilogue other than a bias and relu or clip) as generated code. kiln pastes this file
- * into every generated C model; codegen/lower_packed.c and lower_winograd.c fill the blocks. */
+ * model (a GEMM's register tile, its common epilogues, Winograd's transforms),
+ * compiled once when kiln is built, for each vector width (runtime/kernels.c), and
+ * linked into every compiled model. A model's kernels call them with a parameter
+ * block that the lowering writes into the kernel's table in the weights blob (so
+ * the calling code is the same whatever the shapes), and keep what is truly theirs
+ * (index arithmetic of the tile, a fused epilogue other than a bias and relu or
+ * clip) as generated code. kiln pastes this file into every generated C model;
+ * codegen/lower_packed.c and lower_winograd.c fill the blocks. */
 #ifndef KILN_KERNELS_H
 #define KILN_KERNELS_H
 
