@@ -193,30 +193,13 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
  * this build of kiln (its passes, lowering and runtime). On a hit the object entries
  * are linked with that blob; with any entry missing or bad the model is compiled from
  * the same bytes, and the entries are written again. An ONNX model whose weights are
- * in external data files has no model entry (its bytes do not hold them): it is
- * compiled each time, from cached objects. */
+ * in external data files has no model entry (its bytes do not hold them), nor has a
+ * model whose compile warned (a warm run would not): each is compiled each time,
+ * from cached objects. `kiln run` reads and writes the same entries (driver). */
 
 /* What a model entry holds, in its key: an entry of another layout is another key. */
 #define MODEL_ENTRY_FORMAT "unit keys 4 x 40, the name, the weights blob at a multiple of 64"
 enum { UNIT_KEYS_BYTES = MAX_UNITS * OBJECT_KEY_BYTES, BLOB_ALIGN = 64 };
-
-/* The bytes of a file a library call reads. */
-typedef struct {
-    unsigned char *bytes;
-    size_t len;
-} FileBytes;
-
-/* What a library call compiles, read once: hashed for the model cache's key and, on
- * a miss, parsed from these same bytes. */
-typedef struct {
-    const char *name; /* the model's path, or "<model>" for text */
-    bool onnx;
-    const char *text;   /* a .kiln model; NUL-terminated */
-    FileBytes file;     /* an ONNX model */
-    FileBytes *weights; /* the weights files', as read */
-    const char *const *weights_paths;
-    int n_weights;
-} ModelInput;
 
 typedef struct {
     uintptr_t self;
@@ -281,7 +264,7 @@ static void model_key(const ModelInput *in, int level, const JitOptions *o, char
     if (in->onnx)
         cache_hash(&h, in->file.bytes, in->file.len);
     else
-        cache_hash_string(&h, in->text);
+        cache_hash(&h, in->src->text, in->src->len);
     for (int i = 0; i < in->n_weights; i++)
         cache_hash(&h, in->weights[i].bytes, in->weights[i].len);
     cache_hash_text(&h, key, n);
@@ -441,7 +424,8 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
                          ? NULL
                          : jit_in_process(g, p, &src, o, cached ? dir : NULL, &units, d, err, &in_process);
     if (in_process) {
-        if (m && cached && o->model_key)
+        /* a model entry would skip the warnings, so a model with any has none */
+        if (m && cached && o->model_key && !d->warnings)
             model_entry_write(dir, o->model_key, g->name, &units, p);
         program_free(p);
         source_free(&src);
@@ -518,35 +502,16 @@ static kiln_module *finish_call(kiln_module *m, Diag *d, FILE *f, char **msg, ki
     return m;
 }
 
-/* The model of in parsed (from *src, which the graph's locations point into: free it
- * after the graph) or imported, with the weights it came with and then those of its
- * weights files. NULL after diagnostics. */
-static Graph *model_graph(const ModelInput *in, SrcFile **src, TensorList *weights, Diag *d) {
-    Graph *g = NULL;
-    if (in->onnx) {
-        char *dir = path_dir(in->name);
-        if (!dir)
-            diag_error(d, (Loc){0}, "out of memory");
-        else if (!(g = onnx_import_buffer(in->file.bytes, in->file.len, in->name, dir, NULL, 0, weights,
-                                          d)) &&
-                 !d->errors)
-            diag_error(d, (Loc){0}, "cannot import '%s'", in->name);
-        ir_free(dir);
-    } else {
-        if (!(*src = srcfile_from_string(in->name, in->text)))
-            diag_error(d, (Loc){0}, "out of memory");
-        g = *src ? parse_model(*src, d) : NULL;
-        if (g && verify_graph(g, d)) {
-            graph_free(g);
-            g = NULL;
-        }
-    }
-    for (int i = 0; g && i < in->n_weights; i++)
-        if (safetensors_parse(in->weights[i].bytes, in->weights[i].len, in->weights_paths[i], weights, d)) {
-            graph_free(g);
-            g = NULL;
-        }
-    return g;
+kiln_module *jit_from_model_cache(const ModelInput *in, int level, JitOptions *jo, char *key,
+                                  kiln_error *err) {
+    char dir[4096];
+    if (!jo->clang || jo->target != TARGET_C || !cache_dir(jo->cache, dir, sizeof dir))
+        return NULL;
+    model_key(in, level, jo, key, MODEL_KEY_BYTES);
+    kiln_module *m = model_from_cache(jo, dir, key, err);
+    if (!m && (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len)))
+        jo->model_key = key;
+    return m;
 }
 
 /* in compiled as the library's options say (their target, -O level and settings),
@@ -556,49 +521,35 @@ static kiln_module *jit_input(const ModelInput *in, const JitOptions *given, int
     JitOptions jo = *given;
     PipelineOptions po = {.level = level, .verify = true, .lower = true};
     jo.memplan = pipeline_selects(&po, "memplan");
-    char dir[4096], key[40];
-    bool cached = jo.clang && jo.target == TARGET_C && cache_dir(jo.cache, dir, sizeof dir);
-    if (cached) {
-        model_key(in, po.level, &jo, key, sizeof key);
-        kiln_module *m = model_from_cache(&jo, dir, key, err);
-        if (m)
-            return m;
-        if (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len))
-            jo.model_key = key;
-    }
+    char key[MODEL_KEY_BYTES];
+    kiln_module *m = jit_from_model_cache(in, level, &jo, key, err);
+    if (m)
+        return m;
     TensorList weights = {0};
-    SrcFile *src = NULL;
-    Graph *g = model_graph(in, &src, &weights, d);
-    kiln_module *m = g && pipeline_run(g, &weights, &po, d) == 0 ? jit_graph(g, &weights, &jo, d, err) : NULL;
+    Graph *g = model_input_parse(in, NULL, 0, &weights, d);
+    m = g && pipeline_run(g, &weights, &po, d) == 0 ? jit_graph(g, &weights, &jo, d, err) : NULL;
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
     return m;
 }
 
-/* A library call: in, with the weights files of opts read, compiled; its
- * diagnostics go into err (the first line of them). */
-static kiln_module *jit_call(ModelInput *in, const kiln_options *opts, kiln_error *err) {
+/* A library call: the model at path, or the text, with the weights files of opts,
+ * compiled; its diagnostics go into err. */
+static kiln_module *jit_call(const char *path, const char *text, const kiln_options *opts, kiln_error *err) {
     char *msg = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&msg, &len);
     Diag d;
     diag_init(&d, f ? f : stderr);
     JitOptions jo;
+    ModelInput in = {0};
+    const char *const *weights = opts ? opts->weights : NULL;
     int n = opts ? opts->n_weights : 0;
-    FileBytes *weights = n > 0 ? ir_calloc((size_t)n, sizeof *weights) : NULL;
-    int rc = jit_options_from(opts, &jo, &d);
-    if (!rc && n > 0 && !weights)
-        rc = diag_error(&d, (Loc){0}, "out of memory");
-    for (int i = 0; !rc && i < n; i++)
-        rc = read_file_bytes(opts->weights[i], &weights[i].bytes, &weights[i].len, &d);
-    in->weights = weights;
-    in->weights_paths = opts ? opts->weights : NULL;
-    in->n_weights = n;
-    kiln_module *m = rc ? NULL : jit_input(in, &jo, opts ? opts->opt_level : 2, &d, err);
-    for (int i = 0; weights && i < n; i++)
-        ir_free(weights[i].bytes);
-    ir_free(weights);
+    int rc = path ? model_input_read(&in, path, weights, n, &d) : model_input_text(&in, text, weights, n, &d);
+    if (!rc)
+        rc = jit_options_from(opts, &jo, &d);
+    kiln_module *m = rc ? NULL : jit_input(&in, &jo, opts ? opts->opt_level : 2, &d, err);
+    model_input_free(&in);
     return finish_call(m, &d, f, &msg, err);
 }
 
@@ -607,7 +558,7 @@ kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_err
         kiln_set_error(err, "kiln_jit: the model text is NULL");
         return NULL;
     }
-    return jit_call(&(ModelInput){.name = "<model>", .text = model_text}, opts, err);
+    return jit_call(NULL, model_text, opts, err);
 }
 
 kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err) {
@@ -615,25 +566,5 @@ kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_erro
         kiln_set_error(err, "kiln_jit_file: the path is NULL");
         return NULL;
     }
-    ModelInput in = {.name = path, .onnx = is_onnx_path(path)};
-    char *msg = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&msg, &len);
-    Diag d;
-    diag_init(&d, f ? f : stderr);
-    SrcFile *src = in.onnx ? NULL : srcfile_read(path, &d);
-    bool read = in.onnx ? read_file_bytes(path, &in.file.bytes, &in.file.len, &d) == 0 : src != NULL;
-    if (f)
-        fclose(f);
-    kiln_module *m = NULL;
-    if (read) {
-        in.text = src ? src->text : NULL;
-        m = jit_call(&in, opts, err);
-    } else {
-        kiln_set_error_kind(err, error_kind(&d), "%s", msg && *msg ? msg : "cannot read the model");
-    }
-    free(msg);
-    ir_free(in.file.bytes);
-    srcfile_free(src);
-    return m;
+    return jit_call(path, NULL, opts, err);
 }

@@ -5,6 +5,7 @@
 
 #include "../runtime/kiln/kiln.h"
 #include "codegen.h"
+#include "../frontend/frontend.h"
 
 /* How a graph is compiled in process: every setting explicit, none read here from
  * the environment (jit_options_from makes one from the public kiln_options). */
@@ -38,5 +39,15 @@ kiln_module *jit_graph(Graph *g, const TensorList *weights, const JitOptions *o,
  * (emit_c_model describes it); for kiln bench --profile. */
 kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOptions *o, Diag *d,
                                 kiln_error *err);
+
+/* The model cache's key: hex digits and a NUL. */
+enum { MODEL_KEY_BYTES = 40 };
+
+/* The model in, compiled at -O level (its default pipeline) with jo's settings, from
+ * the model cache (jit.c), where jo's in-process C target has one; else NULL, and
+ * then, where in can have an entry, jo->model_key = key (MODEL_KEY_BYTES), so that
+ * jit_graph, given the graph parsed from in after that pipeline, writes it. */
+kiln_module *jit_from_model_cache(const ModelInput *in, int level, JitOptions *jo, char *key,
+                                  kiln_error *err);
 
 #endif

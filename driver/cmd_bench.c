@@ -257,7 +257,7 @@ int cmd_bench(int argc, char **argv) {
     outputs_init(&none);
     if (outputs_check(&none, &o, &d))
         return EXIT_USER;
-    SrcFile *src = NULL;
+    ModelInput in = {0};
     Graph *g = NULL;
     TensorList weights = {0};
     kiln_module *m = NULL;
@@ -270,7 +270,7 @@ int cmd_bench(int argc, char **argv) {
             rc = diag_relay_error(&d, &err);
     } else {
         progress_start(o.model, o.quiet);
-        rc = load_model(&o, true, &d, &src, &g, &weights);
+        rc = load_model(&o, true, &d, &in, &g, &weights);
         progress_stage("optimizing");
         rc = rc || pipeline_run(g, &weights, &o.pipeline, &d);
         JitOptions jo;
@@ -294,6 +294,6 @@ int cmd_bench(int argc, char **argv) {
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
+    model_input_free(&in);
     return exit_status(rc ? EXIT_USER : 0, &d);
 }

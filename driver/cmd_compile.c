@@ -149,7 +149,7 @@ int cmd_compile(int argc, char **argv) {
         outputs_add(&outs, o.header, "--header");
     if (outputs_check(&outs, &o, &d))
         return EXIT_USER;
-    SrcFile *src;
+    ModelInput in = {0};
     Graph *g;
     TensorList weights = {0};
     Program *p = NULL;
@@ -158,7 +158,7 @@ int cmd_compile(int argc, char **argv) {
     Check check = {0}; /* --check: the interpreter's outputs before the passes */
     o.pipeline.check_result = &check;
     progress_start(o.model, o.quiet);
-    rc = load_model(&o, true, &d, &src, &g, &weights);
+    rc = load_model(&o, true, &d, &in, &g, &weights);
     progress_stage("optimizing");
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
@@ -189,6 +189,6 @@ int cmd_compile(int argc, char **argv) {
     program_free(p);
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
+    model_input_free(&in);
     return exit_status(rc, &d);
 }

@@ -50,10 +50,10 @@ int cmd_dot(int argc, char **argv) {
         outputs_add(&outs, o.out, "-o");
     if (outputs_check(&outs, &o, &d))
         return EXIT_USER;
-    SrcFile *src;
+    ModelInput in = {0};
     Graph *g;
     TensorList weights = {0};
-    rc = load_model(&o, false, &d, &src, &g, &weights);
+    rc = load_model(&o, false, &d, &in, &g, &weights);
     if (!rc && pipeline_run(g, &weights, &o.pipeline, &d))
         rc = EXIT_USER;
     if (!rc) {
@@ -74,6 +74,6 @@ int cmd_dot(int argc, char **argv) {
     outputs_abort(&outs);
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
+    model_input_free(&in);
     return exit_status(rc, &d);
 }

@@ -60,10 +60,10 @@ int cmd_import(int argc, char **argv) {
     outputs_add(&outs, o.weights_out ? o.weights_out : wpath, "--weights-out");
     if (outputs_check(&outs, &o, &d))
         return EXIT_USER;
-    SrcFile *src;
+    ModelInput in = {0};
     Graph *g;
     TensorList weights = {0};
-    rc = load_model(&o, false, &d, &src, &g, &weights);
+    rc = load_model(&o, false, &d, &in, &g, &weights);
     char *text = NULL;
     size_t len = 0;
     if (!rc) {
@@ -95,6 +95,6 @@ int cmd_import(int argc, char **argv) {
     free(text);
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
+    model_input_free(&in);
     return exit_status(rc, &d);
 }

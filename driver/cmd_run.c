@@ -174,9 +174,17 @@ static int write_outputs(const Signature *s, const Options *o, Tensor **out, Out
     return rc;
 }
 
-/* Runs the model once: in the interpreter, or compiled (JIT or a .so). */
+/* Whether a run of the C target can come from the model cache, as kiln_jit_file's
+ * does: the -O level's whole pipeline, nothing dumped or checked, no --bind. */
+static bool model_cache_applies(const Options *o) {
+    return (!o->target || strcmp(o->target, "c") == 0) && !o->pipeline.only && !o->pipeline.n_disabled &&
+           !o->pipeline.dump_dir && !o->pipeline.check && !o->n_binds;
+}
+
+/* Runs the model once: in the interpreter, or compiled (JIT, from the model cache,
+ * or a .so). */
 static int run_model(const Options *o, Outputs *outs, Diag *d) {
-    SrcFile *src = NULL;
+    ModelInput file = {0};
     Graph *g = NULL;
     TensorList weights = {0};
     kiln_module *m = NULL;
@@ -202,16 +210,24 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         pipeline.check_result = &check;
         if (!interp)
             progress_start(o->model, o->quiet);
-        rc = load_model(o, true, d, &src, &g, &weights);
-        progress_stage("optimizing");
-        if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
-            pipeline.check_inputs = (const Tensor *const *)in;
-            inputs_read = true;
+        JitOptions jo = {0};
+        char key[MODEL_KEY_BYTES];
+        rc = read_model(o, &file, d) || (!interp && jit_options(o, &jo, d));
+        if (!rc && model_cache_applies(o))
+            m = jit_from_model_cache(&file, o->pipeline.level, &jo, key, &err);
+        if (m) {
+            rc = compiled_signature(o->model, kiln_def(m), &sig, d);
+        } else {
+            rc = rc || parse_read_model(o, &file, true, d, &g, &weights);
+            progress_stage("optimizing");
+            if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
+                pipeline.check_inputs = (const Tensor *const *)in;
+                inputs_read = true;
+            }
+            rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, &sig, d);
+            if (!rc && !interp && !(m = jit_graph(g, &weights, &jo, d, &err)))
+                rc = -1;
         }
-        rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, &sig, d);
-        JitOptions jo;
-        if (!rc && !interp && (jit_options(o, &jo, d) || !(m = jit_graph(g, &weights, &jo, d, &err))))
-            rc = -1;
         progress_end();
     }
     for (int i = 0; !rc && i < o->n_outputs; i++) {
@@ -267,7 +283,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);
-    srcfile_free(src);
+    model_input_free(&file);
     return rc ? EXIT_USER : 0;
 }
 

@@ -157,11 +157,16 @@ void print_help(const Command *cmd, FILE *out);
  * Returns EXIT_USAGE. */
 int usage_error(const Command *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Reads and parses the model (.kiln text, or .onnx through the importer, whose
- * weights come first in `weights`), checks it, and reads the weights (every param without
- * an initializer must have one when require_weights). 0 or EXIT_USER. */
-int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
+/* Reads the model (.kiln text, or .onnx through the importer, whose weights come
+ * first in `weights`) and its weights files into *in, parses and checks it (every param
+ * without an initializer must have a weight when require_weights). The graph points
+ * into *in: model_input_free it after the graph. 0 or EXIT_USER. */
+int load_model(const Options *o, bool require_weights, Diag *d, ModelInput *in, Graph **g,
                TensorList *weights);
+/* load_model in two steps: reading the files, then parsing what was read. */
+int read_model(const Options *o, ModelInput *in, Diag *d);
+int parse_read_model(const Options *o, const ModelInput *in, bool require_weights, Diag *d, Graph **g,
+                     TensorList *weights);
 
 /* Whether a model path names a compiled model rather than a model file. */
 bool is_shared_object(const char *path);

@@ -305,32 +305,29 @@ static int check_weights(const Graph *g, const TensorList *w, bool require_all, 
     return 0;
 }
 
-int load_model(const Options *o, bool require_weights, Diag *d, SrcFile **src, Graph **g,
-               TensorList *weights) {
-    *src = NULL;
-    *g = NULL;
+int read_model(const Options *o, ModelInput *in, Diag *d) {
     if (ends_with(o->model, ".so")) {
         diag_error(d, (Loc){0}, "'%s': this command reads .kiln and .onnx models", o->model);
         return EXIT_USER;
     }
-    if (is_onnx_path(o->model)) {
-        OnnxBind binds[MAX_FILES];
-        for (int i = 0; i < o->n_binds; i++)
-            binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file, false};
-        if (!(*g = onnx_import(o->model, binds, o->n_binds, weights, d)))
-            return EXIT_USER;
-    } else if (o->n_binds) {
-        diag_error(d, (Loc){0}, "--bind applies to the inputs of .onnx models; '%s' is not one", o->model);
+    return model_input_read(in, o->model, o->weights, o->n_weights, d) ? EXIT_USER : 0;
+}
+
+int parse_read_model(const Options *o, const ModelInput *in, bool require_weights, Diag *d, Graph **g,
+                     TensorList *weights) {
+    OnnxBind binds[MAX_FILES];
+    for (int i = 0; i < o->n_binds; i++)
+        binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file, false};
+    if (!(*g = model_input_parse(in, binds, o->n_binds, weights, d)))
         return EXIT_USER;
-    } else {
-        *src = srcfile_read(o->model, d);
-        if (!*src || !(*g = parse_model(*src, d)) || verify_graph(*g, d))
-            return EXIT_USER;
-    }
-    for (int i = 0; i < o->n_weights; i++)
-        if (safetensors_read(o->weights[i], weights, d))
-            return EXIT_USER;
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;
+}
+
+int load_model(const Options *o, bool require_weights, Diag *d, ModelInput *in, Graph **g,
+               TensorList *weights) {
+    *g = NULL;
+    int rc = read_model(o, in, d);
+    return rc ? rc : parse_read_model(o, in, require_weights, d, g, weights);
 }
 
 /* SIGINT, SIGTERM, SIGHUP, and SIGPIPE (an output written through to a pipe whose

@@ -122,6 +122,37 @@ char *path_dir(const char *path);
  * ir_malloc'ed. -1 after a diagnostic. */
 int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d);
 
+/* ---- A model as read from its files (model_input.c) ---- */
+
+typedef struct {
+    unsigned char *bytes;
+    size_t len;
+} ModelBytes;
+
+/* A model and its weights files, each read once: what the model cache hashes
+ * (codegen/jit.c) and, on a miss, what is parsed. */
+typedef struct {
+    const char *name; /* the model's path, or "<model>" for text given in memory */
+    bool onnx;
+    SrcFile *src;    /* a .kiln model */
+    ModelBytes file; /* an ONNX model */
+    ModelBytes *weights;
+    const char *const *weights_paths; /* the caller's */
+    int n_weights;
+} ModelInput;
+
+/* Reads the model at path (.kiln, or .onnx by its name) and the weights files; -1
+ * after a diagnostic naming the file. model_input_free also after a failure. */
+int model_input_read(ModelInput *in, const char *path, const char *const *weights, int n_weights, Diag *d);
+/* The same for a model given as text. */
+int model_input_text(ModelInput *in, const char *text, const char *const *weights, int n_weights, Diag *d);
+void model_input_free(ModelInput *in);
+/* The model parsed and verified, or imported with binds (ONNX only), its weights
+ * appended to weights: those it came with, then its weights files'. The graph points
+ * into in, which must outlive it. NULL after diagnostics. */
+Graph *model_input_parse(const ModelInput *in, const OnnxBind *binds, int n_binds, TensorList *weights,
+                         Diag *d);
+
 /* Reads a whole regular file (anything else is refused unread); -1 after a diagnostic naming it. */
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d);
 /* "a directory", "a FIFO", ... for a message about a file of the wrong kind. */

@@ -18,6 +18,7 @@
 void diag_init(Diag *d, FILE *out) {
     d->out = out ? out : stderr;
     d->errors = 0;
+    d->warnings = 0;
     d->kind = DIAG_USER;
 }
 
@@ -135,6 +136,7 @@ int diag_take_assert(Diag *d) {
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    d->warnings++;
     report(d, loc, "warning", fmt, ap);
     va_end(ap);
 }

@@ -94,6 +94,7 @@ typedef enum { DIAG_USER, DIAG_INTERNAL, DIAG_NO_MEMORY } DiagKind;
 typedef struct {
     FILE *out;     /* where messages go (stderr by default) */
     int errors;    /* number of errors reported */
+    int warnings;  /* and of warnings */
     DiagKind kind; /* the kind of the errors that takes precedence (when errors > 0) */
 } Diag;
 

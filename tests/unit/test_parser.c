@@ -64,7 +64,7 @@ static void test_spec_example_structure(void **state) {
     assert_int_equal(g->values[grad].type.rank, 0);
     const Value *l4 = graph_value(g, graph_find(g, "l4"));
     assert_int_equal(l4->type.rank, 2);
-    assert_int_equal(verify_graph(g, &(Diag){stderr, 0, 0}), 0);
+    assert_int_equal(verify_graph(g, &(Diag){.out = stderr}), 0);
     graph_free(g);
     srcfile_free(src);
     free(err);
