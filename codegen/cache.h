@@ -23,6 +23,10 @@ typedef struct {
     {                                                                                                        \
         { 0xcbf29ce484222325ull, 0x84222325cbf29ce4ull }                                                     \
     }
+/* The entries' magic, which names their format and checksum: part of every key, so
+ * that entries of another format are never looked up. */
+#define CACHE_ENTRY_FORMAT "KILNCAC4"
+
 /* Continues h with data[0..n), and n. */
 void cache_hash(CacheHash *h, const void *data, size_t n);
 void cache_hash_string(CacheHash *h, const char *s);

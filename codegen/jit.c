@@ -33,6 +33,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -55,10 +56,11 @@ static void cpu_hash(CacheHash *h) {
         fclose(f);
 }
 
-/* What the code is built with: the precompiled kernels of a vector width, the
- * compilers and their flags, the CPU. */
+/* What the code is built with and how it is cached: the entries' format, the
+ * precompiled kernels of a vector width, the compilers and their flags, the CPU. */
 static void toolchain_hash(CacheHash *h, int vector_floats, const Toolchain *tc) {
     KernelObject kernels = vector_floats > 0 ? cc_kernel_object(vector_floats) : (KernelObject){0};
+    cache_hash_string(h, CACHE_ENTRY_FORMAT);
     cpu_hash(h);
     cache_hash(h, kernels.bytes, kernels.len);
     for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
@@ -253,7 +255,53 @@ static void build_hash(CacheHash *h) {
     }
 }
 
-static void model_key(const ModelInput *in, int level, const JitOptions *o, char *key, size_t n) {
+/* The model cache hashes a file a chunk at a time, whether it is read whole or not. */
+enum { HASH_CHUNK = 1 << 20 };
+
+static void hash_chunks(CacheHash *h, const unsigned char *bytes, size_t len) {
+    for (size_t at = 0; at < len; at += HASH_CHUNK)
+        cache_hash(h, bytes + at, len - at < HASH_CHUNK ? len - at : HASH_CHUNK);
+    uint64_t n = len;
+    cache_hash(h, &n, sizeof n);
+}
+
+/* hash_chunks of the regular file at path, read through one chunk's buffer; -1 when
+ * it cannot be read (model_input_read then says why). */
+static int hash_file(CacheHash *h, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    unsigned char *chunk = NULL;
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (chunk = ir_malloc(HASH_CHUNK));
+    uint64_t total = 0;
+    for (size_t got = HASH_CHUNK; ok && got == HASH_CHUNK; total += got) {
+        got = 0;
+        for (ssize_t r = 1; ok && r != 0 && got < HASH_CHUNK;) { /* a whole chunk, as hash_chunks sees it */
+            r = read(fd, chunk + got, HASH_CHUNK - got);
+            ok = r >= 0 || errno == EINTR;
+            got += r > 0 ? (size_t)r : 0;
+        }
+        if (got)
+            cache_hash(h, chunk, got);
+    }
+    cache_hash(h, &total, sizeof total);
+    ir_free(chunk);
+    if (fd >= 0)
+        close(fd);
+    return ok ? 0 : -1;
+}
+
+/* A file of the model: hashed from its bytes where in has read them, else from the
+ * file. */
+static int hash_part(CacheHash *h, const ModelInput *in, const char *path, const unsigned char *bytes,
+                     size_t len) {
+    if (!in->read && path)
+        return hash_file(h, path);
+    hash_chunks(h, bytes, len);
+    return 0;
+}
+
+/* The model cache's key of in; -1 when a file cannot be read. */
+static int model_key(const ModelInput *in, int level, const JitOptions *o, char *key, size_t n) {
     CacheHash h = CACHE_HASH_INIT;
     build_hash(&h);
     toolchain_hash(&h, cc_vector_floats(o->tools.cpu), &o->tools);
@@ -261,13 +309,14 @@ static void model_key(const ModelInput *in, int level, const JitOptions *o, char
     int settings[3] = {level, o->blas, in->onnx};
     cache_hash(&h, settings, sizeof settings);
     cache_hash_string(&h, in->name);
-    if (in->onnx)
-        cache_hash(&h, in->file.bytes, in->file.len);
-    else
-        cache_hash(&h, in->src->text, in->src->len);
-    for (int i = 0; i < in->n_weights; i++)
-        cache_hash(&h, in->weights[i].bytes, in->weights[i].len);
+    int rc = in->onnx  ? hash_part(&h, in, in->name, in->file.bytes, in->file.len)
+             : in->src ? hash_part(&h, in, NULL, (const unsigned char *)in->src->text, in->src->len)
+                       : hash_part(&h, in, in->name, NULL, 0);
+    for (int i = 0; !rc && i < in->n_weights; i++)
+        rc = hash_part(&h, in, in->weights_paths[i], in->weights ? in->weights[i].bytes : NULL,
+                       in->weights ? in->weights[i].len : 0);
     cache_hash_text(&h, key, n);
+    return rc;
 }
 
 static void model_entry_path(const char *dir, const char *model_key, char *path, size_t n) {
@@ -502,29 +551,33 @@ static kiln_module *finish_call(kiln_module *m, Diag *d, FILE *f, char **msg, ki
     return m;
 }
 
-kiln_module *jit_from_model_cache(const ModelInput *in, int level, JitOptions *jo, char *key,
-                                  kiln_error *err) {
-    char dir[4096];
-    if (!jo->clang || jo->target != TARGET_C || !cache_dir(jo->cache, dir, sizeof dir))
+kiln_module *jit_from_model_cache(const ModelInput *in, int level, const JitOptions *jo, kiln_error *err) {
+    char dir[4096], key[MODEL_KEY_BYTES];
+    if (!jo->clang || jo->target != TARGET_C || !cache_dir(jo->cache, dir, sizeof dir) ||
+        model_key(in, level, jo, key, sizeof key))
         return NULL;
-    model_key(in, level, jo, key, MODEL_KEY_BYTES);
-    kiln_module *m = model_from_cache(jo, dir, key, err);
-    if (!m && (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len)))
+    return model_from_cache(jo, dir, key, err);
+}
+
+void jit_keep_model(const ModelInput *in, int level, JitOptions *jo, char *key) {
+    char dir[4096];
+    if (jo->clang && jo->target == TARGET_C && cache_dir(jo->cache, dir, sizeof dir) &&
+        (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len)) &&
+        model_key(in, level, jo, key, MODEL_KEY_BYTES) == 0)
         jo->model_key = key;
-    return m;
 }
 
 /* in compiled as the library's options say (their target, -O level and settings),
  * or taken from the model cache. */
-static kiln_module *jit_input(const ModelInput *in, const JitOptions *given, int level, Diag *d,
-                              kiln_error *err) {
+static kiln_module *jit_input(ModelInput *in, const JitOptions *given, int level, Diag *d, kiln_error *err) {
     JitOptions jo = *given;
     PipelineOptions po = {.level = level, .verify = true, .lower = true};
     jo.memplan = pipeline_selects(&po, "memplan");
-    char key[MODEL_KEY_BYTES];
-    kiln_module *m = jit_from_model_cache(in, level, &jo, key, err);
-    if (m)
+    kiln_module *m = jit_from_model_cache(in, level, &jo, err);
+    if (m || model_input_read(in, d))
         return m;
+    char key[MODEL_KEY_BYTES];
+    jit_keep_model(in, level, &jo, key);
     TensorList weights = {0};
     Graph *g = model_input_parse(in, NULL, 0, &weights, d);
     m = g && pipeline_run(g, &weights, &po, d) == 0 ? jit_graph(g, &weights, &jo, d, err) : NULL;
@@ -545,9 +598,11 @@ static kiln_module *jit_call(const char *path, const char *text, const kiln_opti
     ModelInput in = {0};
     const char *const *weights = opts ? opts->weights : NULL;
     int n = opts ? opts->n_weights : 0;
-    int rc = path ? model_input_read(&in, path, weights, n, &d) : model_input_text(&in, text, weights, n, &d);
-    if (!rc)
-        rc = jit_options_from(opts, &jo, &d);
+    int rc = jit_options_from(opts, &jo, &d);
+    if (!rc && path)
+        model_input_init(&in, path, weights, n);
+    else if (!rc)
+        rc = model_input_text(&in, text, weights, n, &d);
     kiln_module *m = rc ? NULL : jit_input(&in, &jo, opts ? opts->opt_level : 2, &d, err);
     model_input_free(&in);
     return finish_call(m, &d, f, &msg, err);

@@ -44,10 +44,12 @@ kiln_module *jit_graph_profiled(Graph *g, const TensorList *weights, const JitOp
 enum { MODEL_KEY_BYTES = 40 };
 
 /* The model in, compiled at -O level (its default pipeline) with jo's settings, from
- * the model cache (jit.c), where jo's in-process C target has one; else NULL, and
- * then, where in can have an entry, jo->model_key = key (MODEL_KEY_BYTES), so that
- * jit_graph, given the graph parsed from in after that pipeline, writes it. */
-kiln_module *jit_from_model_cache(const ModelInput *in, int level, JitOptions *jo, char *key,
-                                  kiln_error *err);
+ * the model cache (jit.c), where jo's in-process C target has one and holds it; else
+ * NULL. Files in has not read are hashed a chunk at a time, never held whole. */
+kiln_module *jit_from_model_cache(const ModelInput *in, int level, const JitOptions *jo, kiln_error *err);
+/* After a miss, with in read: where in can have a model entry, jo->model_key = key
+ * (MODEL_KEY_BYTES), the key of what was read, so that jit_graph, given the graph
+ * parsed from in after that pipeline, writes the entry. */
+void jit_keep_model(const ModelInput *in, int level, JitOptions *jo, char *key);
 
 #endif

@@ -298,8 +298,8 @@ static int kiln_cuda_cache_dir(char *dir, size_t n) {
     return (mkdir(dir, 0777) == 0 || errno == EEXIST) && access(dir, W_OK) == 0;
 }
 
-/* A cache entry is the cubin followed by a trailer, as kiln's own compile cache
- * (codegen/cache.c) writes them: "KILNCACH", the key (NUL-padded to 40 bytes), the
+/* A cache entry is the cubin followed by a trailer, in the manner of kiln's own
+ * compile cache (codegen/cache.c): "KILNCACH", the key (NUL-padded to 40 bytes), the
  * cubin's length and its FNV-1a checksum, little-endian. */
 enum { KILN_CUDA_KEY_BYTES = 40, KILN_CUDA_TRAILER = 8 + KILN_CUDA_KEY_BYTES + 16 };
 

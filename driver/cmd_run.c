@@ -212,12 +212,18 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
             progress_start(o->model, o->quiet);
         JitOptions jo = {0};
         char key[MODEL_KEY_BYTES];
-        rc = read_model(o, &file, d) || (!interp && jit_options(o, &jo, d));
-        if (!rc && model_cache_applies(o))
-            m = jit_from_model_cache(&file, o->pipeline.level, &jo, key, &err);
+        bool cache = !interp && model_cache_applies(o);
+        rc = !interp && jit_options(o, &jo, d);
+        if (!rc && cache) {
+            model_input_init(&file, o->model, o->weights, o->n_weights);
+            m = jit_from_model_cache(&file, o->pipeline.level, &jo, &err);
+        }
         if (m) {
             rc = compiled_signature(o->model, kiln_def(m), &sig, d);
         } else {
+            rc = rc || read_model(o, &file, d);
+            if (!rc && cache)
+                jit_keep_model(&file, o->pipeline.level, &jo, key);
             rc = rc || parse_read_model(o, &file, true, d, &g, &weights);
             progress_stage("optimizing");
             if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {

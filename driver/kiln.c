@@ -310,7 +310,8 @@ int read_model(const Options *o, ModelInput *in, Diag *d) {
         diag_error(d, (Loc){0}, "'%s': this command reads .kiln and .onnx models", o->model);
         return EXIT_USER;
     }
-    return model_input_read(in, o->model, o->weights, o->n_weights, d) ? EXIT_USER : 0;
+    model_input_init(in, o->model, o->weights, o->n_weights);
+    return model_input_read(in, d) ? EXIT_USER : 0;
 }
 
 int parse_read_model(const Options *o, const ModelInput *in, bool require_weights, Diag *d, Graph **g,

@@ -134,18 +134,22 @@ typedef struct {
 typedef struct {
     const char *name; /* the model's path, or "<model>" for text given in memory */
     bool onnx;
-    SrcFile *src;    /* a .kiln model */
-    ModelBytes file; /* an ONNX model */
-    ModelBytes *weights;
+    SrcFile *src;                     /* a .kiln model, once read (text given in memory: from the start) */
+    ModelBytes file;                  /* an ONNX model, once read */
     const char *const *weights_paths; /* the caller's */
     int n_weights;
+    ModelBytes *weights; /* the weights files', once read */
+    bool read;           /* model_input_read succeeded */
 } ModelInput;
 
-/* Reads the model at path (.kiln, or .onnx by its name) and the weights files; -1
- * after a diagnostic naming the file. model_input_free also after a failure. */
-int model_input_read(ModelInput *in, const char *path, const char *const *weights, int n_weights, Diag *d);
-/* The same for a model given as text. */
+/* The model at path (.kiln, or .onnx by its name) and the weights files, named, not
+ * read yet. */
+void model_input_init(ModelInput *in, const char *path, const char *const *weights, int n_weights);
+/* A model given as text (copied), and the weights files; -1 after a diagnostic. */
 int model_input_text(ModelInput *in, const char *text, const char *const *weights, int n_weights, Diag *d);
+/* Reads the files not read yet; -1 after a diagnostic naming the file. */
+int model_input_read(ModelInput *in, Diag *d);
+/* Frees what in holds, also after a failure. */
 void model_input_free(ModelInput *in);
 /* The model parsed and verified, or imported with binds (ONNX only), its weights
  * appended to weights: those it came with, then its weights files'. The graph points

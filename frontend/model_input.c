@@ -1,44 +1,41 @@
 /* A model as read from its files, once: its text or ONNX bytes, and the bytes of its
  * weights files. The model cache (codegen/jit.c) keys a model by these bytes, and a
  * miss parses these same bytes, so what is hashed and what is compiled cannot
- * disagree even when a file changes meanwhile. */
+ * disagree even when a file changes meanwhile. The files are named first and read
+ * later (model_input_read), so that a cache hit need not hold them in memory. */
 #include "frontend.h"
 
 #include <string.h>
 
-static int read_weights(ModelInput *in, const char *const *paths, int n, Diag *d) {
-    in->weights_paths = paths;
-    if (n <= 0)
-        return 0;
-    if (!(in->weights = ir_calloc((size_t)n, sizeof *in->weights)))
-        return diag_error(d, (Loc){0}, "out of memory");
-    for (; in->n_weights < n; in->n_weights++) {
-        ModelBytes *w = &in->weights[in->n_weights];
-        if (read_file_bytes(paths[in->n_weights], &w->bytes, &w->len, d))
-            return -1;
-    }
-    return 0;
-}
-
-int model_input_read(ModelInput *in, const char *path, const char *const *weights, int n_weights, Diag *d) {
-    *in = (ModelInput){.name = path, .onnx = is_onnx_path(path)};
-    int rc = in->onnx                            ? read_file_bytes(path, &in->file.bytes, &in->file.len, d)
-             : (in->src = srcfile_read(path, d)) ? 0
-                                                 : -1;
-    return rc ? rc : read_weights(in, weights, n_weights, d);
+void model_input_init(ModelInput *in, const char *path, const char *const *weights, int n_weights) {
+    *in = (ModelInput){
+        .name = path, .onnx = is_onnx_path(path), .weights_paths = weights, .n_weights = n_weights};
 }
 
 int model_input_text(ModelInput *in, const char *text, const char *const *weights, int n_weights, Diag *d) {
-    *in = (ModelInput){.name = "<model>"};
-    if (!(in->src = srcfile_from_string(in->name, text)))
-        return diag_error(d, (Loc){0}, "out of memory");
-    return read_weights(in, weights, n_weights, d);
+    *in = (ModelInput){.name = "<model>", .weights_paths = weights, .n_weights = n_weights};
+    return (in->src = srcfile_from_string(in->name, text)) ? 0 : diag_error(d, (Loc){0}, "out of memory");
+}
+
+int model_input_read(ModelInput *in, Diag *d) {
+    if (in->read)
+        return 0;
+    int rc = in->src    ? 0
+             : in->onnx ? read_file_bytes(in->name, &in->file.bytes, &in->file.len, d)
+             : (in->src = srcfile_read(in->name, d)) ? 0
+                                                     : -1;
+    if (!rc && in->n_weights > 0 && !(in->weights = ir_calloc((size_t)in->n_weights, sizeof *in->weights)))
+        rc = diag_error(d, (Loc){0}, "out of memory");
+    for (int i = 0; !rc && i < in->n_weights; i++)
+        rc = read_file_bytes(in->weights_paths[i], &in->weights[i].bytes, &in->weights[i].len, d);
+    in->read = !rc;
+    return rc;
 }
 
 void model_input_free(ModelInput *in) {
     srcfile_free(in->src);
     ir_free(in->file.bytes);
-    for (int i = 0; i < in->n_weights; i++)
+    for (int i = 0; in->weights && i < in->n_weights; i++)
         ir_free(in->weights[i].bytes);
     ir_free(in->weights);
     *in = (ModelInput){0};
