@@ -122,9 +122,24 @@ static int unit_count(const Program *p) {
 }
 
 #ifdef KILN_HAVE_CLANG_JIT
-/* Links the units of *keys (sources: their C, or NULL for cached objects only) with
- * the weights blob into a module named name; NULL with why in msg. */
-static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str *sources,
+/* Whether Clang's loop unrolling pays for its compile time: in a model of under
+ * UNROLL_FLOPS counted FLOPs a run (tens of microseconds), whose short loops it makes
+ * 7% faster (the small CNN, one thread); above that it made no difference measured
+ * (ResNet-18, MobileNetV2, EfficientNet-B0, MobileNetV3-Small, ResNet-50) and half
+ * of each cold JIT was LLVM unrolling loops and selecting their instructions. */
+enum { UNROLL_FLOPS = 10 * 1000 * 1000 };
+
+static bool unrolling_pays(const Program *p) {
+    int64_t flops = 0;
+    for (int i = 0; i < p->n_kernels; i++)
+        flops += p->kernels[i].flops;
+    return flops < UNROLL_FLOPS;
+}
+
+/* Links the units of *keys (sources: their C, compiled with LLVM's loop unrolling or
+ * without; or NULL for cached objects only) with the weights blob into a module named
+ * name; NULL with why in msg. */
+static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str *sources, bool unroll,
                                const JitWeights *weights, const JitOptions *o, const char *dir, char *msg,
                                size_t n, kiln_error *err) {
     const char *texts[MAX_UNITS], *key_ptrs[MAX_UNITS];
@@ -136,8 +151,9 @@ static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str
     }
     KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
     const kiln_model_def *def = NULL;
-    void *h = clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, weights, kernels.bytes,
-                                kernels.len, o->tools.cpu ? o->tools.cpu : "native", dir, &def, msg, n);
+    void *h =
+        clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, weights, kernels.bytes,
+                          kernels.len, o->tools.cpu ? o->tools.cpu : "native", unroll, dir, &def, msg, n);
     return h ? kiln_module_new(h, clang_jit_free, def, name, err) : NULL;
 }
 #endif
@@ -159,15 +175,17 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
     int rc = p->target == TARGET_C ? emit_c_units(p, keys->n, sources, d)
                                    : (str_printf(&sources[0], "%s", src->host.s ? src->host.s : ""),
                                       sources[0].oom ? diag_error(d, (Loc){0}, "out of memory") : 0);
+    bool unroll = unrolling_pays(p);
     if (rc == 0) {
         for (int u = 0; u < keys->n; u++) {
             CacheHash h = CACHE_HASH_INIT;
             toolchain_hash(&h, p->vector_floats, &o->tools);
+            cache_hash(&h, &unroll, sizeof unroll);
             cache_hash(&h, sources[u].s, sources[u].len);
             cache_hash_text(&h, keys->keys[u], sizeof keys->keys[u]);
         }
         JitWeights weights = {p->weights, (size_t)p->weights_bytes, NULL, 0};
-        m = link_units(g->name, keys, sources, &weights, o, dir, msg, sizeof msg, err);
+        m = link_units(g->name, keys, sources, unroll, &weights, o, dir, msg, sizeof msg, err);
         if (!m && *msg) /* kiln's own failure when Clang rejected the generated code, which it says */
             diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
         else if (!m)
@@ -375,7 +393,7 @@ static kiln_module *model_from_cache(const JitOptions *o, const char *dir, const
     char msg[2048];
     size_t at = blob_offset(name);
     JitWeights weights = {payload + at, len - at, payload, mapped}; /* the module's from here on */
-    return link_units(name, &keys, NULL, &weights, o, dir, msg, sizeof msg, err);
+    return link_units(name, &keys, NULL, false, &weights, o, dir, msg, sizeof msg, err);
 #else
     (void)o, (void)dir, (void)model_key, (void)err;
     return NULL;

@@ -118,7 +118,7 @@ void set_error(char *err, size_t errlen, const std::string &what, const std::str
 
 /* Compiles the source into an optimized module; NULL with Clang's diagnostics in
  * *diag_text. */
-std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const char *cpu,
+std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const char *cpu, bool unroll,
                                         llvm::LLVMContext &ctx, std::string *diag_text) {
     llvm::raw_string_ostream diag_out(*diag_text);
     llvm::IntrusiveRefCntPtr<clang::DiagnosticOptions> diag_opts(new clang::DiagnosticOptions);
@@ -129,9 +129,18 @@ std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const ch
     /* The driver works out the compiler's own flags: target CPU and features for
      * -march (native unless the caller chose a CPU), and the header search paths. */
     std::string march = std::string("-march=") + (cpu ? cpu : "native");
-    const char *args[] = {"clang",         "-fsyntax-only",         "-O2",        march.c_str(),
-                          "-fPIC",         "-fno-math-errno",       "-std=gnu11", "-DKILN_WEIGHTS_EXTERN",
-                          "-resource-dir", KILN_CLANG_RESOURCE_DIR, source_name};
+    const char *args[] = {"clang",
+                          "-fsyntax-only",
+                          "-O2",
+                          march.c_str(),
+                          "-fPIC",
+                          "-fno-math-errno",
+                          "-std=gnu11",
+                          "-DKILN_WEIGHTS_EXTERN",
+                          unroll ? "-funroll-loops" : "-fno-unroll-loops",
+                          "-resource-dir",
+                          KILN_CLANG_RESOURCE_DIR,
+                          source_name};
     clang::driver::Driver driver(KILN_CLANG_RESOURCE_DIR "/../../../bin/clang", llvm::sys::getProcessTriple(),
                                  diags);
     driver.setCheckInputsExist(false);
@@ -182,10 +191,10 @@ llvm::Error define_host_symbols(llvm::orc::LLJIT &jit, const void *weights) {
 }
 
 /* Compiles a unit's source into its object file, and stores that in the cache. */
-void compile_unit(Unit &u, const char *cpu) {
+void compile_unit(Unit &u, const char *cpu, bool unroll) {
     auto ctx = std::make_unique<llvm::LLVMContext>();
     std::string diag_text;
-    std::unique_ptr<llvm::Module> module = compile_c(u.source, u.len, cpu, *ctx, &diag_text);
+    std::unique_ptr<llvm::Module> module = compile_c(u.source, u.len, cpu, unroll, *ctx, &diag_text);
     if (!module) {
         u.error = "Clang failed on the generated code (a bug in kiln):\n" + diag_text;
         return;
@@ -209,11 +218,11 @@ void compile_unit(Unit &u, const char *cpu) {
 
 /* Compiles every unit without an object, each on a thread of its own: the units of
  * a model are what its compile spreads over the cores. */
-void compile_units(std::vector<Unit> &units, const char *cpu) {
+void compile_units(std::vector<Unit> &units, const char *cpu, bool unroll) {
     std::vector<std::thread> threads;
     for (Unit &u : units)
         if (!u.object)
-            threads.emplace_back([&u, cpu] { compile_unit(u, cpu); });
+            threads.emplace_back([&u, cpu, unroll] { compile_unit(u, cpu, unroll); });
     for (std::thread &t : threads)
         t.join();
 }
@@ -259,7 +268,7 @@ const char *link_model(ClangJit &h, std::vector<Unit> &units, llvm::StringRef ke
 
 extern "C" void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens,
                                    const char *const *keys, const JitWeights *weights, const void *kernels,
-                                   size_t kernels_len, const char *cpu, const char *cache_dir,
+                                   size_t kernels_len, const char *cpu, bool unroll, const char *cache_dir,
                                    const kiln_model_def **def, char *err, size_t errlen) {
     static std::once_flag init;
     std::call_once(init, [] {
@@ -300,7 +309,7 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
         set_error(err, errlen, "the model's objects are not in the cache", "");
         return nullptr;
     }
-    compile_units(units, cpu);
+    compile_units(units, cpu, unroll);
     for (Unit &u : units)
         if (!u.object) {
             set_error(err, errlen, "cannot compile the model in process", u.error);
@@ -314,7 +323,7 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
             u.corrupt();
             u.object.reset();
         }
-        compile_units(units, cpu);
+        compile_units(units, cpu, unroll);
         for (Unit &u : units)
             if (!u.object) {
                 set_error(err, errlen, "cannot compile the model in process", u.error);

@@ -285,7 +285,7 @@ static void test_compile_error(void **state) {
     make_cache_dir(dir, sizeof dir);
     void *h = clang_jit_compile(1, (const char *const[]){bad_c}, (const size_t[]){sizeof bad_c - 1},
                                 (const char *const[]){"bad"}, &(JitWeights){weights, sizeof weights, NULL, 0},
-                                NULL, 0, NULL, dir, &def, err, sizeof err);
+                                NULL, 0, NULL, false, dir, &def, err, sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);
     bool cached = access(path, F_OK) == 0;
