@@ -6,7 +6,9 @@
  * directory is removed whatever happens, so nothing is left behind, and while it
  * exists it and its files are registered (ir/tempfiles.h) for the driver's signal
  * handler to remove if SIGINT or SIGTERM ends the compile. The -march is the
- * caller's choice (native unless told otherwise). Emulated CUDA
+ * caller's choice (native unless told otherwise). A C target model of enough
+ * kernels is compiled as translation units (emit_c_units), a compiler process a core
+ * all at once, and then linked. Emulated CUDA
  * kernels are C++ that the system C++ compiler (kiln_options.cxx, default `c++`) compiles
  * first, into an object linked into the same shared object. */
 #include "codegen.h"
@@ -73,17 +75,17 @@ bool cc_cpu_valid(const char *cpu) {
     return false;
 }
 
-enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64, FILES = 7 };
+enum { DIR_MAX = 512, PATH_MAX_LEN = DIR_MAX + 64, FILES = 7, UNIT_FILES = 3 * C_MAX_UNITS };
 
 /* The compile's private directory and the files in it, each registered for removal
  * on a signal while it may exist. */
 typedef struct {
     char dir[DIR_MAX];
-    int slots[FILES + 1], n;
+    int slots[FILES + UNIT_FILES + 1], n;
 } WorkDir;
 
 static void work_track(WorkDir *w, const char *path) {
-    if (w->n < FILES + 1)
+    if (w->n < FILES + UNIT_FILES + 1)
         w->slots[w->n++] = tempfiles_add(path);
 }
 
@@ -100,8 +102,8 @@ static int write_in(WorkDir *w, const char *name, const void *buf, size_t len, D
     return ok ? 0 : diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
 }
 
-/* Runs argv with stdout and stderr into log; returns its exit status, or -1. */
-static int run_logged(char *const *argv, const char *log) {
+/* Starts argv with stdout and stderr into log; its pid, or -1. */
+static pid_t spawn_logged(char *const *argv, const char *log) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -110,9 +112,14 @@ static int run_logged(char *const *argv, const char *log) {
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
-        return -1;
+    return rc == 0 ? pid : -1;
+}
+
+/* The exit status of the process pid (-1: none), or -1. */
+static int wait_status(pid_t pid) {
     int status;
+    if (pid < 0)
+        return -1;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return -1;
@@ -122,20 +129,30 @@ static int run_logged(char *const *argv, const char *log) {
 static const char *const work_files[FILES] = {"model.c",  "kernels.cpp", "kernels.o",     "weights.bin",
                                               "model.so", "cc.log",      "kiln_kernels.o"};
 
+/* The files of unit u: its C, its object and its compiler's log. */
+static void unit_path(const WorkDir *w, int u, const char *ext, char *path) {
+    snprintf(path, PATH_MAX_LEN, "%s/unit%d.%s", w->dir, u, ext);
+}
+
 static void remove_dir(WorkDir *w) {
     char path[PATH_MAX_LEN];
     for (int i = 0; i < FILES; i++) {
         snprintf(path, sizeof path, "%s/%s", w->dir, work_files[i]);
         unlink(path);
     }
+    for (int u = 0; u < C_MAX_UNITS; u++)
+        for (int e = 0; e < 3; e++) {
+            unit_path(w, u, (const char *[]){"c", "o", "log"}[e], path);
+            unlink(path);
+        }
     rmdir(w->dir);
     for (int i = 0; i < w->n; i++)
         tempfiles_forget(w->slots[i]);
 }
 
-/* Runs a compiler; on failure, the diagnostic quotes the start of its log. */
-static int run_compiler(char **argv, const char *log, Diag *d) {
-    int status = run_logged(argv, log);
+/* The diagnostic for a compiler that exited with status (0: none), quoting the start
+ * of its log; -1 after one. */
+static int compiler_status(int status, const char *compiler, const char *log, Diag *d) {
     if (status == 0)
         return 0;
     unsigned char *text = NULL;
@@ -151,14 +168,60 @@ static int run_compiler(char **argv, const char *log, Diag *d) {
        generated code is kiln's */
     if (status < 0)
         diag_error(d, (Loc){0},
-                   "the compiler '%s' could not run (is a C compiler installed? $KILN_CC names it)", argv[0]);
+                   "the compiler '%s' could not run (is a C compiler installed? $KILN_CC names it)",
+                   compiler);
     else
         diag_internal(d, (Loc){0},
                       "the compiler '%s' failed on the generated code (a bug in kiln, unless $KILN_CC or "
                       "$KILN_CXX names a broken compiler)%s%.*s",
-                      argv[0], len ? ":\n" : "", (int)len, text ? (const char *)text : "");
+                      compiler, len ? ":\n" : "", (int)len, text ? (const char *)text : "");
     ir_free(text);
     return -1;
+}
+
+/* Runs a compiler; on failure, the diagnostic quotes the start of its log. */
+static int run_compiler(char **argv, const char *log, Diag *d) {
+    return compiler_status(wait_status(spawn_logged(argv, log)), argv[0], log, d);
+}
+
+/* Compiles p as `units` translation units (emit_c_units) into DIR/unitN.o, all at
+ * once, a compiler process each: the n arguments of cc before the files, unit 0 with
+ * weights_def (the blob is its own), the others referring to it. */
+static int compile_units(WorkDir *w, const Program *p, int units, char **cc, int n, char *weights_def,
+                         Diag *d) {
+    Str sources[C_MAX_UNITS] = {{0}};
+    pid_t pids[C_MAX_UNITS];
+    char paths[C_MAX_UNITS][3][PATH_MAX_LEN];
+    int rc = emit_c_units(p, units, sources, d), started = 0;
+    for (; !rc && started < units; started++) {
+        int u = started;
+        char name[32], *argv[40], **a = argv;
+        snprintf(name, sizeof name, "unit%d.c", u);
+        for (int e = 0; e < 3; e++) {
+            unit_path(w, u, (const char *[]){"c", "o", "log"}[e], paths[u][e]);
+            if (e > 0)
+                work_track(w, paths[u][e]);
+        }
+        if ((rc = write_in(w, name, sources[u].s, sources[u].len, d)))
+            break;
+        for (int i = 0; i < n; i++)
+            *a++ = cc[i];
+        *a++ = u == 0 ? weights_def : "-DKILN_WEIGHTS_EXTERN";
+        *a++ = "-c";
+        *a++ = "-o";
+        *a++ = paths[u][1];
+        *a++ = paths[u][0];
+        *a = NULL;
+        pids[u] = spawn_logged(argv, paths[u][2]);
+    }
+    for (int u = 0; u < started; u++) {
+        int status = wait_status(pids[u]);
+        if (!rc)
+            rc = compiler_status(status, cc[0], paths[u][2], d);
+    }
+    for (int u = 0; u < units; u++)
+        str_free(&sources[u]);
+    return rc;
 }
 
 int cc_compile_so(const Source *src, const Program *p, const char *out_path, const Toolchain *tc, Diag *d) {
@@ -207,16 +270,25 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         rc = run_compiler(argv, log, d);
     }
     if (!rc) {
-        char *argv[32];
+        char *argv[32 + C_MAX_UNITS], units_o[C_MAX_UNITS][PATH_MAX_LEN];
         int argc = 0;
         argv[argc++] = (char *)(tc->cc ? tc->cc : "cc");
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = march;
-        argv[argc++] = weights_def;
+        int units = p->target == TARGET_C && !src->emulated ? c_unit_count(p) : 1;
+        if (units > 1) {
+            rc = compile_units(&w, p, units, argv, argc, weights_def, d);
+            for (int u = 0; u < units; u++) {
+                unit_path(&w, u, "o", units_o[u]);
+                argv[argc++] = units_o[u];
+            }
+        } else {
+            argv[argc++] = weights_def;
+            argv[argc++] = c_file;
+        }
         argv[argc++] = "-o";
         argv[argc++] = so;
-        argv[argc++] = c_file;
         if (src->emulated)
             argv[argc++] = obj;
         if (p->vector_floats > 0) { /* the precompiled kernels, those the model calls */
@@ -228,7 +300,8 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         argv[argc++] = "-lm";
         argv[argc++] = "-lpthread";
         argv[argc] = NULL;
-        rc = run_compiler(argv, log, d);
+        if (!rc)
+            rc = run_compiler(argv, log, d);
     }
     if (!rc) {
         unsigned char *bytes = NULL;

@@ -380,6 +380,11 @@ int emit_c_model(const Program *p, Str *out, Diag *d);
  * the runtime and headers and every units-th kernel (from its index on); the first
  * also the run function and `kiln_model`, calling the others' kernels. */
 int emit_c_units(const Program *p, int units, Str *out, Diag *d);
+/* How many units p is compiled as: one a core, up to C_MAX_UNITS, but at least 8
+ * kernels a unit (a small model's compile is its fixed costs, which every unit pays
+ * again). */
+enum { C_MAX_UNITS = 4 };
+int c_unit_count(const Program *p);
 
 /* The header `kiln compile --header` writes: kiln/model.h after a comment a line
  * naming the model, its inputs and its outputs with their types. */

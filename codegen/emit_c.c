@@ -20,6 +20,7 @@
 #include "codegen.h"
 
 #include <string.h>
+#include <unistd.h>
 
 extern const char kiln_model_h_text[];
 extern const char kiln_runtime_text[];
@@ -374,6 +375,13 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
 
 int emit_c_model(const Program *p, Str *out, Diag *d) {
     return emit_c_unit(p, 0, 1, out, d);
+}
+
+int c_unit_count(const Program *p) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores < 1 ? 1 : cores > C_MAX_UNITS ? C_MAX_UNITS : (int)cores;
+    int most = p->n_kernels / 8;
+    return n < most ? n : most < 1 ? 1 : most;
 }
 
 int emit_c_units(const Program *p, int units, Str *out, Diag *d) {

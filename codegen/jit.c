@@ -102,24 +102,15 @@ static bool cache_dir(const char *given, char *dir, size_t n) {
     return make_dirs(dir) && access(dir, W_OK) == 0;
 }
 
-/* The in-process JIT compiles a model as up to MAX_UNITS translation units at once,
- * one a core (emit_c_units), each cached by its own key: a hash of its source and
- * of the toolchain (not the weights: the JIT binds them when it links). */
-enum { MAX_UNITS = 4, OBJECT_KEY_BYTES = 40 };
+/* The in-process JIT compiles a model as up to C_MAX_UNITS translation units at
+ * once, one a core (c_unit_count), each cached by its own key: a hash of its source
+ * and of the toolchain (not the weights: the JIT binds them when it links). */
+enum { MAX_UNITS = C_MAX_UNITS, OBJECT_KEY_BYTES = 40 };
 
 typedef struct {
     int n;
     char keys[MAX_UNITS][OBJECT_KEY_BYTES + 1];
 } UnitKeys;
-
-/* The units of p: one a core, but at least 8 kernels a unit (a small model's compile
- * is its fixed costs, which every unit pays again). */
-static int unit_count(const Program *p) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = cores < 1 ? 1 : cores > MAX_UNITS ? MAX_UNITS : (int)cores;
-    int most = p->n_kernels / 8;
-    return n < most ? n : most < 1 ? 1 : most;
-}
 
 #ifdef KILN_HAVE_CLANG_JIT
 /* Whether Clang's loop unrolling pays for its compile time: in a model of under
@@ -169,7 +160,7 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
     /* the C target's kernels in units; the CUDA target's host code (its kernels are
        NVRTC's) in one */
     Str sources[MAX_UNITS] = {{0}};
-    keys->n = p->target == TARGET_C ? unit_count(p) : 1;
+    keys->n = p->target == TARGET_C ? c_unit_count(p) : 1;
     kiln_module *m = NULL;
     char msg[2048] = "";
     int rc = p->target == TARGET_C ? emit_c_units(p, keys->n, sources, d)
