@@ -250,7 +250,9 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
     work_track(&w, obj);
     work_track(&w, so);
     work_track(&w, log);
-    int rc = write_in(&w, "model.c", src->host.s, src->host.len, d) ||
+    /* the model as units, or as the one file of its source */
+    int units = p->target == TARGET_C && !src->emulated ? c_unit_count(p) : 1;
+    int rc = (units == 1 && write_in(&w, "model.c", src->host.s, src->host.len, d)) ||
              write_in(&w, "weights.bin", p->weights, (size_t)p->weights_bytes, d) ||
              (src->emulated && write_in(&w, "kernels.cpp", src->kernels.s, src->kernels.len, d));
     KernelObject kernels = cc_kernel_object(p->vector_floats);
@@ -276,7 +278,6 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = march;
-        int units = p->target == TARGET_C && !src->emulated ? c_unit_count(p) : 1;
         if (units > 1) {
             rc = compile_units(&w, p, units, argv, argc, weights_def, d);
             for (int u = 0; u < units; u++) {

@@ -560,18 +560,21 @@ static kiln_module *finish_call(kiln_module *m, Diag *d, FILE *f, char **msg, ki
     return m;
 }
 
+/* Whether jo has a model cache (the in-process C target's), in dir[0..4096). */
+static bool model_cache_dir(const JitOptions *jo, char *dir) {
+    return jo->clang && jo->target == TARGET_C && cache_dir(jo->cache, dir, 4096);
+}
+
 kiln_module *jit_from_model_cache(const ModelInput *in, int level, const JitOptions *jo, kiln_error *err) {
     char dir[4096], key[MODEL_KEY_BYTES];
-    if (!jo->clang || jo->target != TARGET_C || !cache_dir(jo->cache, dir, sizeof dir) ||
-        model_key(in, level, jo, key, sizeof key))
+    if (!model_cache_dir(jo, dir) || model_key(in, level, jo, key, sizeof key))
         return NULL;
     return model_from_cache(jo, dir, key, err);
 }
 
 void jit_keep_model(const ModelInput *in, int level, JitOptions *jo, char *key) {
     char dir[4096];
-    if (jo->clang && jo->target == TARGET_C && cache_dir(jo->cache, dir, sizeof dir) &&
-        (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len)) &&
+    if (model_cache_dir(jo, dir) && (!in->onnx || !onnx_uses_external_data(in->file.bytes, in->file.len)) &&
         model_key(in, level, jo, key, MODEL_KEY_BYTES) == 0)
         jo->model_key = key;
 }
