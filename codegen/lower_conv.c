@@ -37,6 +37,7 @@
 #include "../ir/ops_impl.h"
 
 #include <limits.h>
+#include <string.h>
 
 enum { MAX_SPATIAL = 3, WORK_PER_THREAD = 16384 };
 
@@ -690,78 +691,47 @@ static bool depthwise_in_vectors(const Program *p, const Conv *c) {
     return p->vector_floats > 0 && c->ns == 2 && p->buf[c->wv].kind == BUF_WEIGHT;
 }
 
-/* Adds every tap of output position (p0, p1) into acc, a vector of the channels
- * from ch0 on or (vector false) the float of channel ch0; a tap whose input lies in
- * the padding is skipped by an if (along the row only where check_row: the
- * positions whose every tap lies inside need none). */
-static void depthwise_taps(KBuilder *b, const Conv *c, int x, int w, KExpr *image, KExpr *p0, KExpr *p1,
-                           KExpr *ch0, int acc, bool vector, bool check_row) {
-    KExpr *in[2], *tap[2];
-    int blocks = 0;
-    for (int s = 0; s < 2; s++) {
-        tap[s] = k_var(b, kb_for(b, k_name[s], KT_I64, k_int(b, 0), k_int(b, c->w.sp[s]), NULL, 0));
-        kb_unroll(b, (int)c->w.sp[s]);
-        in[s] = let_index(b, in_name[s], input_pos(b, c, s, s ? p1 : p0, tap[s]));
-        blocks++;
-        if (s == 0 || check_row) {
-            kb_if(b, within(b, in[s], c->x.sp[s]));
-            blocks++;
-        }
-    }
-    KExpr *at_x = plus(b, plus(b, k_add(b, image, ch0), in[0], c->x.ss[0]), in[1], c->x.ss[1]);
-    KExpr *at_w = k_add(b, k_mul(b, plus(b, tap[1], tap[0], c->w.sp[1]), k_int(b, c->y.c)), ch0);
-    kb_accum(b, acc,
-             vector ? k_mul(b, k_vload(b, x, at_x), k_vload(b, w, at_w))
-                    : k_mul(b, k_load(b, x, at_x), k_load(b, w, at_w)));
-    end_blocks(b, blocks);
+/* A depthwise conv in vectors runs a row of outputs at a time through
+ * kiln_depthwise_row (runtime/kernels.c), compiled once, rather than a copy of its
+ * loops per layer: those were two thirds of MobileNetV2's generated code. Its
+ * kernel's table holds the weights tap-major (relay_depthwise), then at
+ * depthwise_block_at the KilnDepthwise that the call reads; the table's floats from
+ * depthwise_table_floats on are the caller's. */
+enum { DEPTHWISE_BLOCK_FLOATS = (sizeof(KilnDepthwise) + 63) / 64 * 16 };
+
+static int64_t depthwise_block_at(const Conv *c) {
+    return (c->taps * c->y.c + 15) / 16 * 16;
 }
 
-/* The output positions [lo, hi) along the row whose every tap lies inside x. */
-static void inner_positions(const Conv *c, int64_t *lo, int64_t *hi) {
-    int64_t st = c->strides[1], pad = c->pads[1], wo = c->y.sp[1];
-    int64_t last = c->x.sp[1] - 1 - (c->w.sp[1] - 1) * c->dilations[1] + pad; /* the largest p st */
-    *lo = (pad + st - 1) / st;
-    *hi = last < 0 ? 0 : last / st + 1;
-    *lo = *lo < wo ? *lo : wo;
-    *hi = *hi < *lo ? *lo : *hi < wo ? *hi : wo;
+static int64_t depthwise_table_floats(const Conv *c) {
+    return depthwise_block_at(c) + DEPTHWISE_BLOCK_FLOATS;
 }
 
-/* Row p0 of image `image` of that depthwise conv into y at `row`, without the
- * epilogue: for a vector of channels at a time (the channels past the last whole
- * vector one by one), each output position of the row sums its taps in a register
- * and stores the sum once, its taps' weights (in `w`, as relay_depthwise lays them
- * out) the same for the whole row, so they stay in registers, and no tap tested
- * against the row's ends in the positions between. */
-static void depthwise_row(KBuilder *b, const Program *p, const Conv *c, int x, int w, int bias, int y,
-                          KExpr *image, KExpr *p0, KExpr *row) {
-    int64_t ch = c->y.c, vw = p->vector_floats, whole = ch / vw * vw, lo, hi;
-    inner_positions(c, &lo, &hi);
-    int64_t from[3] = {0, lo, hi}, to[3] = {lo, hi, c->y.sp[1]};
+static void fill_depthwise_table(const Program *p, const Conv *c, float *t) {
+    relay_depthwise(p, c, t);
+    KilnDepthwise block = {.c = c->y.c,
+                           .h = c->x.sp[0],
+                           .w = c->x.sp[1],
+                           .x_row = c->x.ss[0],
+                           .x_col = c->x.ss[1],
+                           .kh = c->w.sp[0],
+                           .kw = c->w.sp[1],
+                           .stride = {c->strides[0], c->strides[1]},
+                           .pad = {c->pads[0], c->pads[1]},
+                           .dilation = {c->dilations[0], c->dilations[1]},
+                           .wo = c->y.sp[1]};
+    memcpy(t + depthwise_block_at(c), &block, sizeof block);
+}
+
+/* Row p0 of image `image` (an offset into x) of that depthwise conv into y at
+ * `row`, without the epilogue; `table` the kernel's. */
+static void depthwise_row(KBuilder *b, const Conv *c, int x, int table, int bias, int y, KExpr *image,
+                          KExpr *p0, KExpr *row) {
     KExpr *zero = k_int(b, 0);
-    for (int vector = 1; vector >= 0; vector--) {
-        if (vector ? whole == 0 : whole == ch)
-            continue;
-        KExpr *ch0 = vector ? k_var(b, kb_for(b, "cv", KT_I64, zero, k_int(b, whole), k_int(b, vw), 0))
-                            : k_var(b, kb_for(b, "cs", KT_I64, k_int(b, whole), k_int(b, ch), NULL, 0));
-        for (int part = 0; part < 3; part++) {
-            if (from[part] == to[part])
-                continue;
-            KExpr *p1 = k_var(b, kb_for(b, "p1", KT_I64, k_int(b, from[part]), k_int(b, to[part]), NULL, 0));
-            KExpr *first = bias < 0 ? NULL : vector ? k_vload(b, bias, ch0) : k_load(b, bias, ch0);
-            int acc = kb_decl(b, vector ? "acc" : "sum", vector ? KT_VF32 : KT_F32,
-                              first    ? first
-                              : vector ? k_vsplat(b, 0)
-                                       : k_f32(b, 0));
-            depthwise_taps(b, c, x, w, image, p0, p1, ch0, acc, vector, part != 1);
-            KExpr *at = k_add(b, row, k_madd(b, p1, ch, ch0));
-            if (vector)
-                kb_vstore(b, y, at, k_var(b, acc));
-            else
-                kb_store(b, y, at, k_var(b, acc));
-            kb_end(b);
-        }
-        kb_end(b);
-    }
+    kb_call(b, "kiln_depthwise_row", 6,
+            (KExpr *[]){k_addr(b, table, k_int(b, depthwise_block_at(c))), k_addr(b, x, image),
+                        k_addr(b, table, zero), bias >= 0 ? k_addr(b, bias, zero) : zero, k_addr(b, y, row),
+                        p0});
 }
 
 /* The image and the row p0 of LOOP iteration i over (batch item, row). */
@@ -777,7 +747,15 @@ static void depthwise_iteration(KBuilder *b, const Conv *c, KExpr *i, KExpr **im
 static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) {
     int64_t ch = c->y.c, ho = c->y.sp[0], wo = c->y.sp[1];
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
-    if (!k || relay_depthwise_weights(p, n, c, k, d))
+    if (!k)
+        return -1;
+    float *table = ir_calloc((size_t)depthwise_table_floats(c), sizeof(float));
+    if (!table)
+        return diag_error(d, n->loc, "out of memory");
+    fill_depthwise_table(p, c, table);
+    int rc = program_table(p, k, table, (int64_t)sizeof(float) * depthwise_table_floats(c), d);
+    ir_free(table);
+    if (rc)
         return -1;
     k->flops = lower_flops(5, (int64_t[]){2, c->y.n, ch, c->positions, c->taps});
     KBuilder *b = &k->b;
@@ -786,7 +764,7 @@ static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) 
     KExpr *i = k_var(b, k->iter), *image, *p0;
     depthwise_iteration(b, c, i, &image, &p0);
     KExpr *row = let_index(b, "row", k_mul(b, i, k_int(b, wo * ch)));
-    depthwise_row(b, p, c, x, w, bias, y, image, p0, row);
+    depthwise_row(b, c, x, w, bias, y, image, p0, row);
     kb_tile_epilogue(b, p, c->node, c->epilogue, -1, NULL, NULL, y, row, k_int(b, 1), k_int(b, wo * ch), 0,
                      1);
     return 0;
@@ -916,7 +894,7 @@ static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag 
                     .b = (const float *)(p->weights + p->buf[pw.wv].offset),
                     .b_k = 1,
                     .b_q = ch,
-                    .table_at = (dw.taps * ch + 15) / 16 * 16,
+                    .table_at = depthwise_table_floats(&dw),
                     .node = pn,
                     .epilogue = pw.epilogue};
     offset_digit(&g.a_rows, wo, ch);
@@ -929,7 +907,7 @@ static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag 
         arena_free(&arena);
         return diag_error(d, pn->loc, "out of memory");
     }
-    relay_depthwise(p, &dw, table);
+    fill_depthwise_table(p, &dw, table);
     int rc = program_table(p, k, table, bytes, d);
     ir_free(table);
     if (rc) {
@@ -953,7 +931,7 @@ static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag 
     int mid = kb_array(b, "mid", KT_F32, wo * ch, 0, false, false);
     KExpr *i = k_var(b, k->iter), *image, *p0;
     depthwise_iteration(b, &dw, i, &image, &p0);
-    depthwise_row(b, p, &dw, x, t, bias, mid, image, p0, k_int(b, 0));
+    depthwise_row(b, &dw, x, t, bias, mid, image, p0, k_int(b, 0));
     kb_tile_epilogue(b, p, dn, dw.epilogue, -1, NULL, NULL, mid, k_int(b, 0), k_int(b, 1), k_int(b, wo * ch),
                      0, 1);
     g.a = mid;

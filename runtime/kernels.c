@@ -12,6 +12,9 @@
  * spread consecutive steps of the depth over up to 4 sets of sums, which a step's
  * multiply-adds do not wait on.
  *
+ * A depthwise conv's row (codegen/lower_conv.c) is a loop over channel vectors,
+ * its instances of 3x3 and 5x5 taps unrolled (below).
+ *
  * Winograd's transforms (codegen/lower_winograd.c says what they compute) take
  * B^T d B and A^T m A by the rows and then by the columns of the transform, whose
  * elements are constants here: the loops over them unroll, the products by 0 drop
@@ -238,6 +241,119 @@ void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t col
         bias_act_rows(tile, tile_ld, rows, cols, bias, true, KILN_ACT_NONE, lo, hi, y, y_ld);
     else
         bias_act_rows(tile, tile_ld, rows, cols, bias, false, KILN_ACT_NONE, lo, hi, y, y_ld);
+}
+
+/* ---- Depthwise convolution ----
+ *
+ * A vector of channels at a time, each output position of the row sums its taps in
+ * a register and stores the sum once; the positions whose taps all lie inside x
+ * along the row test none against its ends. 3x3 and 5x5 taps, nearly every depthwise conv
+ * there is, have instances of their own: in a row whose every tap row lies inside
+ * x, their tap loops unroll and their weights stay in registers along the row. */
+
+INLINE bool inside(int64_t at, int64_t size) {
+    return at >= 0 && at < size;
+}
+
+/* Positions [from, to) of row p0 into y, the vector of channels from ch on: the
+ * taps of rows [k0_lo, k0_hi) of kh x kw (all of them where all_rows), each
+ * checked against the row's ends where check_row. */
+INLINE void vector_span(const KilnDepthwise *d, const float *restrict x, const float *restrict w,
+                        const float *restrict bias, float *restrict y, int64_t p0, int64_t from, int64_t to,
+                        int64_t ch, int64_t k0_lo, int64_t k0_hi, const int64_t kh, const int64_t kw,
+                        const bool all_rows, const bool check_row) {
+    const int64_t c = d->c, x_row = d->x_row, x_col = d->x_col, width = d->w, s1 = d->stride[1],
+                  d1 = d->dilation[1], in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
+    const kiln_vf first = bias ? *(const kiln_vf *)(bias + ch) : (kiln_vf){0};
+    for (int64_t p1 = from; p1 < to; p1++) {
+        const int64_t in1 = p1 * s1 - d->pad[1];
+        kiln_vf acc = first;
+#pragma GCC unroll 5
+        for (int64_t k0 = 0; k0 < kh; k0++) {
+            if (!all_rows && (k0 < k0_lo || k0 >= k0_hi))
+                continue;
+            const float *xr = x + (in0 + k0 * d0) * x_row + ch, *wr = w + k0 * kw * c + ch;
+#pragma GCC unroll 5
+            for (int64_t k1 = 0; k1 < kw; k1++) {
+                const int64_t col = in1 + k1 * d1;
+                if (!check_row || inside(col, width))
+                    acc += *(const kiln_vf *)(xr + col * x_col) * *(const kiln_vf *)(wr + k1 * c);
+            }
+        }
+        *(kiln_vf *)(y + p1 * c + ch) = acc;
+    }
+}
+
+/* The row's positions, the vector of channels from ch on: [lo, hi) those whose
+ * every tap lies inside x along the row. */
+INLINE void vector_row(const KilnDepthwise *d, const float *x, const float *w, const float *bias, float *y,
+                       int64_t p0, int64_t ch, int64_t lo, int64_t hi, int64_t k0_lo, int64_t k0_hi,
+                       const int64_t kh, const int64_t kw, const bool all_rows) {
+    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, all_rows, true);
+    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, all_rows, false);
+    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, all_rows, true);
+}
+
+/* The channels fewer than a vector, one at a time. */
+INLINE void scalar_row(const KilnDepthwise *d, const float *restrict x, const float *restrict w,
+                       const float *restrict bias, float *restrict y, int64_t p0, int64_t k0_lo,
+                       int64_t k0_hi) {
+    const int64_t c = d->c, kw = d->kw, in0 = p0 * d->stride[0] - d->pad[0];
+    for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t p1 = 0; p1 < d->wo; p1++) {
+            const int64_t in1 = p1 * d->stride[1] - d->pad[1];
+            float sum = bias ? bias[ch] : 0;
+            for (int64_t k0 = k0_lo; k0 < k0_hi; k0++)
+                for (int64_t k1 = 0; k1 < kw; k1++) {
+                    const int64_t col = in1 + k1 * d->dilation[1];
+                    if (inside(col, d->w))
+                        sum += x[(in0 + k0 * d->dilation[0]) * d->x_row + col * d->x_col + ch] *
+                               w[(k0 * kw + k1) * c + ch];
+                }
+            y[p1 * c + ch] = sum;
+        }
+}
+
+/* The channels a vector at a time, the last vector ending at the last channel: where
+ * it overlaps the one before, it computes the same sums again, in the same order. */
+INLINE void depthwise_row(const KilnDepthwise *d, const float *x, const float *w, const float *bias, float *y,
+                          int64_t p0, const int64_t kh, const int64_t kw) {
+    /* the tap rows whose input row lies inside x */
+    const int64_t in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
+    int64_t k0_lo = 0, k0_hi = kh;
+    while (k0_lo < kh && in0 + k0_lo * d0 < 0)
+        k0_lo++;
+    while (k0_hi > k0_lo && in0 + (k0_hi - 1) * d0 >= d->h)
+        k0_hi--;
+    if (d->c < KILN_VF) {
+        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi);
+        return;
+    }
+    /* the positions from lo to hi: p stride - pad >= 0 and
+       p stride - pad + (kw - 1) dilation <= w - 1 */
+    const int64_t st = d->stride[1], pad = d->pad[1], wo = d->wo,
+                  last = d->w - 1 - (kw - 1) * d->dilation[1] + pad; /* the largest p st */
+    int64_t lo = (pad + st - 1) / st, hi = last < 0 ? 0 : last / st + 1;
+    lo = lo < wo ? lo : wo;
+    hi = hi < lo ? lo : hi < wo ? hi : wo;
+    for (int64_t ch = 0; ch < d->c; ch += KILN_VF) {
+        int64_t at = ch + KILN_VF <= d->c ? ch : d->c - KILN_VF;
+        if (k0_lo == 0 && k0_hi == kh)
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, true);
+        else
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, false);
+    }
+}
+
+void kiln_depthwise_row(const void *depthwise, const float *x, const float *w, const float *bias, float *y,
+                        int64_t p0) {
+    const KilnDepthwise *d = depthwise;
+    if (d->kh == 3 && d->kw == 3)
+        depthwise_row(d, x, w, bias, y, p0, 3, 3);
+    else if (d->kh == 5 && d->kw == 5)
+        depthwise_row(d, x, w, bias, y, p0, 5, 5);
+    else
+        depthwise_row(d, x, w, bias, y, p0, d->kh, d->kw);
 }
 
 /* ---- Winograd's transforms ---- */

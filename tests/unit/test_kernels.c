@@ -9,6 +9,11 @@
  *     value against B^T d B and A^T m A + bias, no store outside y, and an infinity
  *     in x that reaches no tile it does not lie in (zeros outside x are zeros, not
  *     0 times a clamped read);
+ *   - kiln_depthwise_row on 3x3 and 5x5 taps and others, strided, dilated and
+ *     padded unevenly, on channels of whole vectors, a vector and some (the last
+ *     vector overlapping the one before) and fewer than one, with and without a
+ *     bias: every row against a sum in double, nothing read from around x (NaN
+ *     there) and nothing stored past the row;
  *   - kiln_bias_act, every activation with a bias and without, bit for bit.
  * Skipped where this CPU lacks the width's instructions. */
 #include <setjmp.h>
@@ -283,6 +288,94 @@ static void test_winograd_transforms(void **state) {
     }
 }
 
+/* ---- Depthwise convolution ---- */
+
+/* One depthwise case: x [h, w, c] with x_col - c floats of NaN after each position
+ * and NaN rows above and below it; kernel kh x kw. */
+static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
+                            int64_t pad_top, int64_t pad_left, int64_t pad_bottom, int64_t pad_right,
+                            int64_t dilation, bool biased) {
+    int64_t x_col = c + 3, x_row = w * x_col,
+            ho = (h + pad_top + pad_bottom - (kh - 1) * dilation - 1) / stride + 1,
+            wo = (w + pad_left + pad_right - (kw - 1) * dilation - 1) / stride + 1;
+    KilnDepthwise d = {.c = c,
+                       .h = h,
+                       .w = w,
+                       .x_row = x_row,
+                       .x_col = x_col,
+                       .kh = kh,
+                       .kw = kw,
+                       .stride = {stride, stride},
+                       .pad = {pad_top, pad_left},
+                       .dilation = {dilation, dilation},
+                       .wo = wo};
+    float *mem = malloc(sizeof(float) * (size_t)((h + 2) * x_row)), *x = mem + x_row;
+    float *wt = malloc(sizeof(float) * (size_t)(kh * kw * c)), *bias = malloc(sizeof(float) * (size_t)c);
+    float *y = malloc(sizeof(float) * (size_t)(wo * c + KILN_VF));
+    for (int64_t i = 0; i < (h + 2) * x_row; i++)
+        mem[i] = NAN;
+    for (int64_t r = 0; r < h; r++)
+        for (int64_t q = 0; q < w; q++)
+            for (int64_t ch = 0; ch < c; ch++)
+                x[r * x_row + q * x_col + ch] = uniform();
+    for (int64_t i = 0; i < kh * kw * c; i++)
+        wt[i] = uniform();
+    for (int64_t i = 0; i < c; i++)
+        bias[i] = uniform();
+    for (int64_t p0 = 0; p0 < ho; p0++) {
+        for (int64_t i = 0; i < wo * c + KILN_VF; i++)
+            y[i] = 1234.5f;
+        kiln_depthwise_row(&d, x, wt, biased ? bias : NULL, y, p0);
+        for (int64_t p1 = 0; p1 < wo; p1++)
+            for (int64_t ch = 0; ch < c; ch++) {
+                double want = biased ? bias[ch] : 0, scale = fabs(want);
+                for (int64_t k0 = 0; k0 < kh; k0++)
+                    for (int64_t k1 = 0; k1 < kw; k1++) {
+                        int64_t r = p0 * stride - pad_top + k0 * dilation,
+                                q = p1 * stride - pad_left + k1 * dilation;
+                        if (r < 0 || r >= h || q < 0 || q >= w)
+                            continue;
+                        double term = (double)x[r * x_row + q * x_col + ch] * wt[(k0 * kw + k1) * c + ch];
+                        want += term;
+                        scale += fabs(term);
+                    }
+                float got = y[p1 * c + ch];
+                if (!(fabs(got - want) <= 1e-6 * (scale + 1)))
+                    fail_msg(
+                        "depthwise %lldx%lld, %lld channels, stride %lld: (%lld, %lld, %lld) is %g, not %g",
+                        (long long)kh, (long long)kw, (long long)c, (long long)stride, (long long)p0,
+                        (long long)p1, (long long)ch, got, want);
+            }
+        for (int64_t i = wo * c; i < wo * c + KILN_VF; i++)
+            if (y[i] != 1234.5f)
+                fail_msg("depthwise %lld channels: a store past the row", (long long)c);
+    }
+    free(mem);
+    free(wt);
+    free(bias);
+    free(y);
+}
+
+static void test_depthwise_row(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    const int64_t channels[] = {2 * KILN_VF, KILN_VF + 3, KILN_VF - 1, 2};
+    for (int i = 0; i < 4; i++) {
+        int64_t c = channels[i];
+        if (c <= 0)
+            continue;
+        for (int biased = 0; biased < 2; biased++) {
+            check_depthwise(c, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, biased);
+            check_depthwise(c, 7, 9, 3, 3, 2, 0, 1, 1, 0, 1, biased);
+            check_depthwise(c, 7, 7, 5, 5, 1, 2, 2, 2, 2, 1, biased);
+            check_depthwise(c, 11, 10, 5, 5, 2, 2, 1, 1, 2, 2, biased);
+            check_depthwise(c, 6, 5, 3, 2, 1, 1, 0, 1, 1, 1, biased); /* neither 3x3 nor 5x5 */
+            check_depthwise(c, 4, 3, 7, 7, 1, 3, 3, 3, 3, 1, biased); /* taps wider than x */
+        }
+    }
+}
+
 /* What relu and clip compute (ir/unary.def): relu turns -0 into +0 and keeps NaN;
  * clip keeps -0 and NaN. */
 static float act_of(float x, int64_t act, float lo, float hi) {
@@ -337,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tile_shapes),
         cmocka_unit_test(test_gemm_digits_and_segments),
         cmocka_unit_test(test_winograd_transforms),
+        cmocka_unit_test(test_depthwise_row),
         cmocka_unit_test(test_bias_act),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
