@@ -1,10 +1,12 @@
 /* Entries of the compile cache: a payload with a trailer that makes it verifiable.
  *
  * An entry is the payload (an object file or a shared object, byte for byte as the
- * compiler made it) followed by a 64-byte trailer: the magic CACHE_ENTRY_FORMAT, the entry's
- * key (the hash its file is named by, so a file copied or renamed to another key is
- * not taken for it), the payload's length and its 64-bit checksum (cache_hash), each
- * little-endian. The trailer goes at the end rather than the start
+ * compiler made it, or a model's weights behind a head) followed by a 72-byte
+ * trailer: the magic CACHE_ENTRY_FORMAT, the entry's key (the hash its file is named
+ * by, so a file copied or renamed to another key is not taken for it), the
+ * payload's length, the length of its head and its 64-bit checksum (cache_hash of
+ * the head, then of the rest, so that a writer hashes and writes the two where they
+ * lie, copying neither), each little-endian. The trailer goes at the end rather than the start
  * because a shared object entry is dlopened in place, and the loader ignores bytes past what the ELF headers
  * describe. An entry is written to a temporary file and renamed into place, so a reader sees a whole entry or
  * none; one that fails any check (short, wrong magic or key, bad checksum) reads as CACHE_CORRUPT, and the
@@ -25,7 +27,7 @@
 #endif
 
 static const char MAGIC[8] = CACHE_ENTRY_FORMAT;
-enum { KEY_BYTES = 40, TRAILER_BYTES = 8 + KEY_BYTES + 8 + 8 };
+enum { KEY_BYTES = 40, TRAILER_BYTES = 8 + KEY_BYTES + 8 + 8 + 8 };
 
 static const uint64_t MULTIPLIERS[2] = {0x100000001b3ull, 0x9e3779b97f4a7c15ull};
 
@@ -125,25 +127,44 @@ void cache_hash_text(const CacheHash *h, char *key, size_t n) {
     snprintf(key, n, "%016llx%016llx", (unsigned long long)h->h[0], (unsigned long long)h->h[1]);
 }
 
-static uint64_t checksum(const unsigned char *p, size_t n) {
-    CacheHash h = CACHE_HASH_INIT;
-    cache_hash(&h, p, n);
-    return h.h[0] ^ h.h[1];
-}
-
 static void put_u64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* The trailer for payload under key, into t. */
-static void make_trailer(unsigned char *t, const char *key, const unsigned char *payload, size_t len) {
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The trailer under key of the payload head[0..head_len) then body[0..body_len), into t. */
+static void make_trailer(unsigned char *t, const char *key, const void *head, size_t head_len,
+                         const void *body, size_t body_len) {
     memset(t, 0, TRAILER_BYTES);
     memcpy(t, MAGIC, 8);
     size_t k = strlen(key);
     memcpy(t + 8, key, k < KEY_BYTES ? k : KEY_BYTES);
-    put_u64(t + 8 + KEY_BYTES, len);
-    put_u64(t + 16 + KEY_BYTES, checksum(payload, len));
+    put_u64(t + 8 + KEY_BYTES, head_len + body_len);
+    put_u64(t + 16 + KEY_BYTES, head_len);
+    CacheHash h = CACHE_HASH_INIT;
+    cache_hash(&h, head, head_len);
+    cache_hash(&h, body, body_len);
+    put_u64(t + 24 + KEY_BYTES, h.h[0] ^ h.h[1]);
+}
+
+/* Whether entry[0..n) is a whole entry for key; its payload's length in *len. */
+static bool entry_valid(const unsigned char *entry, size_t n, const char *key, size_t *len) {
+    if (n < TRAILER_BYTES)
+        return false;
+    *len = n - TRAILER_BYTES;
+    uint64_t head = get_u64(entry + *len + 16 + KEY_BYTES);
+    if (head > *len)
+        return false;
+    unsigned char want[TRAILER_BYTES];
+    make_trailer(want, key, entry, (size_t)head, entry + head, *len - (size_t)head);
+    return memcmp(entry + *len, want, TRAILER_BYTES) == 0;
 }
 
 CacheLookup cache_entry_read(const char *path, const char *key, unsigned char **payload, size_t *len) {
@@ -161,14 +182,8 @@ CacheLookup cache_entry_read(const char *path, const char *key, unsigned char **
     fclose(quiet);
     if (!exists)
         return CACHE_MISS;
-    if (rc != 0 || n < TRAILER_BYTES) {
-        ir_free(buf);
-        return CACHE_CORRUPT;
-    }
-    size_t body = n - TRAILER_BYTES;
-    unsigned char want[TRAILER_BYTES];
-    make_trailer(want, key, buf, body);
-    if (memcmp(buf + body, want, TRAILER_BYTES) != 0) {
+    size_t body;
+    if (rc != 0 || !entry_valid(buf, n, key, &body)) {
         ir_free(buf);
         return CACHE_CORRUPT;
     }
@@ -195,10 +210,8 @@ CacheLookup cache_entry_map(const char *path, const char *key, const unsigned ch
     close(fd);
     if (map == MAP_FAILED)
         return CACHE_CORRUPT;
-    size_t body = (size_t)st.st_size - TRAILER_BYTES;
-    unsigned char want[TRAILER_BYTES];
-    make_trailer(want, key, map, body);
-    if (memcmp((const unsigned char *)map + body, want, TRAILER_BYTES) != 0) {
+    size_t body;
+    if (!entry_valid(map, (size_t)st.st_size, key, &body)) {
         munmap(map, (size_t)st.st_size);
         return CACHE_CORRUPT;
     }
@@ -213,19 +226,18 @@ void cache_entry_unmap(const unsigned char *payload, size_t mapped) {
         munmap((void *)payload, mapped);
 }
 
-int cache_entry_write(const char *path, const char *key, const void *payload, size_t len) {
-    unsigned char *buf = ir_malloc(len + TRAILER_BYTES);
-    if (!buf)
-        return -1;
-    memcpy(buf, payload, len);
-    make_trailer(buf + len, key, buf, len);
+int cache_entry_write(const char *path, const char *key, const void *head, size_t head_len, const void *body,
+                      size_t body_len) {
+    unsigned char trailer[TRAILER_BYTES];
+    make_trailer(trailer, key, head, head_len, body, body_len);
     FILE *quiet = fopen("/dev/null", "w");
     Diag d;
     diag_init(&d, quiet ? quiet : stderr);
-    int rc = quiet ? write_file_atomic(path, buf, len + TRAILER_BYTES, &d) : -1;
+    const void *parts[] = {head, body, trailer};
+    size_t lens[] = {head_len, body_len, sizeof trailer};
+    int rc = quiet ? write_parts_atomic(path, 3, parts, lens, &d) : -1;
     if (quiet)
         fclose(quiet);
-    ir_free(buf);
     return rc;
 }
 

@@ -25,7 +25,7 @@ typedef struct {
     }
 /* The entries' magic, which names their format and checksum: part of every key, so
  * that entries of another format are never looked up. */
-#define CACHE_ENTRY_FORMAT "KILNCAC4"
+#define CACHE_ENTRY_FORMAT "KILNCAC5"
 
 /* Continues h with data[0..n), and n. */
 void cache_hash(CacheHash *h, const void *data, size_t n);
@@ -44,9 +44,11 @@ void cache_entry_free(unsigned char *payload);
 CacheLookup cache_entry_map(const char *path, const char *key, const unsigned char **payload, size_t *len,
                             size_t *mapped);
 void cache_entry_unmap(const unsigned char *payload, size_t mapped);
-/* Stores payload as the entry path for key, atomically; 0, or -1 (a cache that cannot
- * be written only costs a later run a compile, so callers may ignore it). */
-int cache_entry_write(const char *path, const char *key, const void *payload, size_t len);
+/* Stores the payload head[0..head_len) then body[0..body_len) as the entry path for
+ * key, atomically; 0, or -1 (a cache that cannot be written only costs a later run a
+ * compile, so callers may ignore it). */
+int cache_entry_write(const char *path, const char *key, const void *head, size_t head_len, const void *body,
+                      size_t body_len);
 /* Says on stderr that the entry path is corrupt and is being rebuilt. */
 void cache_entry_warn(const char *path);
 

@@ -337,21 +337,21 @@ static size_t blob_offset(const char *name) {
 }
 
 /* Stores the model name's units' keys (MAX_UNITS of OBJECT_KEY_BYTES, the unused ones
- * zeros), its name and p's weights blob under model_key. */
+ * zeros), its name and p's weights blob under model_key: the blob written from where
+ * it lies (it may be hundreds of megabytes). */
 static void model_entry_write(const char *dir, const char *model_key, const char *name, const UnitKeys *keys,
                               const Program *p) {
     char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
-    size_t at = blob_offset(name), len = at + (size_t)p->weights_bytes;
-    unsigned char *payload = ir_calloc(len, 1);
-    if (!payload)
+    size_t at = blob_offset(name);
+    unsigned char *head = ir_calloc(at, 1);
+    if (!head)
         return; /* a later run compiles again */
     for (int u = 0; u < keys->n; u++)
-        memcpy(payload + u * OBJECT_KEY_BYTES, keys->keys[u], strlen(keys->keys[u]));
-    memcpy(payload + UNIT_KEYS_BYTES, name, strlen(name));
-    memcpy(payload + at, p->weights, (size_t)p->weights_bytes);
-    cache_entry_write(path, model_key, payload, len);
-    ir_free(payload);
+        memcpy(head + u * OBJECT_KEY_BYTES, keys->keys[u], strlen(keys->keys[u]));
+    memcpy(head + UNIT_KEYS_BYTES, name, strlen(name));
+    cache_entry_write(path, model_key, head, at, p->weights, (size_t)p->weights_bytes);
+    ir_free(head);
 }
 
 /* The model from the model cache; NULL when it is not there whole. */
@@ -432,7 +432,7 @@ static int so_entry(const Source *src, const Program *p, const char *path, const
         rc = read_file_bytes(tmp, &payload, &len, d);
     unlink(tmp);
     tempfiles_forget(slot);
-    if (!rc && cache_entry_write(path, key, payload, len) != 0)
+    if (!rc && cache_entry_write(path, key, NULL, 0, payload, len) != 0)
         rc = diag_error(d, (Loc){0}, "cannot write the cache entry '%s'", path);
     ir_free(payload);
     return rc;

@@ -212,7 +212,7 @@ void compile_unit(Unit &u, const char *cpu, bool unroll) {
     }
     u.object = std::move(*object);
     if (!u.path.empty())
-        cache_entry_write(u.path.c_str(), u.key.c_str(), u.object->getBufferStart(),
+        cache_entry_write(u.path.c_str(), u.key.c_str(), nullptr, 0, u.object->getBufferStart(),
                           u.object->getBufferSize());
 }
 

@@ -227,14 +227,16 @@ static mode_t new_file_mode(void) {
     return 0666 & ~(mode_t)mask;
 }
 
-/* Writes buf to a new temporary file beside path; its name in *tmp (freed by the caller). */
-static int write_temp(const char *path, const void *buf, size_t len, char **tmp, Diag *d) {
-    size_t n = strlen(path);
-    *tmp = ir_malloc(n + sizeof ".XXXXXX");
+/* Writes the parts to a new temporary file beside path; its name in *tmp (freed by
+ * the caller). */
+static int write_temp(const char *path, int n, const void *const *bufs, const size_t *lens, char **tmp,
+                      Diag *d) {
+    size_t len = strlen(path);
+    *tmp = ir_malloc(len + sizeof ".XXXXXX");
     if (!*tmp)
         return diag_error(d, (Loc){0}, "out of memory writing '%s'", path);
-    memcpy(*tmp, path, n);
-    memcpy(*tmp + n, ".XXXXXX", sizeof ".XXXXXX");
+    memcpy(*tmp, path, len);
+    memcpy(*tmp + len, ".XXXXXX", sizeof ".XXXXXX");
     int fd = mkstemp(*tmp);
     if (fd < 0) {
         int err = errno;
@@ -243,7 +245,10 @@ static int write_temp(const char *path, const void *buf, size_t len, char **tmp,
         return diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(err));
     }
     int err = 0;
-    if (write_fully(fd, buf, len) != 0 || fchmod(fd, new_file_mode()) != 0)
+    for (int i = 0; i < n && !err; i++)
+        if (write_fully(fd, bufs[i], lens[i]) != 0)
+            err = errno;
+    if (!err && fchmod(fd, new_file_mode()) != 0)
         err = errno;
     if (close(fd) != 0 && !err)
         err = errno;
@@ -256,30 +261,17 @@ static int write_temp(const char *path, const void *buf, size_t len, char **tmp,
     return 0;
 }
 
-int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens,
-                       Diag *d) {
-    char **tmp = ir_calloc((size_t)n, sizeof *tmp);
-    if (!tmp)
-        return diag_error(d, (Loc){0}, "out of memory writing '%s'", paths[0]);
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++)
-        rc = write_temp(paths[i], bufs[i], lens[i], &tmp[i], d);
-    for (int i = 0; i < n && !rc; i++)
-        if (rename(tmp[i], paths[i]) != 0)
-            rc = diag_error(d, (Loc){0}, "cannot write '%s': %s", paths[i], strerror(errno));
-        else {
-            ir_free(tmp[i]);
-            tmp[i] = NULL;
-        }
-    for (int i = 0; i < n; i++)
-        if (tmp[i]) {
-            unlink(tmp[i]);
-            ir_free(tmp[i]);
-        }
+int write_parts_atomic(const char *path, int n, const void *const *bufs, const size_t *lens, Diag *d) {
+    char *tmp = NULL;
+    int rc = write_temp(path, n, bufs, lens, &tmp, d);
+    if (!rc && rename(tmp, path) != 0) {
+        rc = diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+        unlink(tmp);
+    }
     ir_free(tmp);
     return rc;
 }
 
 int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d) {
-    return write_files_atomic(1, &path, &buf, &len, d);
+    return write_parts_atomic(path, 1, &buf, &len, d);
 }

@@ -167,10 +167,9 @@ const char *file_kind(unsigned mode);
 int open_beneath(const char *dir, const char *rel, const char **why);
 /* Writes via a temporary file renamed into place; -1 after a diagnostic. */
 int write_file_atomic(const char *path, const void *buf, size_t len, Diag *d);
+/* The same, the file's bytes the n parts bufs[i][0..lens[i]) one after another. */
+int write_parts_atomic(const char *path, int n, const void *const *bufs, const size_t *lens, Diag *d);
 /* write(2) until all len bytes are written (EINTR retried); 0, or -1 with errno. */
 int write_fully(int fd, const void *buf, size_t len);
-/* Writes n files all or nothing: each goes to a temporary file beside it, and the
- * temporaries are renamed into place only once all are written. */
-int write_files_atomic(int n, const char *const *paths, const void *const *bufs, const size_t *lens, Diag *d);
 
 #endif

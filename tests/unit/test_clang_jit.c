@@ -216,7 +216,7 @@ static void test_hostile_cache_unlinkable_object(void **state) {
     const char *name = strrchr(obj, '/') + 1;
     snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
     static const char garbage[] = "\177ELF, but not an object file at all";
-    assert_int_equal(cache_entry_write(obj, key, garbage, sizeof garbage), 0);
+    assert_int_equal(cache_entry_write(obj, key, NULL, 0, garbage, sizeof garbage), 0);
     unsigned char *payload = NULL;
     size_t len = 0;
     assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
