@@ -695,9 +695,9 @@ static bool depthwise_in_vectors(const Program *p, const Conv *c) {
  * kiln_depthwise_row (runtime/kernels.c), compiled once, rather than a copy of its
  * loops per layer: those were two thirds of MobileNetV2's generated code. Its
  * kernel's table holds the weights tap-major (relay_depthwise), then at
- * depthwise_block_at the KilnDepthwise that the call reads; the table's floats from
+ * depthwise_block_at the KilnWindow that the call reads; the table's floats from
  * depthwise_table_floats on are the caller's. */
-enum { DEPTHWISE_BLOCK_FLOATS = (sizeof(KilnDepthwise) + 63) / 64 * 16 };
+enum { DEPTHWISE_BLOCK_FLOATS = (sizeof(KilnWindow) + 63) / 64 * 16 };
 
 static int64_t depthwise_block_at(const Conv *c) {
     return (c->taps * c->y.c + 15) / 16 * 16;
@@ -709,7 +709,7 @@ static int64_t depthwise_table_floats(const Conv *c) {
 
 static void fill_depthwise_table(const Program *p, const Conv *c, float *t) {
     relay_depthwise(p, c, t);
-    KilnDepthwise block = {.c = c->y.c,
+    KilnWindow block = {.c = c->y.c,
                            .h = c->x.sp[0],
                            .w = c->x.sp[1],
                            .x_row = c->x.ss[0],

@@ -1,7 +1,9 @@
 /* Lowering of the pools: max_pool, avg_pool, global_avg_pool and adaptive_avg_pool,
  * in either layout, built as kernel IR.
  *
- * Each is one LOOP kernel. max_pool, avg_pool and adaptive_avg_pool take one
+ * Each is one LOOP kernel. A max_pool over 2 spatial dims with channels last on the
+ * C target is a row of outputs an iteration, run by the precompiled
+ * kiln_max_pool_row. Otherwise max_pool, avg_pool and adaptive_avg_pool take one
  * iteration per output element (max_pool and avg_pool with channels last: per
  * output position, each tap's channels a contiguous vector accumulated in place in
  * the result): the body unravels it into (b, c, p...), and loops over its window
@@ -15,6 +17,7 @@
  * double. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
+#include "../runtime/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -95,6 +98,37 @@ static Kernel *loop_over_output(Program *p, const Node *n, int64_t work, Diag *d
 
 /* ---- max_pool and avg_pool ---- */
 
+/* A max_pool over 2 spatial dims with channels last, on the C target: one iteration
+ * per row of outputs, each a call of kiln_max_pool_row (runtime/kernels.c, compiled
+ * once), the window's shapes in the kernel's table. */
+static int max_pool_rows(Program *p, const Node *n, const View *x, const View *y, const int64_t *kernel,
+                         const int64_t *strides, const int64_t *pads, const int64_t *dil, Diag *d) {
+    int64_t ho = y->sp[0], wo = y->sp[1];
+    Kernel *k = kernel_loop(p, n, NULL, y->n * ho,
+                            grain_for(lower_flops(3, (int64_t[]){kernel[0] * kernel[1], wo, y->c})), d);
+    KilnWindow window = {.c = x->c,
+                         .h = x->sp[0],
+                         .w = x->sp[1],
+                         .x_row = x->ss[0],
+                         .x_col = x->ss[1],
+                         .kh = kernel[0],
+                         .kw = kernel[1],
+                         .stride = {strides[0], strides[1]},
+                         .pad = {pads[0], pads[1]},
+                         .dilation = {dil[0], dil[1]},
+                         .wo = wo};
+    if (!k || program_table(p, k, &window, sizeof window, d))
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    KExpr *image = y->n > 1 ? k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, x->sn)) : zero;
+    KExpr *p0 = y->n > 1 ? k_mod(b, i, k_int(b, ho)) : i;
+    kb_call(b, "kiln_max_pool_row", 4,
+            (KExpr *[]){k_addr(b, kb_table(b), zero), k_addr(b, kb_value(b, n->in[0], false), image),
+                        k_addr(b, kb_value(b, n->out[0], true), k_mul(b, i, k_int(b, wo * y->c))), p0});
+    return 0;
+}
+
 int lower_pool(Program *p, const Node *n, Diag *d) {
     bool nhwc = layout_is_nhwc(n), is_max = n->op == OP_MAX_POOL;
     View x = view_of(&p->g->values[n->in[0]].type, nhwc), y = view_of(&p->g->values[n->out[0]].type, nhwc);
@@ -105,6 +139,8 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
     node_ints(n, ATTR_PADS, pads, 2 * MAX_SPATIAL, 2 * ns);
     if (is_max)
         node_ints(n, ATTR_DILATIONS, dil, MAX_SPATIAL, ns);
+    if (is_max && nhwc && ns == 2 && x.c > 1 && p->vector_floats > 0)
+        return max_pool_rows(p, n, &x, &y, kernel, strides, pads, dil, d);
     bool count_pad = !is_max && node_bool(n, ATTR_COUNT_INCLUDE_PAD);
     int64_t window = lower_flops(ns, kernel); /* at most KILN_MAX_NUMEL (infer_pool) */
     /* channels last: an iteration per output position, over all its channels */

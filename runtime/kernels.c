@@ -12,8 +12,9 @@
  * spread consecutive steps of the depth over up to 4 sets of sums, which a step's
  * multiply-adds do not wait on.
  *
- * A depthwise conv's row (codegen/lower_conv.c) is a loop over channel vectors,
- * its instances of 3x3 and 5x5 taps unrolled (below).
+ * A depthwise conv's row (codegen/lower_conv.c) and a max pool's
+ * (codegen/lower_pool.c) are loops over channel vectors, their common windows'
+ * instances unrolled (below).
  *
  * Winograd's transforms (codegen/lower_winograd.c says what they compute) take
  * B^T d B and A^T m A by the rows and then by the columns of the transform, whose
@@ -26,6 +27,7 @@
 #include "kernels.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifndef KILN_VF
 #error "KILN_VF (the floats in a vector register) must be defined by the build"
@@ -243,28 +245,37 @@ void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t col
         bias_act_rows(tile, tile_ld, rows, cols, bias, false, KILN_ACT_NONE, lo, hi, y, y_ld);
 }
 
-/* ---- Depthwise convolution ----
+/* ---- Sliding windows: depthwise conv and max pool ----
  *
- * A vector of channels at a time, each output position of the row sums its taps in
- * a register and stores the sum once; the positions whose taps all lie inside x
- * along the row test none against its ends. 3x3 and 5x5 taps, nearly every depthwise conv
- * there is, have instances of their own: in a row whose every tap row lies inside
- * x, their tap loops unroll and their weights stay in registers along the row. */
+ * A row of outputs a vector of channels at a time: each output position sums its
+ * taps times their weights (a depthwise conv) or takes their max (a max pool) in a
+ * register and stores the result once; the positions whose taps all lie inside x
+ * along the row test none against its ends. 3x3 and 5x5 windows, nearly every one
+ * there is (2x2 and 3x3 for pools), have instances of their own: in a row whose
+ * every tap row lies inside x, their tap loops unroll and a depthwise conv's
+ * weights stay in registers along the row. A max keeps v where v is NaN or above
+ * what it holds, so the last NaN of a window, as the op's kernel does. */
 
 INLINE bool inside(int64_t at, int64_t size) {
     return at >= 0 && at < size;
 }
 
+INLINE kiln_vf max_step(kiln_vf v, kiln_vf acc) {
+    return choose((v != v) | (v > acc), v, acc);
+}
+
 /* Positions [from, to) of row p0 into y, the vector of channels from ch on: the
  * taps of rows [k0_lo, k0_hi) of kh x kw (all of them where all_rows), each
  * checked against the row's ends where check_row. */
-INLINE void vector_span(const KilnDepthwise *d, const float *restrict x, const float *restrict w,
+INLINE void vector_span(const KilnWindow *d, const float *restrict x, const float *restrict w,
                         const float *restrict bias, float *restrict y, int64_t p0, int64_t from, int64_t to,
                         int64_t ch, int64_t k0_lo, int64_t k0_hi, const int64_t kh, const int64_t kw,
-                        const bool all_rows, const bool check_row) {
+                        const bool max, const bool all_rows, const bool check_row) {
     const int64_t c = d->c, x_row = d->x_row, x_col = d->x_col, width = d->w, s1 = d->stride[1],
                   d1 = d->dilation[1], in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
-    const kiln_vf first = bias ? *(const kiln_vf *)(bias + ch) : (kiln_vf){0};
+    const kiln_vf first = max    ? -__builtin_inff() - (kiln_vf){0}
+                          : bias ? *(const kiln_vf *)(bias + ch)
+                                 : (kiln_vf){0};
     for (int64_t p1 = from; p1 < to; p1++) {
         const int64_t in1 = p1 * s1 - d->pad[1];
         kiln_vf acc = first;
@@ -272,12 +283,14 @@ INLINE void vector_span(const KilnDepthwise *d, const float *restrict x, const f
         for (int64_t k0 = 0; k0 < kh; k0++) {
             if (!all_rows && (k0 < k0_lo || k0 >= k0_hi))
                 continue;
-            const float *xr = x + (in0 + k0 * d0) * x_row + ch, *wr = w + k0 * kw * c + ch;
+            const float *xr = x + (in0 + k0 * d0) * x_row + ch, *wr = max ? 0 : w + k0 * kw * c + ch;
 #pragma GCC unroll 5
             for (int64_t k1 = 0; k1 < kw; k1++) {
                 const int64_t col = in1 + k1 * d1;
-                if (!check_row || inside(col, width))
-                    acc += *(const kiln_vf *)(xr + col * x_col) * *(const kiln_vf *)(wr + k1 * c);
+                if (check_row && !inside(col, width))
+                    continue;
+                kiln_vf v = *(const kiln_vf *)(xr + col * x_col);
+                acc = max ? max_step(v, acc) : acc + v * *(const kiln_vf *)(wr + k1 * c);
             }
         }
         *(kiln_vf *)(y + p1 * c + ch) = acc;
@@ -286,38 +299,39 @@ INLINE void vector_span(const KilnDepthwise *d, const float *restrict x, const f
 
 /* The row's positions, the vector of channels from ch on: [lo, hi) those whose
  * every tap lies inside x along the row. */
-INLINE void vector_row(const KilnDepthwise *d, const float *x, const float *w, const float *bias, float *y,
+INLINE void vector_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
                        int64_t p0, int64_t ch, int64_t lo, int64_t hi, int64_t k0_lo, int64_t k0_hi,
-                       const int64_t kh, const int64_t kw, const bool all_rows) {
-    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, all_rows, true);
-    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, all_rows, false);
-    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, all_rows, true);
+                       const int64_t kh, const int64_t kw, const bool max, const bool all_rows) {
+    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true);
+    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, max, all_rows, false);
+    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true);
 }
 
 /* The channels fewer than a vector, one at a time. */
-INLINE void scalar_row(const KilnDepthwise *d, const float *restrict x, const float *restrict w,
+INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float *restrict w,
                        const float *restrict bias, float *restrict y, int64_t p0, int64_t k0_lo,
-                       int64_t k0_hi) {
+                       int64_t k0_hi, const bool max) {
     const int64_t c = d->c, kw = d->kw, in0 = p0 * d->stride[0] - d->pad[0];
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t p1 = 0; p1 < d->wo; p1++) {
             const int64_t in1 = p1 * d->stride[1] - d->pad[1];
-            float sum = bias ? bias[ch] : 0;
+            float acc = max ? -__builtin_inff() : bias ? bias[ch] : 0;
             for (int64_t k0 = k0_lo; k0 < k0_hi; k0++)
                 for (int64_t k1 = 0; k1 < kw; k1++) {
                     const int64_t col = in1 + k1 * d->dilation[1];
-                    if (inside(col, d->w))
-                        sum += x[(in0 + k0 * d->dilation[0]) * d->x_row + col * d->x_col + ch] *
-                               w[(k0 * kw + k1) * c + ch];
+                    if (!inside(col, d->w))
+                        continue;
+                    float v = x[(in0 + k0 * d->dilation[0]) * d->x_row + col * d->x_col + ch];
+                    acc = !max ? acc + v * w[(k0 * kw + k1) * c + ch] : v != v || v > acc ? v : acc;
                 }
-            y[p1 * c + ch] = sum;
+            y[p1 * c + ch] = acc;
         }
 }
 
 /* The channels a vector at a time, the last vector ending at the last channel: where
- * it overlaps the one before, it computes the same sums again, in the same order. */
-INLINE void depthwise_row(const KilnDepthwise *d, const float *x, const float *w, const float *bias, float *y,
-                          int64_t p0, const int64_t kh, const int64_t kw) {
+ * it overlaps the one before, it computes the same results again, in the same order. */
+INLINE void window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
+                       int64_t p0, const int64_t kh, const int64_t kw, const bool max) {
     /* the tap rows whose input row lies inside x */
     const int64_t in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
     int64_t k0_lo = 0, k0_hi = kh;
@@ -326,7 +340,7 @@ INLINE void depthwise_row(const KilnDepthwise *d, const float *x, const float *w
     while (k0_hi > k0_lo && in0 + (k0_hi - 1) * d0 >= d->h)
         k0_hi--;
     if (d->c < KILN_VF) {
-        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi);
+        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi, max);
         return;
     }
     /* the positions from lo to hi: p stride - pad >= 0 and
@@ -339,21 +353,31 @@ INLINE void depthwise_row(const KilnDepthwise *d, const float *x, const float *w
     for (int64_t ch = 0; ch < d->c; ch += KILN_VF) {
         int64_t at = ch + KILN_VF <= d->c ? ch : d->c - KILN_VF;
         if (k0_lo == 0 && k0_hi == kh)
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, true);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, max, true);
         else
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, false);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, max, false);
     }
 }
 
-void kiln_depthwise_row(const void *depthwise, const float *x, const float *w, const float *bias, float *y,
+void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0) {
-    const KilnDepthwise *d = depthwise;
+    const KilnWindow *d = window;
     if (d->kh == 3 && d->kw == 3)
-        depthwise_row(d, x, w, bias, y, p0, 3, 3);
+        window_row(d, x, w, bias, y, p0, 3, 3, false);
     else if (d->kh == 5 && d->kw == 5)
-        depthwise_row(d, x, w, bias, y, p0, 5, 5);
+        window_row(d, x, w, bias, y, p0, 5, 5, false);
     else
-        depthwise_row(d, x, w, bias, y, p0, d->kh, d->kw);
+        window_row(d, x, w, bias, y, p0, d->kh, d->kw, false);
+}
+
+void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0) {
+    const KilnWindow *d = window;
+    if (d->kh == 2 && d->kw == 2)
+        window_row(d, x, NULL, NULL, y, p0, 2, 2, true);
+    else if (d->kh == 3 && d->kw == 3)
+        window_row(d, x, NULL, NULL, y, p0, 3, 3, true);
+    else
+        window_row(d, x, NULL, NULL, y, p0, d->kh, d->kw, true);
 }
 
 /* ---- Winograd's transforms ---- */

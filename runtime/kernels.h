@@ -1,6 +1,6 @@
 /* kiln's precompiled kernels: the code that is the same for every layer of every
- * model (a GEMM's register tile, its common epilogues, a depthwise conv's row,
- * Winograd's transforms),
+ * model (a GEMM's register tile, its common epilogues, a depthwise conv's or a
+ * max pool's row, Winograd's transforms),
  * compiled once when kiln is built, for each vector width (runtime/kernels.c), and
  * linked into every compiled model. A model's kernels call them with a parameter
  * block that the lowering writes into the kernel's table in the weights blob (so
@@ -38,13 +38,14 @@ typedef struct {
     int64_t m, c, h, w, pad_top, pad_left, th, tw, tiles, o, ho, wo;
 } KilnWinograd;
 
-/* A depthwise conv channels last over 2 spatial dims (codegen/lower_conv.c): one
- * image's x [h, w, c], its rows x_row and positions x_col floats apart; the weights
- * tap-major, [kh, kw, c]; output position p along dim i reaches input p stride[i] -
- * pad[i] + k dilation[i] through tap k; wo positions a row. */
+/* A window of kh x kw taps sliding over 2 spatial dims, channels last: a depthwise
+ * conv's (codegen/lower_conv.c) or a max pool's (codegen/lower_pool.c). One image's
+ * x [h, w, c], its rows x_row and positions x_col floats apart; output position p
+ * along dim i reaches input p stride[i] - pad[i] + k dilation[i] through tap k; wo
+ * positions a row. */
 typedef struct {
     int64_t c, h, w, x_row, x_col, kh, kw, stride[2], pad[2], dilation[2], wo;
-} KilnDepthwise;
+} KilnWindow;
 
 /* The sums of A B's register tiles of the `rows` rows from r0 (tile_rows at a time,
  * at most KILN_GEMM_CALL_ROWS) by `panels` panels from column q0, of batch item bi,
@@ -61,11 +62,16 @@ enum { KILN_ACT_NONE, KILN_ACT_RELU, KILN_ACT_CLIP };
 void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t cols, const float *bias,
                    int64_t act, float lo, float hi, float *y, int64_t y_ld);
 
-/* Output row p0 of that depthwise conv into y [wo, c]: at each position, the bias
- * (NULL: zero) plus, tap by tap in order, each tap's weight times its input, for the
- * taps whose input lies inside x (the others read the padding's zeros). */
-void kiln_depthwise_row(const void *depthwise, const float *x, const float *w, const float *bias, float *y,
+/* Output row p0 of a depthwise conv into y [wo, c], its weights w tap-major [kh,
+ * kw, c]: at each position, the bias (NULL: zero) plus, tap by tap in order, each
+ * tap's weight times its input, for the taps whose input lies inside x (the others
+ * read the padding's zeros). */
+void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0);
+
+/* Output row p0 of a max pool into y [wo, c]: at each position the largest input of
+ * the taps inside x, or the last NaN among them; -inf where none lies inside. */
+void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0);
 
 /* V = B^T d B of every tile of tile row `row` (image row / th, row % th) and every
  * channel, into v as (m + 2)^2 matrices [tiles, c]; zeros outside x. */

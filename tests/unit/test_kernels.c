@@ -14,6 +14,9 @@
  *     vector overlapping the one before) and fewer than one, with and without a
  *     bias: every row against a sum in double, nothing read from around x (NaN
  *     there) and nothing stored past the row;
+ *   - kiln_max_pool_row on 2x2, 3x3 and 4x4 windows, strided, dilated and padded,
+ *     on the same channel counts: bit for bit, the last NaN of a window kept, nothing
+ *     read from around x (+inf there) nor stored past the row;
  *   - kiln_bias_act, every activation with a bias and without, bit for bit.
  * Skipped where this CPU lacks the width's instructions. */
 #include <setjmp.h>
@@ -288,27 +291,36 @@ static void test_winograd_transforms(void **state) {
     }
 }
 
-/* ---- Depthwise convolution ---- */
+/* ---- Sliding windows: depthwise conv and max pool ---- */
 
-/* One depthwise case: x [h, w, c] with x_col - c floats of NaN after each position
- * and NaN rows above and below it; kernel kh x kw. */
+/* The window of a case: x [h, w, c] with x_col - c floats after each position, its
+ * output positions in *ho and *wo. */
+static KilnWindow window_of(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
+                            const int64_t *pads, int64_t dilation, int64_t *ho, int64_t *wo) {
+    *ho = (h + pads[0] + pads[2] - (kh - 1) * dilation - 1) / stride + 1;
+    *wo = (w + pads[1] + pads[3] - (kw - 1) * dilation - 1) / stride + 1;
+    return (KilnWindow){.c = c,
+                        .h = h,
+                        .w = w,
+                        .x_row = w * (c + 3),
+                        .x_col = c + 3,
+                        .kh = kh,
+                        .kw = kw,
+                        .stride = {stride, stride},
+                        .pad = {pads[0], pads[1]},
+                        .dilation = {dilation, dilation},
+                        .wo = *wo};
+}
+
+/* One depthwise case, pads top, left, bottom, right: x with NaN between its positions
+ * and in rows above and below it. */
 static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
                             int64_t pad_top, int64_t pad_left, int64_t pad_bottom, int64_t pad_right,
                             int64_t dilation, bool biased) {
-    int64_t x_col = c + 3, x_row = w * x_col,
-            ho = (h + pad_top + pad_bottom - (kh - 1) * dilation - 1) / stride + 1,
-            wo = (w + pad_left + pad_right - (kw - 1) * dilation - 1) / stride + 1;
-    KilnDepthwise d = {.c = c,
-                       .h = h,
-                       .w = w,
-                       .x_row = x_row,
-                       .x_col = x_col,
-                       .kh = kh,
-                       .kw = kw,
-                       .stride = {stride, stride},
-                       .pad = {pad_top, pad_left},
-                       .dilation = {dilation, dilation},
-                       .wo = wo};
+    int64_t ho, wo;
+    KilnWindow d = window_of(c, h, w, kh, kw, stride, (int64_t[]){pad_top, pad_left, pad_bottom, pad_right},
+                             dilation, &ho, &wo);
+    int64_t x_row = d.x_row, x_col = d.x_col;
     float *mem = malloc(sizeof(float) * (size_t)((h + 2) * x_row)), *x = mem + x_row;
     float *wt = malloc(sizeof(float) * (size_t)(kh * kw * c)), *bias = malloc(sizeof(float) * (size_t)c);
     float *y = malloc(sizeof(float) * (size_t)(wo * c + KILN_VF));
@@ -376,6 +388,74 @@ static void test_depthwise_row(void **state) {
     }
 }
 
+/* What max_pool computes (ir/ops): the last NaN of the window, else its largest value. */
+static float max_of(float v, float acc) {
+    return v != v || v > acc ? v : acc;
+}
+
+/* One max pool case: x with +inf between its positions and in rows above and below
+ * it, and NaNs of distinct payloads among its values; every output bit for bit. */
+static void check_max_pool(int64_t c, int64_t h, int64_t w, int64_t k, int64_t stride, int64_t pad,
+                           int64_t dilation) {
+    int64_t ho, wo;
+    KilnWindow d = window_of(c, h, w, k, k, stride, (int64_t[]){pad, pad, pad, pad}, dilation, &ho, &wo);
+    float *mem = malloc(sizeof(float) * (size_t)((h + 2) * d.x_row)), *x = mem + d.x_row;
+    float *y = malloc(sizeof(float) * (size_t)(wo * c + KILN_VF));
+    for (int64_t i = 0; i < (h + 2) * d.x_row; i++)
+        mem[i] = INFINITY;
+    uint32_t payload = 0;
+    for (int64_t r = 0; r < h; r++)
+        for (int64_t q = 0; q < w; q++)
+            for (int64_t ch = 0; ch < c; ch++) {
+                float v = uniform();
+                if (v > 0.8f) { /* a NaN of its own */
+                    uint32_t bits = 0x7fc00000u | ++payload;
+                    memcpy(&v, &bits, sizeof v);
+                }
+                x[r * d.x_row + q * d.x_col + ch] = v;
+            }
+    for (int64_t p0 = 0; p0 < ho; p0++) {
+        for (int64_t i = 0; i < wo * c + KILN_VF; i++)
+            y[i] = 1234.5f;
+        kiln_max_pool_row(&d, x, y, p0);
+        for (int64_t p1 = 0; p1 < wo; p1++)
+            for (int64_t ch = 0; ch < c; ch++) {
+                float want = -INFINITY;
+                for (int64_t k0 = 0; k0 < k; k0++)
+                    for (int64_t k1 = 0; k1 < k; k1++) {
+                        int64_t r = p0 * stride - pad + k0 * dilation, q = p1 * stride - pad + k1 * dilation;
+                        if (r >= 0 && r < h && q >= 0 && q < w)
+                            want = max_of(x[r * d.x_row + q * d.x_col + ch], want);
+                    }
+                if (memcmp(&want, &y[p1 * c + ch], sizeof want) != 0)
+                    fail_msg(
+                        "max pool %lldx%lld, %lld channels, stride %lld: (%lld, %lld, %lld) is %g, not %g",
+                        (long long)k, (long long)k, (long long)c, (long long)stride, (long long)p0,
+                        (long long)p1, (long long)ch, y[p1 * c + ch], want);
+            }
+        for (int64_t i = wo * c; i < wo * c + KILN_VF; i++)
+            if (y[i] != 1234.5f)
+                fail_msg("max pool %lld channels: a store past the row", (long long)c);
+    }
+    free(mem);
+    free(y);
+}
+
+static void test_max_pool_row(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    const int64_t channels[] = {2 * KILN_VF, KILN_VF + 3, KILN_VF - 1, 2};
+    for (int i = 0; i < 4; i++) {
+        if (channels[i] <= 0)
+            continue;
+        check_max_pool(channels[i], 8, 8, 2, 2, 0, 1);
+        check_max_pool(channels[i], 9, 7, 3, 2, 1, 1);
+        check_max_pool(channels[i], 7, 9, 3, 1, 1, 2);
+        check_max_pool(channels[i], 6, 6, 4, 1, 2, 1); /* neither 2x2 nor 3x3 */
+    }
+}
+
 /* What relu and clip compute (ir/unary.def): relu turns -0 into +0 and keeps NaN;
  * clip keeps -0 and NaN. */
 static float act_of(float x, int64_t act, float lo, float hi) {
@@ -427,11 +507,9 @@ static void test_bias_act(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_tile_shapes),
-        cmocka_unit_test(test_gemm_digits_and_segments),
-        cmocka_unit_test(test_winograd_transforms),
-        cmocka_unit_test(test_depthwise_row),
-        cmocka_unit_test(test_bias_act),
+        cmocka_unit_test(test_gemm_tile_shapes),    cmocka_unit_test(test_gemm_digits_and_segments),
+        cmocka_unit_test(test_winograd_transforms), cmocka_unit_test(test_depthwise_row),
+        cmocka_unit_test(test_max_pool_row),        cmocka_unit_test(test_bias_act),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }
