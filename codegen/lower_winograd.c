@@ -25,8 +25,8 @@
  * are 0, +-1, +-2) several times that (5e-6 of the largest output in
  * codegen_winograd4.kiln), both far inside the tolerance. F(4x4, 3x3) runs where
  * the output has MIN_TILES tiles of 4 x 4 (ResNet-18's 14 x 14 layers, 16 tiles,
- * ran slower with it than with F(2x2, 3x3)), F(2x2, 3x3) where it has as many of
- * 2 x 2. */
+ * ran slower with it than with F(2x2, 3x3) on AVX2), half as many with AVX-512's
+ * vectors (transform_for), F(2x2, 3x3) where it has MIN_TILES of 2 x 2. */
 #include "codegen.h"
 #include "../runtime/kernels.h"
 
@@ -71,9 +71,12 @@ static int64_t tiles_of(const Type *y, int m) {
 }
 
 /* The transform for output y: F(4x4, 3x3) where it has enough tiles of 4 x 4, else
- * F(2x2, 3x3). */
-static const Transform *transform_for(const Type *y) {
-    return tiles_of(y, 4) >= MIN_TILES ? &f4 : &f2;
+ * F(2x2, 3x3). With vectors of 16 floats, whose GEMMs take fewer rows in their
+ * stride, F(4x4, 3x3) already pays from 16 tiles: ResNet-18's 14 x 14 layers made
+ * it 2.5% faster on one thread and two (AVX-512), where with 8 floats (AVX2) they
+ * ran as fast either way. */
+static const Transform *transform_for(const Program *p, const Type *y) {
+    return tiles_of(y, 4) >= (p->vector_floats >= 16 ? MIN_TILES / 2 : MIN_TILES) ? &f4 : &f2;
 }
 
 /* Whether conv or conv_transpose n takes this path: 2-D, nhwc, groups 1, 3x3,
@@ -323,7 +326,7 @@ static int output_transform(Program *p, const Node *n, const Wino *w, const Expr
 
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
     const Graph *g = p->g;
-    Wino w = {.t = transform_for(&g->values[n->out[0]].type),
+    Wino w = {.t = transform_for(p, &g->values[n->out[0]].type),
               .x = view_of(&g->values[n->in[0]].type, true),
               .y = view_of(&g->values[n->out[0]].type, true),
               .transposed = n->op == OP_CONV_TRANSPOSE,
