@@ -30,6 +30,7 @@
 #define KILN_CODEGEN_H
 
 #include "../ir/ops_impl.h"
+#include "../runtime/kernels.h"
 #include "kir.h"
 
 /* ---- A growing string ---- */
@@ -332,6 +333,11 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d);
 bool winograd_applies(const Program *p, const Node *n);
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d);
 int lower_pool(Program *p, const Node *n, Diag *d);
+/* The KilnWindow (runtime/kernels.h) of kernel[0] x kernel[1] taps sliding over x,
+ * channels last with 2 spatial dims, wo output positions a row: the block a
+ * depthwise conv's and a max pool's precompiled row kernels read. */
+KilnWindow window_block(const View *x, const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                        const int64_t *dilations, int64_t wo);
 int lower_global_avg_pool(Program *p, const Node *n, Diag *d);
 int lower_adaptive_avg_pool(Program *p, const Node *n, Diag *d);
 int lower_transpose(Program *p, const Node *n, Diag *d);

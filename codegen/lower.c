@@ -139,6 +139,21 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
     return k;
 }
 
+KilnWindow window_block(const View *x, const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                        const int64_t *dilations, int64_t wo) {
+    return (KilnWindow){.c = x->c,
+                        .h = x->sp[0],
+                        .w = x->sp[1],
+                        .x_row = x->ss[0],
+                        .x_col = x->ss[1],
+                        .kh = kernel[0],
+                        .kw = kernel[1],
+                        .stride = {strides[0], strides[1]},
+                        .pad = {pads[0], pads[1]},
+                        .dilation = {dilations[0], dilations[1]},
+                        .wo = wo};
+}
+
 int64_t lower_size(const Node *n, const char *what, int count, const int64_t *f, Diag *d) {
     int64_t r = 1, room;
     bool ok = true;

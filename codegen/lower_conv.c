@@ -33,7 +33,6 @@
  * outside x skipped by an if around the work it would do, and the BLAS calls
  * cblas_sgemm statements (kb_sgemm) on addresses into the values and the scratch. */
 #include "codegen.h"
-#include "../runtime/kernels.h"
 #include "../ir/ops_impl.h"
 
 #include <limits.h>
@@ -709,17 +708,7 @@ static int64_t depthwise_table_floats(const Conv *c) {
 
 static void fill_depthwise_table(const Program *p, const Conv *c, float *t) {
     relay_depthwise(p, c, t);
-    KilnWindow block = {.c = c->y.c,
-                        .h = c->x.sp[0],
-                        .w = c->x.sp[1],
-                        .x_row = c->x.ss[0],
-                        .x_col = c->x.ss[1],
-                        .kh = c->w.sp[0],
-                        .kw = c->w.sp[1],
-                        .stride = {c->strides[0], c->strides[1]},
-                        .pad = {c->pads[0], c->pads[1]},
-                        .dilation = {c->dilations[0], c->dilations[1]},
-                        .wo = c->y.sp[1]};
+    KilnWindow block = window_block(&c->x, c->w.sp, c->strides, c->pads, c->dilations, c->y.sp[1]);
     memcpy(t + depthwise_block_at(c), &block, sizeof block);
 }
 

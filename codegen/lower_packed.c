@@ -35,7 +35,6 @@
  * 220 to 260 GFLOP/s on ResNet's conv GEMMs, where OpenBLAS 0.3.21 (AVX2 kernels
  * there) runs at 105 to 137. */
 #include "codegen.h"
-#include "../runtime/kernels.h"
 
 #include <math.h>
 #include <string.h>

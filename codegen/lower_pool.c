@@ -17,7 +17,6 @@
  * double. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
-#include "../runtime/kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -106,17 +105,7 @@ static int max_pool_rows(Program *p, const Node *n, const View *x, const View *y
     int64_t ho = y->sp[0], wo = y->sp[1];
     Kernel *k = kernel_loop(p, n, NULL, y->n * ho,
                             grain_for(lower_flops(3, (int64_t[]){kernel[0] * kernel[1], wo, y->c})), d);
-    KilnWindow window = {.c = x->c,
-                         .h = x->sp[0],
-                         .w = x->sp[1],
-                         .x_row = x->ss[0],
-                         .x_col = x->ss[1],
-                         .kh = kernel[0],
-                         .kw = kernel[1],
-                         .stride = {strides[0], strides[1]},
-                         .pad = {pads[0], pads[1]},
-                         .dilation = {dil[0], dil[1]},
-                         .wo = wo};
+    KilnWindow window = window_block(x, kernel, strides, pads, dil, wo);
     if (!k || program_table(p, k, &window, sizeof window, d))
         return -1;
     KBuilder *b = &k->b;

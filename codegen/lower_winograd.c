@@ -28,7 +28,6 @@
  * ran slower with it than with F(2x2, 3x3) on AVX2), half as many with AVX-512's
  * vectors (transform_for), F(2x2, 3x3) where it has MIN_TILES of 2 x 2. */
 #include "codegen.h"
-#include "../runtime/kernels.h"
 
 #include <limits.h>
 

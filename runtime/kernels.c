@@ -250,8 +250,8 @@ void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t col
  * A row of outputs a vector of channels at a time: each output position sums its
  * taps times their weights (a depthwise conv) or takes their max (a max pool) in a
  * register and stores the result once; the positions whose taps all lie inside x
- * along the row test none against its ends. 3x3 and 5x5 windows, nearly every one
- * there is (2x2 and 3x3 for pools), have instances of their own: in a row whose
+ * along the row test none against its ends. 2x2, 3x3 and 5x5 windows, nearly every
+ * one there is, have instances of their own: in a row whose
  * every tap row lies inside x, their tap loops unroll and a depthwise conv's
  * weights stay in registers along the row. A max keeps v where v is NaN or above
  * what it holds, so the last NaN of a window, as the op's kernel does. */
@@ -359,25 +359,26 @@ INLINE void window_row(const KilnWindow *d, const float *x, const float *w, cons
     }
 }
 
+/* window_row with the window's taps constants where they are the common ones. */
+INLINE void any_window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
+                           int64_t p0, const bool max) {
+    if (d->kh == 2 && d->kw == 2)
+        window_row(d, x, w, bias, y, p0, 2, 2, max);
+    else if (d->kh == 3 && d->kw == 3)
+        window_row(d, x, w, bias, y, p0, 3, 3, max);
+    else if (d->kh == 5 && d->kw == 5)
+        window_row(d, x, w, bias, y, p0, 5, 5, max);
+    else
+        window_row(d, x, w, bias, y, p0, d->kh, d->kw, max);
+}
+
 void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0) {
-    const KilnWindow *d = window;
-    if (d->kh == 3 && d->kw == 3)
-        window_row(d, x, w, bias, y, p0, 3, 3, false);
-    else if (d->kh == 5 && d->kw == 5)
-        window_row(d, x, w, bias, y, p0, 5, 5, false);
-    else
-        window_row(d, x, w, bias, y, p0, d->kh, d->kw, false);
+    any_window_row(window, x, w, bias, y, p0, false);
 }
 
 void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0) {
-    const KilnWindow *d = window;
-    if (d->kh == 2 && d->kw == 2)
-        window_row(d, x, NULL, NULL, y, p0, 2, 2, true);
-    else if (d->kh == 3 && d->kw == 3)
-        window_row(d, x, NULL, NULL, y, p0, 3, 3, true);
-    else
-        window_row(d, x, NULL, NULL, y, p0, d->kh, d->kw, true);
+    any_window_row(window, x, NULL, NULL, y, p0, true);
 }
 
 /* ---- Winograd's transforms ---- */

@@ -312,6 +312,24 @@ static KilnWindow window_of(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
                         .wo = *wo};
 }
 
+/* The channel counts each window kernel is tried on: whole vectors, a vector and
+ * some (the last vector overlapping the one before), fewer than one. */
+static const int64_t window_channels[] = {2 * KILN_VF, KILN_VF + 3, KILN_VF - 1, 2};
+
+/* An output row of wo x c floats and a vector more, all ROW_CANARY. */
+#define ROW_CANARY 1234.5f
+static void fill_row(float *y, int64_t wo, int64_t c) {
+    for (int64_t i = 0; i < wo * c + KILN_VF; i++)
+        y[i] = ROW_CANARY;
+}
+
+/* Fails where a store went past the row's wo x c floats. */
+static void check_row_end(const float *y, int64_t wo, int64_t c, const char *what) {
+    for (int64_t i = wo * c; i < wo * c + KILN_VF; i++)
+        if (y[i] != ROW_CANARY)
+            fail_msg("%s %lld channels: a store past the row", what, (long long)c);
+}
+
 /* One depthwise case, pads top, left, bottom, right: x with NaN between its positions
  * and in rows above and below it. */
 static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t stride,
@@ -335,8 +353,7 @@ static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
     for (int64_t i = 0; i < c; i++)
         bias[i] = uniform();
     for (int64_t p0 = 0; p0 < ho; p0++) {
-        for (int64_t i = 0; i < wo * c + KILN_VF; i++)
-            y[i] = 1234.5f;
+        fill_row(y, wo, c);
         kiln_depthwise_row(&d, x, wt, biased ? bias : NULL, y, p0);
         for (int64_t p1 = 0; p1 < wo; p1++)
             for (int64_t ch = 0; ch < c; ch++) {
@@ -358,9 +375,7 @@ static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
                         (long long)kh, (long long)kw, (long long)c, (long long)stride, (long long)p0,
                         (long long)p1, (long long)ch, got, want);
             }
-        for (int64_t i = wo * c; i < wo * c + KILN_VF; i++)
-            if (y[i] != 1234.5f)
-                fail_msg("depthwise %lld channels: a store past the row", (long long)c);
+        check_row_end(y, wo, c, "depthwise");
     }
     free(mem);
     free(wt);
@@ -372,17 +387,14 @@ static void test_depthwise_row(void **state) {
     (void)state;
     if (!supported())
         skip();
-    const int64_t channels[] = {2 * KILN_VF, KILN_VF + 3, KILN_VF - 1, 2};
     for (int i = 0; i < 4; i++) {
-        int64_t c = channels[i];
-        if (c <= 0)
-            continue;
+        int64_t c = window_channels[i];
         for (int biased = 0; biased < 2; biased++) {
             check_depthwise(c, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, biased);
             check_depthwise(c, 7, 9, 3, 3, 2, 0, 1, 1, 0, 1, biased);
             check_depthwise(c, 7, 7, 5, 5, 1, 2, 2, 2, 2, 1, biased);
             check_depthwise(c, 11, 10, 5, 5, 2, 2, 1, 1, 2, 2, biased);
-            check_depthwise(c, 6, 5, 3, 2, 1, 1, 0, 1, 1, 1, biased); /* neither 3x3 nor 5x5 */
+            check_depthwise(c, 6, 5, 3, 2, 1, 1, 0, 1, 1, 1, biased); /* none of 2x2, 3x3 and 5x5 */
             check_depthwise(c, 4, 3, 7, 7, 1, 3, 3, 3, 3, 1, biased); /* taps wider than x */
         }
     }
@@ -415,8 +427,7 @@ static void check_max_pool(int64_t c, int64_t h, int64_t w, int64_t k, int64_t s
                 x[r * d.x_row + q * d.x_col + ch] = v;
             }
     for (int64_t p0 = 0; p0 < ho; p0++) {
-        for (int64_t i = 0; i < wo * c + KILN_VF; i++)
-            y[i] = 1234.5f;
+        fill_row(y, wo, c);
         kiln_max_pool_row(&d, x, y, p0);
         for (int64_t p1 = 0; p1 < wo; p1++)
             for (int64_t ch = 0; ch < c; ch++) {
@@ -433,9 +444,7 @@ static void check_max_pool(int64_t c, int64_t h, int64_t w, int64_t k, int64_t s
                         (long long)k, (long long)k, (long long)c, (long long)stride, (long long)p0,
                         (long long)p1, (long long)ch, y[p1 * c + ch], want);
             }
-        for (int64_t i = wo * c; i < wo * c + KILN_VF; i++)
-            if (y[i] != 1234.5f)
-                fail_msg("max pool %lld channels: a store past the row", (long long)c);
+        check_row_end(y, wo, c, "max pool");
     }
     free(mem);
     free(y);
@@ -445,14 +454,12 @@ static void test_max_pool_row(void **state) {
     (void)state;
     if (!supported())
         skip();
-    const int64_t channels[] = {2 * KILN_VF, KILN_VF + 3, KILN_VF - 1, 2};
     for (int i = 0; i < 4; i++) {
-        if (channels[i] <= 0)
-            continue;
-        check_max_pool(channels[i], 8, 8, 2, 2, 0, 1);
-        check_max_pool(channels[i], 9, 7, 3, 2, 1, 1);
-        check_max_pool(channels[i], 7, 9, 3, 1, 1, 2);
-        check_max_pool(channels[i], 6, 6, 4, 1, 2, 1); /* neither 2x2 nor 3x3 */
+        int64_t c = window_channels[i];
+        check_max_pool(c, 8, 8, 2, 2, 0, 1);
+        check_max_pool(c, 9, 7, 3, 2, 1, 1);
+        check_max_pool(c, 7, 9, 3, 1, 1, 2);
+        check_max_pool(c, 6, 6, 4, 1, 2, 1); /* none of 2x2, 3x3 and 5x5 */
     }
 }
 
