@@ -92,8 +92,8 @@ static void fill_input(float *x, int64_t n, int input) {
  * outputs zeroed. The tensors are owned by in[] and out[]. */
 static int make_buffers(const char *model, const kiln_model_def *def, const Options *o, Tensor **in,
                         Tensor **out, Diag *d) {
-    if (def->n_inputs > MAX_FILES || def->n_outputs > MAX_FILES)
-        return diag_error(d, (Loc){0}, "%s: more than %d inputs or outputs", model, MAX_FILES);
+    if (def->n_inputs > MAX_PORTS || def->n_outputs > MAX_PORTS)
+        return diag_error(d, (Loc){0}, "%s: more than %d inputs or outputs", model, MAX_PORTS);
     for (int b = 0; b < o->n_inputs; b++) {
         int found = -1;
         for (int i = 0; i < def->n_inputs; i++)
@@ -197,11 +197,12 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
             return diag_error(d, (Loc){0}, "'%s' has no profiling clocks; --profile needs a .kiln model",
                               o->model);
     }
-    Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
+    Tensor **in = ir_calloc(MAX_PORTS, sizeof *in), **out = ir_calloc(MAX_PORTS, sizeof *out);
+    const void **inputs = ir_calloc(MAX_PORTS, sizeof *inputs);
+    void **outputs = ir_calloc(MAX_PORTS, sizeof *outputs);
     double *times = ir_calloc((size_t)o->iters, sizeof *times);
-    int rc = times ? make_buffers(o->model, def, o, in, out, d) : diag_error(d, (Loc){0}, "out of memory");
-    const void *inputs[MAX_FILES];
-    void *outputs[MAX_FILES];
+    int rc = times && in && out && inputs && outputs ? make_buffers(o->model, def, o, in, out, d)
+                                                     : diag_error(d, (Loc){0}, "out of memory");
     for (int i = 0; !rc && i < def->n_inputs; i++)
         inputs[i] = in[i]->data;
     for (int k = 0; !rc && k < def->n_outputs; k++)
@@ -232,10 +233,14 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     }
     if (!rc && profile)
         rc = print_profile(profile, o->iters, d);
-    for (int i = 0; i < MAX_FILES; i++) {
+    for (int i = 0; in && out && i < MAX_PORTS; i++) {
         tensor_free(in[i]);
         tensor_free(out[i]);
     }
+    ir_free(in);
+    ir_free(out);
+    ir_free(inputs);
+    ir_free(outputs);
     ir_free(times);
     return rc;
 }

@@ -63,15 +63,15 @@ typedef struct {
 } Port;
 
 typedef struct {
-    Port in[MAX_FILES], out[MAX_FILES];
+    Port in[MAX_PORTS], out[MAX_PORTS];
     int n_in, n_out;
 } Signature;
 
 static int graph_signature(const Graph *g, Signature *s, Diag *d) {
-    int ids[MAX_FILES];
-    s->n_in = graph_inputs(g, ids, MAX_FILES);
-    if (s->n_in > MAX_FILES || g->n_outputs > MAX_FILES)
-        return diag_error(d, (Loc){0}, "the model has more than %d inputs or outputs", MAX_FILES);
+    int ids[MAX_PORTS];
+    s->n_in = graph_inputs(g, ids, MAX_PORTS);
+    if (s->n_in > MAX_PORTS || g->n_outputs > MAX_PORTS)
+        return diag_error(d, (Loc){0}, "the model has more than %d inputs or outputs", MAX_PORTS);
     for (int i = 0; i < s->n_in; i++)
         s->in[i] = (Port){g->values[ids[i]].name, g->values[ids[i]].type};
     s->n_out = g->n_outputs;
@@ -90,7 +90,7 @@ static int port_of(const char *model, const kiln_tensor_info *t, Port *p, Diag *
 }
 
 static int compiled_signature(const char *model, const kiln_model_def *def, Signature *s, Diag *d) {
-    if (def->n_inputs > MAX_FILES || def->n_outputs > MAX_FILES || def->n_inputs < 0 || def->n_outputs < 0)
+    if (def->n_inputs > MAX_PORTS || def->n_outputs > MAX_PORTS || def->n_inputs < 0 || def->n_outputs < 0)
         return diag_error(d, (Loc){0}, "%s: too many inputs or outputs", model);
     s->n_in = def->n_inputs;
     s->n_out = def->n_outputs;
@@ -189,12 +189,14 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     TensorList weights = {0};
     kiln_module *m = NULL;
     kiln_error err = {.message = ""};
-    Signature sig;
-    Tensor *in[MAX_FILES] = {0}, *out[MAX_FILES] = {0};
+    Signature *sig = ir_calloc(1, sizeof *sig);
+    Tensor **in = ir_calloc(MAX_PORTS, sizeof *in), **out = ir_calloc(MAX_PORTS, sizeof *out);
     Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
     bool interp = o->target && strcmp(o->target, "interp") == 0, inputs_read = false;
     int rc = 0;
-    if (is_shared_object(o->model)) {
+    if (!sig || !in || !out) {
+        rc = diag_error(d, (Loc){0}, "out of memory");
+    } else if (is_shared_object(o->model)) {
         if (o->pipeline.check)
             rc = diag_error(d, (Loc){0}, "'%s' is compiled; --check needs the .kiln model", o->model);
         else if (interp)
@@ -202,7 +204,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         else if (!(m = kiln_load(o->model, &err)))
             rc = diag_relay_error(d, &err);
         else
-            rc = compiled_signature(o->model, kiln_def(m), &sig, d);
+            rc = compiled_signature(o->model, kiln_def(m), sig, d);
     } else {
         /* --check runs the unoptimized model on the given inputs, so they are read
            before the passes, against its signature */
@@ -219,18 +221,18 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
             m = jit_from_model_cache(&file, o->pipeline.level, &jo, &err);
         }
         if (m) {
-            rc = compiled_signature(o->model, kiln_def(m), &sig, d);
+            rc = compiled_signature(o->model, kiln_def(m), sig, d);
         } else {
             rc = rc || read_model(o, &file, d);
             if (!rc && cache)
                 jit_keep_model(&file, o->pipeline.level, &jo, key);
             rc = rc || parse_read_model(o, &file, true, d, &g, &weights);
             progress_stage("optimizing");
-            if (!rc && pipeline.check && !(rc = graph_signature(g, &sig, d) || read_inputs(&sig, o, in, d))) {
+            if (!rc && pipeline.check && !(rc = graph_signature(g, sig, d) || read_inputs(sig, o, in, d))) {
                 pipeline.check_inputs = (const Tensor *const *)in;
                 inputs_read = true;
             }
-            rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, &sig, d);
+            rc = rc || pipeline_run(g, &weights, &pipeline, d) || graph_signature(g, sig, d);
             if (!rc && !interp && !(m = jit_graph(g, &weights, &jo, d, &err)))
                 rc = -1;
         }
@@ -238,36 +240,40 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     }
     for (int i = 0; !rc && i < o->n_outputs; i++) {
         bool found = false;
-        for (int k = 0; k < sig.n_out; k++)
-            found |= strcmp(sig.out[k].name, o->outputs[i].name) == 0;
+        for (int k = 0; k < sig->n_out; k++)
+            found |= strcmp(sig->out[k].name, o->outputs[i].name) == 0;
         if (!found)
             rc = diag_error(d, (Loc){0}, "--output %s: the model has no output named '%s'",
                             o->outputs[i].file, o->outputs[i].name);
     }
     if (!rc && !inputs_read)
-        rc = read_inputs(&sig, o, in, d);
+        rc = read_inputs(sig, o, in, d);
     if (!rc && o->pipeline.check && o->steps > 1)
         rc = diag_error(d, (Loc){0}, "--check compares one run; it cannot be combined with --steps");
     for (long step = 0; !rc && interp && step < o->steps; step++) {
-        for (int k = 0; k < sig.n_out; k++) {
+        for (int k = 0; k < sig->n_out; k++) {
             tensor_free(out[k]);
             out[k] = NULL;
         }
         rc = interp_step(g, &weights, (const Tensor *const *)in, out, d);
     }
     if (!rc && !interp) {
-        const void *inputs[MAX_FILES];
-        void *outputs[MAX_FILES];
-        for (int i = 0; i < sig.n_in; i++)
+        const void **inputs = ir_calloc((size_t)sig->n_in + 1, sizeof *inputs);
+        void **outputs = ir_calloc((size_t)sig->n_out + 1, sizeof *outputs);
+        if (!inputs || !outputs)
+            rc = diag_error(d, (Loc){0}, "out of memory");
+        for (int i = 0; !rc && i < sig->n_in; i++)
             inputs[i] = in[i]->data;
-        for (int k = 0; !rc && k < sig.n_out; k++)
-            if (!(out[k] = tensor_new(&sig.out[k].type)))
+        for (int k = 0; !rc && k < sig->n_out; k++)
+            if (!(out[k] = tensor_new(&sig->out[k].type)))
                 rc = diag_error(d, (Loc){0}, "out of memory");
             else
                 outputs[k] = out[k]->data;
         for (long step = 0; !rc && step < o->steps; step++)
             if (kiln_run(m, inputs, outputs, &err))
                 rc = diag_relay_error(d, &err);
+        ir_free(inputs);
+        ir_free(outputs);
     }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];
@@ -277,14 +283,17 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         rc = check_outputs(&check, g, out, name, what, d);
     }
     if (!rc && o->n_outputs > 0)
-        rc = write_outputs(&sig, o, out, outs, d);
+        rc = write_outputs(sig, o, out, outs, d);
     if (!rc && o->n_outputs == 0)
-        for (int k = 0; k < sig.n_out; k++)
-            print_output(sig.out[k].name, out[k]);
-    for (int i = 0; i < MAX_FILES; i++) {
+        for (int k = 0; k < sig->n_out; k++)
+            print_output(sig->out[k].name, out[k]);
+    for (int i = 0; in && out && i < MAX_PORTS; i++) {
         tensor_free(in[i]);
         tensor_free(out[i]);
     }
+    ir_free(in);
+    ir_free(out);
+    ir_free(sig);
     check_free(&check);
     kiln_free(m);
     tensors_free(&weights);

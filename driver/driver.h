@@ -18,6 +18,9 @@
 
 enum { EXIT_USER = 1, EXIT_USAGE = 2, EXIT_BUG = 3 };
 enum { MAX_FILES = 256, MAX_OUTPUTS = MAX_FILES + 8 };
+/* The most inputs or outputs of a model that run and bench take (a training step's
+ * outputs are one gradient per parameter). */
+enum { MAX_PORTS = 4096 };
 
 /* One option of a command: its name ("-o", "--weights"; "-O" stands for -O0, -O1
  * and -O2, "--no-PASS" for --no-NAME of any pass), its value's name (NULL: it takes

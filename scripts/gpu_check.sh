@@ -3,7 +3,8 @@
 # LLVM and OpenBLAS, then runs every op battery and every example on --target cuda
 # against the reference interpreter (kiln run --check), once more under
 # compute-sanitizer where it is installed, and times the examples (kiln bench, and
-# the first load with an empty and with a warm kernel cache).
+# the first load with an empty and with a warm kernel cache), then prints each kernel's
+# time at batch 1 (kiln bench --profile).
 # CMAKE_PREFIX_PATH may name a copy of cJSON (lib/ and include/cjson/) for machines
 # without libcjson-dev. Ends with "gpu_check: N passed, N failed".
 set -u
@@ -43,7 +44,8 @@ for n in resnet18 mobilenetv2; do
 done
 for n in resnet18 mobilenetv2; do
   for batch in 1 32; do
-    sed "s/f32\[1, 3, 224, 224\]/f32[$batch, 3, 224, 224]/" examples/$n.kiln > $build/${n}_b$batch.kiln
+    # every value's leading dimension is the batch; no parameter's is 1
+    sed "/^param/!s/f32\[1, /f32[$batch, /g" examples/$n.kiln > $build/${n}_b$batch.kiln
     $kiln compile $build/${n}_b$batch.kiln --target cuda -o $build/${n}_b$batch.so || continue
     rm -rf "$KILN_CACHE_DIR"
     t0=$(date +%s.%N)
@@ -51,9 +53,13 @@ for n in resnet18 mobilenetv2; do
     t1=$(date +%s.%N)
     $kiln bench $build/${n}_b$batch.so --iters 1 --warmup 0 >/dev/null
     t2=$(date +%s.%N)
-    echo "$n batch $batch: first load and run $(echo "$t1 - $t0" | bc) s with an empty kernel cache, $(echo "$t2 - $t1" | bc) s warm"
+    awk -v what="$n batch $batch" -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN {
+      printf "%s: first load and run %.3f s with an empty kernel cache, %.3f s warm\n", what, t1 - t0, t2 - t1 }'
     $kiln bench $build/${n}_b$batch.so --iters 50
   done
+done
+for n in resnet18 mobilenetv2; do
+  $kiln bench examples/$n.kiln --target cuda --profile --iters 20
 done
 echo "gpu_check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
