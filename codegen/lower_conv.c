@@ -817,6 +817,37 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     return 0;
 }
 
+/* A depthwise conv (nchw or nhwc, any channel multiplier), one iteration per
+ * output element, its taps summed in a register: the CUDA target's, where the row
+ * loops above would give a layer a few hundred threads and leave the GPU idle. */
+static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d) {
+    Kernel *k = kernel_loop(p, n, "depthwise", 0, 1, d);
+    if (!k)
+        return -1;
+    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+    KBuilder *b = &k->b;
+    Coords at = coords_zero(b);
+    Dim dims[KILN_MAX_RANK];
+    iterate_dims(k, dims, output_dims(c, dims, &at), c->taps);
+    int64_t m = c->y.c / c->groups;
+    KExpr *ch = m > 1 ? let_index(b, "c", k_div(b, at.o, k_int(b, m))) : at.o;
+    int x = kb_value(b, c->xv, false), w = kb_value(b, c->wv, false);
+    int acc = kb_decl(b, "acc", KT_F32, bias_or_zero(b, c, at.o));
+    KExpr *wi = k_mul(b, at.o, k_int(b, c->w.sn)),
+          *yi = plus(b, k_mul(b, at.b, k_int(b, c->y.sn)), at.o, c->y.sc);
+    for (int s = 0; s < c->ns; s++) {
+        at.k[s] = k_var(b, kb_for(b, k_name[s], KT_I64, k_int(b, 0), k_int(b, c->w.sp[s]), NULL, 0));
+        at.in[s] = let_index(b, in_name[s], input_pos(b, c, s, at.p[s], at.k[s]));
+        kb_if(b, within(b, at.in[s], c->x.sp[s]));
+        wi = plus(b, wi, at.k[s], c->w.ss[s]);
+        yi = plus(b, yi, at.p[s], c->y.ss[s]);
+    }
+    kb_accum(b, acc, k_mul(b, k_load(b, x, x_offset(b, c, at.b, ch, 1, at.in)), k_load(b, w, wi)));
+    end_blocks(b, 2 * c->ns);
+    kb_store_epilogue(b, p, n, c->epilogue, kb_value(b, c->yv, true), let_index(b, "at", yi), k_var(b, acc));
+    return 0;
+}
+
 /* ---- A depthwise conv and the 1x1 conv that reads it, as one kernel ----
  *
  * MobileNet's blocks end in a depthwise conv whose result only a 1x1 conv reads.
@@ -1085,7 +1116,9 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
         return -1;
     int64_t cg = c.x.c / c.groups;
     int rc;
-    if (cg == 1 && c.groups > 1 && c.nhwc && c.y.c == c.groups) {
+    if (cg == 1 && c.groups > 1 && p->target == TARGET_CUDA) {
+        rc = depthwise_elements(p, n, &c, d);
+    } else if (cg == 1 && c.groups > 1 && c.nhwc && c.y.c == c.groups) {
         rc = depthwise_nhwc(p, n, &c, d);
     } else if (cg == 1 && c.groups > 1) {
         rc = depthwise(p, n, &c, d);
