@@ -204,6 +204,8 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
 void kernel_reads(Kernel *k, int value);
+/* Removes the first read of value from k's reads (one the body does not make). */
+void kernel_unread(Kernel *k, int value);
 /* Makes room in k for `reads` reads and `writes` writes in all, for a kernel that
  * reads or writes more values than its node has inputs or results; -1 when memory
  * runs out (k keeps what it had). */
@@ -328,6 +330,9 @@ int lower_gemm(Program *p, const Node *n, Diag *d);
 int lower_linear(Program *p, const Node *n, Diag *d);
 int lower_conv(Program *p, const Node *n, Diag *d);
 int lower_conv_transpose(Program *p, const Node *n, Diag *d);
+/* Whether transpose node t is the layout pass's, to channels last, of a conv's input
+ * that the conv's padded copy transposes instead (lower_conv.c). */
+bool transpose_feeds_padded_conv(const Program *p, const Node *t);
 /* A conv (or fused_conv, with its epilogue) as Winograd F(4x4, 3x3) or F(2x2, 3x3), when
  * winograd_applies (lower_winograd.c). */
 bool winograd_applies(const Program *p, const Node *n);

@@ -211,6 +211,15 @@ void kernel_reads(Kernel *k, int value) {
     k->reads[k->n_reads++] = value;
 }
 
+void kernel_unread(Kernel *k, int value) {
+    for (int i = 0; i < k->n_reads; i++)
+        if (k->reads[i] == value) {
+            memmove(k->reads + i, k->reads + i + 1, sizeof *k->reads * (size_t)(k->n_reads - i - 1));
+            k->n_reads--;
+            return;
+        }
+}
+
 int kernel_room(Kernel *k, int reads, int writes) {
     int *r = ir_realloc(k->reads, sizeof(int) * (size_t)(reads + 1)),
         *w = r ? ir_realloc(k->writes, sizeof(int) * (size_t)(writes + 1)) : NULL;

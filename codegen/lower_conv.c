@@ -252,13 +252,14 @@ static void end_blocks(KBuilder *b, int count) {
 
 /* A LOOP kernel of node n that reads its input x into `bytes` of the node's scratch
  * (a column matrix, a padded copy); NULL after a diagnostic. */
-static Kernel *scratch_of_x(Program *p, const Node *n, const char *what, int64_t bytes, Diag *d) {
+static Kernel *scratch_of_x(Program *p, const Node *n, const Conv *c, const char *what, int64_t bytes,
+                            Diag *d) {
     Kernel *k = kernel_new(p, n, K_LOOP, what);
     if (!k) {
         diag_error(d, n->loc, "out of memory");
         return NULL;
     }
-    kernel_reads(k, n->in[0]);
+    kernel_reads(k, c->xv);
     k->scratch_bytes = bytes;
     return k;
 }
@@ -267,7 +268,7 @@ static Kernel *scratch_of_x(Program *p, const Node *n, const char *what, int64_t
  * the last spatial dim); nhwc: one per (position, group, taps but the last dim's),
  * copying C/g channels for each tap along the last dim. */
 static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag *d) {
-    Kernel *k = scratch_of_x(p, n, "im2col", bytes, d);
+    Kernel *k = scratch_of_x(p, n, c, "im2col", bytes, d);
     if (!k)
         return -1;
     KBuilder *b = &k->b;
@@ -479,6 +480,68 @@ static bool packed_applies(const Program *p, const Conv *c) {
            c->taps <= KILN_GEMM_SEGMENTS;
 }
 
+static bool is_conv(const Node *n) {
+    return n && (n->op == OP_CONV || n->op == OP_FUSED_CONV);
+}
+
+/* How lower_conv computes a conv. */
+typedef enum {
+    CONV_DEPTHWISE_ELEMENTS, /* depthwise_elements */
+    CONV_DEPTHWISE_NHWC,     /* depthwise_nhwc */
+    CONV_DEPTHWISE,          /* depthwise */
+    CONV_IMPLICIT_GEMM,      /* conv_gemm */
+    CONV_WINOGRAD,           /* lower_winograd */
+    CONV_PACKED,             /* packed_conv */
+    CONV_BLAS,               /* im2col (but for a 1x1 conv) and a BLAS GEMM */
+} ConvPlan;
+
+static ConvPlan conv_plan(const Program *p, const Node *n, const Conv *c) {
+    bool depthwise = c->x.c == c->groups && c->groups > 1;
+    if (depthwise && p->target == TARGET_CUDA)
+        return CONV_DEPTHWISE_ELEMENTS;
+    if (depthwise && c->nhwc && c->y.c == c->groups)
+        return CONV_DEPTHWISE_NHWC;
+    if (depthwise)
+        return CONV_DEPTHWISE;
+    if (!p->blas && !packed_applies(p, c))
+        return CONV_IMPLICIT_GEMM;
+    if (winograd_applies(p, n))
+        return CONV_WINOGRAD;
+    return packed_applies(p, c) ? CONV_PACKED : CONV_BLAS;
+}
+
+/* The layout pass's transpose of conv n's input to channels last, where n reads
+ * it through a padded copy (packed_conv) and nothing else reads it: the copy then
+ * reads the transpose's channels-first input, and the transpose computes nothing
+ * (a model's first conv: one pass over the image instead of two). NULL otherwise. */
+static const Node *padded_from_transpose(const Program *p, const Node *n, const Conv *c) {
+    const Value *x = &p->g->values[c->xv];
+    const Node *t = x->node >= 0 ? p->g->nodes[x->node] : NULL;
+    if (!t || t->op != OP_TRANSPOSE || p->uses[c->xv] != 1 || n->in[0] != c->xv ||
+        conv_plan(p, n, c) != CONV_PACKED)
+        return NULL;
+    bool pads = false;
+    for (int s = 0; s < 2 * c->ns; s++)
+        pads = pads || c->pads[s] != 0;
+    const Attr *perm = node_attr(t, ATTR_PERM);
+    int rank = x->type.rank;
+    bool to_last = perm->set && perm->n == rank && perm->ints[0] == 0 && perm->ints[rank - 1] == 1;
+    for (int j = 1; to_last && j < rank - 1; j++)
+        to_last = perm->ints[j] == j + 1;
+    return pads && to_last ? t : NULL;
+}
+
+bool transpose_feeds_padded_conv(const Program *p, const Node *t) {
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const Node *n = p->g->nodes[i];
+        if (is_conv(n) && n->in[0] == t->out[0]) {
+            Conv c = conv_of(p, n);
+            return padded_from_transpose(p, n, &c) == t;
+        }
+    }
+    return false;
+}
+
 /* Zeros into the scratch at row + [from, to). */
 static void zeros(KBuilder *b, int scratch, KExpr *row, int64_t from, int64_t to) {
     if (from >= to)
@@ -492,7 +555,7 @@ static void zeros(KBuilder *b, int scratch, KExpr *row, int64_t from, int64_t to
  * spatial sizes sp: one iteration per row along the last spatial dim (a batch item
  * and a position in the others), all zeros where that position is padding. */
 static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp, int64_t bytes, Diag *d) {
-    Kernel *k = scratch_of_x(p, n, "pad", bytes, d);
+    Kernel *k = scratch_of_x(p, n, c, "pad", bytes, d);
     if (!k)
         return -1;
     KBuilder *b = &k->b;
@@ -515,9 +578,18 @@ static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp
         kb_if(b, inside);
     KExpr *src = k_var(b, kb_let(b, "src", KT_I64, x_offset(b, c, at.b, NULL, 1, at.in)));
     zeros(b, scratch, row, 0, left);
-    KExpr *j = k_var(b, kb_for(b, "j", KT_I64, k_int(b, 0), k_int(b, width), NULL, 0));
-    kb_store(b, scratch, k_add(b, k_add(b, row, k_int(b, left)), j), k_load(b, x, k_add(b, src, j)));
-    kb_end(b);
+    KExpr *to = k_add(b, row, k_int(b, left));
+    if (c->x.sc == 1 && c->x.ss[last] == ch) { /* a row of x is a run of memory */
+        KExpr *j = k_var(b, kb_for(b, "j", KT_I64, k_int(b, 0), k_int(b, width), NULL, 0));
+        kb_store(b, scratch, k_add(b, to, j), k_load(b, x, k_add(b, src, j)));
+        kb_end(b);
+    } else { /* channels first (padded_from_transpose): the copy is the transpose */
+        KExpr *q = k_var(b, kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, c->x.sp[last]), NULL, 0));
+        KExpr *o = k_var(b, kb_for(b, "o", KT_I64, k_int(b, 0), k_int(b, ch), NULL, 0));
+        kb_store(b, scratch, k_add(b, to, k_madd(b, q, ch, o)),
+                 k_load(b, x, plus(b, plus(b, src, q, c->x.ss[last]), o, c->x.sc)));
+        end_blocks(b, 2);
+    }
     zeros(b, scratch, row, left + width, row_len);
     if (inside) {
         kb_else(b);
@@ -552,8 +624,14 @@ static int packed_conv(Program *p, const Node *n, const Conv *c, Diag *d) {
     }
     sizes[c->ns + 1] = c->x.c;
     sizes[c->ns + 2] = sizeof(float);
+    const Node *t = padded_from_transpose(p, n, c);
+    Conv from = *c;
+    if (t) {
+        from.xv = t->in[0];
+        from.x = view_of(&p->g->values[from.xv].type, false);
+    }
     if (pads && ((bytes = lower_size(n, "padded input", c->ns + 3, sizes, d)) < 0 ||
-                 pad_input(p, n, c, sp, bytes, d)))
+                 pad_input(p, n, &from, sp, bytes, d)))
         return -1;
     PackedGemm g = {.batch = c->groups,
                     .rows = c->y.n * c->positions,
@@ -586,6 +664,8 @@ static int packed_conv(Program *p, const Node *n, const Conv *c, Diag *d) {
         return -1;
     k->scratch_bytes = bytes;
     k->flops = lower_flops(5, (int64_t[]){2, g.rows, og, depth, c->groups});
+    if (pads)
+        kernel_unread(k, c->xv); /* the GEMM reads the padded copy */
     g.a = pads ? kb_scratch(&k->b) : kb_value(&k->b, c->xv, false);
     g.y = kb_value(&k->b, c->yv, true);
     return kb_packed_gemm(p, k, &g, d);
@@ -862,10 +942,6 @@ static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d)
  * bounded (FUSED_ROW_FLOATS); the depthwise result has no buffer at all. */
 enum { FUSED_ROW_FLOATS = 16384, FUSED_MIN_BYTES = 512 << 10 };
 
-static bool is_conv(const Node *n) {
-    return n && (n->op == OP_CONV || n->op == OP_FUSED_CONV);
-}
-
 /* The first node reading value v as its input 0, or NULL. */
 static const Node *first_reader(const Program *p, int v) {
     for (int i = 0; i < p->g->n_nodes; i++)
@@ -1114,27 +1190,22 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
     Arena arena = {0};
     if (n->op == OP_FUSED_CONV && !(c.epilogue = node_expr(&arena, n, d)))
         return -1;
-    int64_t cg = c.x.c / c.groups;
     int rc;
-    if (cg == 1 && c.groups > 1 && p->target == TARGET_CUDA) {
-        rc = depthwise_elements(p, n, &c, d);
-    } else if (cg == 1 && c.groups > 1 && c.nhwc && c.y.c == c.groups) {
-        rc = depthwise_nhwc(p, n, &c, d);
-    } else if (cg == 1 && c.groups > 1) {
-        rc = depthwise(p, n, &c, d);
-    } else if (!p->blas && !packed_applies(p, &c)) {
-        rc = conv_gemm(p, n, &c, d);
-    } else if (winograd_applies(p, n)) {
-        rc = lower_winograd(p, n, c.epilogue, d);
-    } else if (packed_applies(p, &c)) {
-        rc = packed_conv(p, n, &c, d);
-    } else {
+    switch (conv_plan(p, n, &c)) {
+    case CONV_DEPTHWISE_ELEMENTS: rc = depthwise_elements(p, n, &c, d); break;
+    case CONV_DEPTHWISE_NHWC: rc = depthwise_nhwc(p, n, &c, d); break;
+    case CONV_DEPTHWISE: rc = depthwise(p, n, &c, d); break;
+    case CONV_IMPLICIT_GEMM: rc = conv_gemm(p, n, &c, d); break;
+    case CONV_WINOGRAD: rc = lower_winograd(p, n, c.epilogue, d); break;
+    case CONV_PACKED: rc = packed_conv(p, n, &c, d); break;
+    default: {
         bool pointwise = is_pointwise(&c);
         int64_t bytes = pointwise ? 0
                                   : lower_size(n, "im2col scratch", 5,
                                                (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
         rc = bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)) ? -1
                                                                      : gemm(p, n, &c, pointwise, bytes, d);
+    }
     }
     if (!rc && c.epilogue) {
         /* the kernel that finishes the result names what it fused */
