@@ -276,20 +276,22 @@ typedef struct {
 /* Appends a digit to m: none for a size of 1; merged into the digit before it when
  * that one steps over exactly `size` of these (then the two are one run). */
 void offset_digit(OffsetMap *m, int64_t size, int64_t stride);
+/* The offset of index i through m. */
+int64_t offset_at(const OffsetMap *m, int64_t i);
 
 /* A GEMM Y = A B of each of `batch` items, B known now (lower_packed.c): A(bi, r, kk)
  * at a_at + bi a_batch + a_rows(r) + a_depth(kk) in buffer a, B(bi, kk, q) at
- * b[bi b_batch + kk b_k + q b_q], Y(bi, r, q) at y_at + bi y_batch + r y_ld + q in
+ * b[bi b_batch + b_depth(kk) + q b_q], Y(bi, r, q) at y_at + bi y_batch + r y_ld + q in
  * buffer y, stored plus the bias value's element bi bias_batch + q (bias -1: none)
  * through node's epilogue (NULL: none). A plain A [rows, depth] with rows lda apart
  * has a_rows {rows: lda} and a_depth {depth: 1}. */
 typedef struct {
     int64_t batch, rows, cols, depth;
     int a, y, bias;
-    OffsetMap a_rows, a_depth;
+    OffsetMap a_rows, a_depth, b_depth;
     int64_t a_at, a_batch, y_at, y_ld, y_batch, bias_batch;
     const float *b;
-    int64_t b_k, b_q, b_batch;
+    int64_t b_q, b_batch;
     int64_t table_at; /* where the packed B starts in the kernel's table, in floats */
     const Node *node;
     const Expr *epilogue;
@@ -333,6 +335,10 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d);
 /* Whether transpose node t is the layout pass's, to channels last, of a conv's input
  * that the conv's padded copy transposes instead (lower_conv.c). */
 bool transpose_feeds_padded_conv(const Program *p, const Node *t);
+/* Whether transpose node t is the layout pass's, back to channels first, of what a
+ * linear on packed weights reads flattened, which reads t's input instead
+ * (lower_linalg.c). */
+bool transpose_feeds_linear(const Program *p, const Node *t);
 /* A conv (or fused_conv, with its epilogue) as Winograd F(4x4, 3x3) or F(2x2, 3x3), when
  * winograd_applies (lower_winograd.c). */
 bool winograd_applies(const Program *p, const Node *n);

@@ -281,6 +281,40 @@ static KExpr *gemm_bias_at(KBuilder *b, KExpr *r, KExpr *q, const void *ctx) {
     return q;
 }
 
+/* The layout pass's transpose back to channels first, [N, C, spatial...] of
+ * [N, spatial..., C], that linear node n reads flattened to [N, C x spatial] and
+ * nothing else reads: n then reads the channels-last input, its weights' columns
+ * packed in that order, and the transpose computes nothing (a CNN's classifier
+ * after its last pool). NULL otherwise. */
+static const Node *flattened_transpose(const Program *p, const Node *n) {
+    int x = n->in[0], src = p->view_of ? p->view_of[x] : -1;
+    const Graph *g = p->g;
+    if (src < 0 || g->values[src].node < 0 || g->values[x].node < 0 || p->uses[x] != 1 || p->uses[src] != 1 ||
+        p->buf[n->in[1]].kind != BUF_WEIGHT || p->vector_floats <= 0)
+        return NULL;
+    const Node *t = g->nodes[g->values[src].node], *view = g->nodes[g->values[x].node];
+    if (view->in[0] != src) /* a view of a view: the one between may have readers */
+        return NULL;
+    const Type *xt = &g->values[x].type, *st = &g->values[src].type;
+    if (t->op != OP_TRANSPOSE || xt->rank != 2 || st->rank < 3 || xt->dims[0] != st->dims[0])
+        return NULL;
+    const Attr *perm = node_attr(t, ATTR_PERM);
+    int rank = st->rank;
+    bool to_first = perm->set && perm->n == rank && perm->ints[0] == 0 && perm->ints[1] == rank - 1;
+    for (int j = 2; to_first && j < rank; j++)
+        to_first = perm->ints[j] == j - 1;
+    return to_first ? t : NULL;
+}
+
+bool transpose_feeds_linear(const Program *p, const Node *t) {
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const Node *n = p->g->nodes[i];
+        if ((n->op == OP_LINEAR || n->op == OP_FUSED_LINEAR) && flattened_transpose(p, n) == t)
+            return true;
+    }
+    return false;
+}
+
 /* linear on weights known now: x [rows, in] times w^T packed (lower_packed.c), the
  * bias and epilogue applied to each register tile. */
 static int packed_linear(Program *p, const Node *n, int64_t rows, int64_t in_len, int64_t out_len, Diag *d) {
@@ -294,16 +328,28 @@ static int packed_linear(Program *p, const Node *n, int64_t rows, int64_t in_len
                     .a_depth = {1, {in_len}, {1}},
                     .y_ld = out_len,
                     .b = (const float *)(p->weights + p->buf[n->in[1]].offset),
-                    .b_k = 1,
+                    .b_depth = {1, {in_len}, {1}},
                     .b_q = in_len,
                     .node = n};
+    const Node *t = flattened_transpose(p, n);
+    if (t) { /* depth step (position, channel) of the channels-last input is w's column (channel, position) */
+        const Type *st = &p->g->values[t->out[0]].type;
+        int64_t channels = st->dims[1], positions = in_len / channels;
+        g.b_depth = (OffsetMap){0};
+        offset_digit(&g.b_depth, positions, 1);
+        offset_digit(&g.b_depth, channels, positions);
+    }
     if (n->op == OP_FUSED_LINEAR && !(g.epilogue = node_expr(&arena, n, d)))
         return -1;
     Kernel *k = kernel_loop(p, n, "packed_gemm", packed_gemm_tiles(p, &g), 1, d);
     int rc = -1;
+    if (k && t) {
+        kernel_unread(k, n->in[0]);
+        kernel_reads(k, t->in[0]);
+    }
     if (k) {
         k->flops = lower_flops(4, (int64_t[]){2, rows, out_len, in_len});
-        g.a = kb_value(&k->b, n->in[0], false);
+        g.a = kb_value(&k->b, t ? t->in[0] : n->in[0], false);
         g.y = kb_value(&k->b, n->out[0], true);
         rc = kb_packed_gemm(p, k, &g, d);
         if (!rc && g.epilogue)

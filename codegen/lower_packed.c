@@ -168,7 +168,8 @@ float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int6
             float *panel = table + at + BLOCK_FLOATS + bi * per_item + q0 * g->depth;
             for (int64_t kk = 0; kk < g->depth; kk++)
                 for (int64_t j = 0; j < width; j++)
-                    panel[kk * stride + j] = g->b[bi * g->b_batch + kk * g->b_k + (q0 + j) * g->b_q];
+                    panel[kk * stride + j] =
+                        g->b[bi * g->b_batch + offset_at(&g->b_depth, kk) + (q0 + j) * g->b_q];
         }
     return table;
 }
@@ -184,6 +185,15 @@ void offset_digit(OffsetMap *m, int64_t size, int64_t stride) {
     KILN_ASSERT(m->n < KILN_MAX_RANK);
     m->size[m->n] = size;
     m->stride[m->n++] = stride;
+}
+
+int64_t offset_at(const OffsetMap *m, int64_t i) {
+    int64_t at = 0;
+    for (int d = m->n - 1; d >= 0; d--) {
+        at += i % m->size[d] * m->stride[d];
+        i /= m->size[d];
+    }
+    return at;
 }
 
 /* min(step, size - from): a tile's rows or columns, a constant where every tile has

@@ -85,8 +85,8 @@ static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *
 /* ---- transpose ---- */
 
 int lower_transpose(Program *p, const Node *n, Diag *d) {
-    if (transpose_feeds_padded_conv(p, n))
-        return 0; /* the conv's padded copy of its input transposes it */
+    if (transpose_feeds_padded_conv(p, n) || transpose_feeds_linear(p, n))
+        return 0; /* its reader reads the transpose's input in its place */
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
     const Attr *a = node_attr(n, ATTR_PERM);
     int64_t xs[KILN_MAX_RANK], coef[KILN_MAX_RANK];

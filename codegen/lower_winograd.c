@@ -251,7 +251,7 @@ static int packed_products(Program *p, const Node *n, Kernel *k, const Wino *w, 
                     .y_ld = o,
                     .y_batch = tiles * o,
                     .b = u,
-                    .b_k = o,
+                    .b_depth = {1, {c}, {o}},
                     .b_q = 1,
                     .b_batch = c * o,
                     .node = n};
