@@ -5,8 +5,10 @@
 # compute-sanitizer where it is installed, and times the examples (kiln bench, and
 # the first load with an empty and with a warm kernel cache), then prints each kernel's
 # time at batch 1 (kiln bench --profile).
-# CMAKE_PREFIX_PATH may name a copy of cJSON (lib/ and include/cjson/) for machines
-# without libcjson-dev. Ends with "gpu_check: N passed, N failed".
+# On a machine without Debian's packages, CMAKE_PREFIX_PATH may name a folder with
+# what kiln builds against: cJSON and protobuf-c (lib/, include/cjson/,
+# include/protobuf-c/), protoc-c (bin/; its libraries in lib/, on LD_LIBRARY_PATH)
+# and ONNX's include/onnx/onnx.proto. Ends with "gpu_check: N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 build=build-gpu
