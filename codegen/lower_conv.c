@@ -673,6 +673,11 @@ static int packed_conv(Program *p, const Node *n, const Conv *c, Diag *d) {
 
 /* ---- Direct loops: depthwise conv and conv_transpose ---- */
 
+/* A depthwise conv's FLOPs: a multiply-add per tap of every output element. */
+static int64_t depthwise_flops(const Conv *c) {
+    return lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+}
+
 /* Opens the loops over a depthwise conv's taps: for each spatial dim but the last,
  * k{i} and, where the input position in{i} lies inside x, a block; then the loop
  * over the last dim's taps with the row range (row_range) inside it. Returns the
@@ -702,7 +707,7 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
         kernel_loop(p, n, "depthwise", c->y.n * c->y.c * c->positions / run, grain_for(c->taps * run), d);
     if (!k)
         return -1;
-    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+    k->flops = depthwise_flops(c);
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
@@ -847,7 +852,7 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
     if (!k)
         return -1;
-    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+    k->flops = depthwise_flops(c);
     bool relaid = p->buf[n->in[1]].kind == BUF_WEIGHT;
     if (relaid && relay_depthwise_weights(p, n, c, k, d))
         return -1;
@@ -904,7 +909,7 @@ static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d)
     Kernel *k = kernel_loop(p, n, "depthwise", 0, 1, d);
     if (!k)
         return -1;
-    k->flops = lower_flops(5, (int64_t[]){2, c->y.n, c->y.c, c->positions, c->taps});
+    k->flops = depthwise_flops(c);
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
@@ -1019,8 +1024,7 @@ static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag 
         if (pn->in[i] >= 0)
             kernel_reads(k, pn->in[i]);
     kernel_writes(k, pn->out[0]);
-    int64_t dw_flops = lower_flops(5, (int64_t[]){2, dw.y.n, ch, dw.positions, dw.taps}),
-            pw_flops = lower_flops(4, (int64_t[]){2, rows * wo, out_ch, ch});
+    int64_t dw_flops = depthwise_flops(&dw), pw_flops = lower_flops(4, (int64_t[]){2, rows * wo, out_ch, ch});
     k->flops = dw_flops > INT64_MAX - pw_flops ? INT64_MAX : dw_flops + pw_flops;
     KBuilder *b = &k->b;
     int x = kb_value(b, dw.xv, false), t = kb_table(b), bias = dw.bv >= 0 ? kb_value(b, dw.bv, false) : -1;
