@@ -155,7 +155,11 @@ typedef struct {
        tiles of that width. 0 on the CUDA target. */
     int vector_floats;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
-    Arena arena;  /* the kernels' IR */
+    /* What each run-time fault means (program_fault): a kernel that raises fault f
+       makes `run` return f, and kiln_run_error(f) is faults[f - 1]. */
+    const char **faults;
+    int n_faults;
+    Arena arena; /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
        program's own, so that programs lowered on different threads share none */
     char names[8][80];
@@ -203,6 +207,13 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * iterations, at least `grain` of them to a thread, that reads every input n has
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
+/* A let of an int64 index, or the expression itself where it is a constant or a
+ * variable already. */
+KExpr *let_index(KBuilder *b, const char *name, KExpr *e);
+/* A new run-time fault of node n's kernels, meaning `what` ("an index is out of
+ * range"): its number, which a kernel raises with KILN_FAULT(number); -1 after a
+ * diagnostic when memory runs out. */
+int program_fault(Program *p, const Node *n, const char *what, Diag *d);
 void kernel_reads(Kernel *k, int value);
 /* Removes the first read of value from k's reads (one the body does not make). */
 void kernel_unread(Kernel *k, int value);
@@ -323,6 +334,16 @@ int lower_unary(Program *p, const Node *n, Diag *d);
 int lower_binary(Program *p, const Node *n, Diag *d);
 int lower_elementwise(Program *p, const Node *n, Diag *d);
 int lower_copy(Program *p, const Node *n, Diag *d);
+int lower_compare(Program *p, const Node *n, Diag *d);
+int lower_gather(Program *p, const Node *n, Diag *d);
+/* The value of one result element from its inputs' elements x[k] (loaded, of their
+ * element types, where `used`) at the broadcast index. */
+typedef KExpr *(*ElementFn)(KBuilder *b, KExpr *const *x, const void *ctx);
+/* Node n's result, element by element, as f computes it over the inputs n uses
+ * (used[k]), broadcast as numpy does, in blocks where they allow (lower_elementwise.c);
+ * `text` names what it computes in the kernel's comment (NULL: n's op). */
+int lower_broadcast(Program *p, const Node *n, const bool *used, ElementFn f, const void *ctx,
+                    const char *text, Diag *d);
 int lower_reduce(Program *p, const Node *n, Diag *d);
 int lower_softmax(Program *p, const Node *n, Diag *d);
 int lower_batch_norm(Program *p, const Node *n, Diag *d);

@@ -89,26 +89,49 @@ static bool shares_memory(const Program *p, const Kernel *k, int v) {
     return false;
 }
 
+/* The C type of dtype t's elements. */
+static const char *element_ctype(DType t) {
+    switch (t) {
+    case DT_I64: return "int64_t";
+    case DT_I32: return "int32_t";
+    case DT_BOOL: return "unsigned char";
+    default: return "float";
+    }
+}
+
+/* "const float *restrict x = ws + 16;", cast where the buffer is another type's. */
+static void emit_pointer(Str *out, const Lang *l, DType t, bool writable, bool restricted, const char *name,
+                         const char *expr) {
+    const char *c = writable ? "" : "const ", *e = element_ctype(t), *r = restricted ? l->restrict_kw : "";
+    if (t == DT_F32)
+        str_printf(out, "    %sfloat *%s%s = %s;\n", c, r, name, expr);
+    else
+        str_printf(out, "    %s%s *%s%s = (%s%s *)(%s);\n", c, e, r, name, c, e, expr);
+}
+
 void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
-    char expr[128];
-    for (int r = 0; r < k->n_reads; r++)
-        if (!seen_before(k->reads, r, k->reads[r]) && !seen_before(k->writes, k->n_writes, k->reads[r]) &&
-            kir_uses_value(k->ir, k->reads[r])) {
-            buffer_expr(p, l, k->reads[r], expr, sizeof expr);
-            str_printf(out, "    const float *%s%s = %s;\n",
-                       shares_memory(p, k, k->reads[r]) ? "" : l->restrict_kw, value_name(p, k->reads[r]),
-                       expr);
+    char expr[128], name[32];
+    for (int r = 0; r < k->n_reads; r++) {
+        int v = k->reads[r];
+        if (!seen_before(k->reads, r, v) && !seen_before(k->writes, k->n_writes, v) &&
+            kir_uses_value(k->ir, v)) {
+            buffer_expr(p, l, v, expr, sizeof expr);
+            emit_pointer(out, l, p->g->values[v].type.dtype, false, !shares_memory(p, k, v), value_name(p, v),
+                         expr);
         }
+    }
     for (int w = 0; w < k->n_writes; w++) {
         int v = k->writes[w];
         if (!kir_uses_value(k->ir, v))
             continue;
-        if (v < 0)
-            str_printf(out, "    float *%sout%d = %sout[%d];\n", l->restrict_kw, -1 - v, l->args, -1 - v);
-        else {
+        if (v < 0) {
+            snprintf(name, sizeof name, "out%d", -1 - v);
+            snprintf(expr, sizeof expr, "%sout[%d]", l->args, -1 - v);
+            emit_pointer(out, l, p->g->values[p->g->outputs[-1 - v]].type.dtype, true, true, name, expr);
+        } else {
             buffer_expr(p, l, v, expr, sizeof expr);
-            str_printf(out, "    float *%s%s = %s;\n", shares_memory(p, k, v) ? "" : l->restrict_kw,
-                       value_name(p, v), expr);
+            emit_pointer(out, l, p->g->values[v].type.dtype, true, !shares_memory(p, k, v), value_name(p, v),
+                         expr);
         }
     }
     if (k->scratch_bytes && kir_uses_value(k->ir, KIR_SCRATCH))
@@ -140,6 +163,16 @@ void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     str_printf(out, "}\n\n");
 }
 
+/* The ABI's name of dtype t (kiln/model.h). */
+static const char *abi_dtype(DType t) {
+    switch (t) {
+    case DT_I64: return "KILN_I64";
+    case DT_I32: return "KILN_I32";
+    case DT_BOOL: return "KILN_BOOL";
+    default: return "KILN_F32";
+    }
+}
+
 static void emit_infos(const Program *p, Str *out, const char *what, const int *ids, int n) {
     for (int i = 0; i < n; i++) {
         const Type *t = &p->g->values[ids[i]].type;
@@ -152,7 +185,8 @@ static void emit_infos(const Program *p, Str *out, const char *what, const int *
     for (int i = 0; i < n; i++) {
         str_printf(out, "    {\"");
         c_string(out, p->g->values[ids[i]].name);
-        str_printf(out, "\", KILN_F32, %d, %s%d_shape},\n", p->g->values[ids[i]].type.rank, what, i);
+        const Type *t = &p->g->values[ids[i]].type;
+        str_printf(out, "\", %s, %d, %s%d_shape},\n", abi_dtype(t->dtype), t->rank, what, i);
     }
     if (n == 0)
         str_printf(out, "    {0}\n");
@@ -251,6 +285,21 @@ void emit_model_def(const Program *p, Str *out, const char *run, const char *des
                "    return &model_def;\n"
                "}\n",
                p->n_inputs, p->g->n_outputs, run, destroy);
+    /* what run's nonzero results mean (docs/abi.md): not exported from a .so (the
+       contract's one symbol is kiln_model), but found by the in-process JIT */
+    str_printf(out, "\nstatic const char *const kiln_faults[] = {\n");
+    for (int f = 0; f < p->n_faults; f++) {
+        str_printf(out, "    \"");
+        c_string(out, p->faults[f]);
+        str_printf(out, "\",\n");
+    }
+    str_printf(out,
+               "    0\n};\n\n"
+               "const char *kiln_run_error(int fault);\n"
+               "const char *kiln_run_error(int fault) {\n"
+               "    return fault >= 1 && fault <= %d ? kiln_faults[fault - 1] : 0;\n"
+               "}\n",
+               p->n_faults);
 }
 
 void emit_header(const Graph *g, Str *out) {

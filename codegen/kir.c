@@ -59,9 +59,21 @@ static int add_buf(KBuilder *b, KBuf buf) {
     return kb->n_bufs++;
 }
 
+KType dtype_ktype(DType t) {
+    switch (t) {
+    case DT_I64: return KT_I64;
+    case DT_I32: return KT_I32;
+    case DT_BOOL: return KT_BOOL;
+    default: return KT_F32;
+    }
+}
+
 int kb_value(KBuilder *b, int id, bool writable) {
-    return id < 0 ? add_buf(b, (KBuf){.kind = KB_OUTPUT, .value = -1 - id, .writable = true, .type = KT_F32})
-                  : add_buf(b, (KBuf){.kind = KB_VALUE, .value = id, .writable = writable, .type = KT_F32});
+    const Graph *g = b->graph;
+    int value = id < 0 && g ? g->outputs[-1 - id] : id;
+    KType t = g ? dtype_ktype(g->values[value].type.dtype) : KT_F32;
+    return id < 0 ? add_buf(b, (KBuf){.kind = KB_OUTPUT, .value = -1 - id, .writable = true, .type = t})
+                  : add_buf(b, (KBuf){.kind = KB_VALUE, .value = id, .writable = writable, .type = t});
 }
 
 int kb_scratch(KBuilder *b) {

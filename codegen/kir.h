@@ -153,6 +153,7 @@ typedef struct {
     KStmt *open[KB_MAX_DEPTH];   /* the statement each block belongs to (NULL: top level or kb_begin_block) */
     int depth;
     bool oom, misuse;
+    const Graph *graph; /* the element types of kb_value's buffers (NULL: all f32) */
 } KBuilder;
 
 void kb_init(KBuilder *b, Arena *a, KBody *body);
@@ -160,8 +161,11 @@ bool kb_failed(const KBuilder *b);
 
 /* ---- Buffers ---- */
 
-/* The buffer of value id (read), or the kernel's k-th output when id < 0 (-1 - k). */
+/* The buffer of value id (read), or the kernel's k-th output when id < 0 (-1 - k),
+ * of the value's element type. */
 int kb_value(KBuilder *b, int id, bool writable);
+/* The KType of dtype t's elements (bool: KT_BOOL, stored one byte each). */
+KType dtype_ktype(DType t);
 int kb_scratch(KBuilder *b);
 int kb_table(KBuilder *b);
 /* The kernel's table read as elements of another 4-byte type t (KT_I32: int32

@@ -145,7 +145,12 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
     if (paren)
         str_printf(o, "(");
     switch (e->kind) {
-    case KE_INT: str_printf(o, "%lld", (long long)e->i); break;
+    case KE_INT: /* C has no literal for INT64_MIN: its magnitude does not fit */
+        if (e->i == INT64_MIN)
+            str_printf(o, "(-9223372036854775807 - 1)");
+        else
+            str_printf(o, "%lld", (long long)e->i);
+        break;
     case KE_FLOAT:
         if (e->type == KT_VF32) { /* a scalar operand fills every lane */
             char lit[48];

@@ -118,6 +118,7 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
     k->name = name.s;
     k->comment = comment.s;
     kb_init(&k->b, &p->arena, k->ir);
+    k->b.graph = p->g;
     if (kind == K_LOOP) /* [0, count): kernel_finish sets the bound once count is known */
         k->iter = kb_for(&k->b, "i", KT_I64, k_int(&k->b, 0), NULL, NULL, K_PARALLEL);
     p->n_kernels++;
@@ -181,6 +182,7 @@ Kernel *kernel_gemm(Program *p, const Node *n, const char *what, int64_t batch, 
     k->b = (KBuilder){0}; /* the schedule builds the body; the lowering, three blocks */
     *k->ir = (KBody){0};
     kb_init(&k->b, &p->arena, k->ir);
+    k->b.graph = p->g;
     KBuilder *b = &k->b;
     k->gemm.bi = kb_new_var(b, "bi", KT_I64);
     k->gemm.r = kb_new_var(b, "r", KT_I64);
@@ -244,6 +246,28 @@ int program_table(Program *p, Kernel *k, const void *data, int64_t bytes, Diag *
     return 0;
 }
 
+KExpr *let_index(KBuilder *b, const char *name, KExpr *e) {
+    return e->kind == KE_INT || e->kind == KE_VAR ? e : k_var(b, kb_let(b, name, KT_I64, e));
+}
+
+int program_fault(Program *p, const Node *n, const char *what, Diag *d) {
+    char where[512] = "";
+    if (n->loc.file)
+        snprintf(where, sizeof where, " (%s:%d:%d)", n->loc.file->name, n->loc.line, n->loc.col);
+    Str msg = {0};
+    str_printf(&msg, "%s '%s'%s: %s", op_table[n->op].name, p->g->values[n->out[0]].name, where, what);
+    const char **faults = ir_realloc(p->faults, sizeof *faults * (size_t)(p->n_faults + 1));
+    if (msg.oom || !faults) {
+        str_free(&msg);
+        if (faults)
+            p->faults = faults;
+        return diag_error(d, n->loc, "out of memory");
+    }
+    p->faults = faults;
+    p->faults[p->n_faults++] = msg.s;
+    return p->n_faults;
+}
+
 void kernel_writes(Kernel *k, int value) {
     k->writes[k->n_writes++] = value;
 }
@@ -251,7 +275,8 @@ void kernel_writes(Kernel *k, int value) {
 /* ---- The memory plan ---- */
 
 static int64_t value_bytes(const Program *p, int v) {
-    return type_numel(&p->g->values[v].type) * (int64_t)sizeof(float);
+    const Type *t = &p->g->values[v].type;
+    return type_numel(t) * dtype_size(t->dtype);
 }
 
 /* Params and consts into the blob, in node order: first the updated params (the
@@ -288,7 +313,7 @@ static int place_weights(Program *p, const TensorList *weights, Diag *d) {
             continue;
         if (!t)
             return diag_error(d, n->loc, "out of memory");
-        memcpy(p->weights + p->buf[n->out[0]].offset, t->data, (size_t)value_bytes(p, n->out[0]));
+        memcpy(p->weights + p->buf[n->out[0]].offset, t->bytes, (size_t)value_bytes(p, n->out[0]));
         tensor_free(t);
     }
     return 0;
@@ -632,6 +657,9 @@ fail:
 void program_free(Program *p) {
     if (!p)
         return;
+    for (int f = 0; f < p->n_faults; f++)
+        ir_free((char *)p->faults[f]);
+    ir_free(p->faults);
     for (int k = 0; k < p->n_kernels; k++) {
         ir_free(p->kernels[k].name);
         ir_free(p->kernels[k].comment);

@@ -106,12 +106,6 @@ static Coords coords_zero(KBuilder *b) {
     return at;
 }
 
-/* A let of an int64 index, or the expression itself where it is a constant or a
- * variable already. */
-static KExpr *let_index(KBuilder *b, const char *name, KExpr *e) {
-    return e->kind == KE_INT || e->kind == KE_VAR ? e : k_var(b, kb_let(b, name, KT_I64, e));
-}
-
 /* e + v * stride. */
 static KExpr *plus(KBuilder *b, KExpr *e, KExpr *v, int64_t stride) {
     return k_add(b, e, k_mul(b, v, k_int(b, stride)));

@@ -267,17 +267,12 @@ static void mark_used(const Expr *e, bool *used) {
  *     input read at its broadcast offset. */
 enum { ELEMENTWISE_BLOCK = 16 };
 
-/* Node n as expression e over its inputs; `text`, the expression as written, names
- * it in the kernel's comment (NULL: n's op names it). */
-static int lower_expr(Program *p, const Node *n, const Expr *e, const char *text, Diag *d) {
+int lower_broadcast(Program *p, const Node *n, const bool *used, ElementFn f, const void *ctx,
+                    const char *text, Diag *d) {
     const Type *to = &p->g->values[n->out[0]].type;
-    bool *used = ir_calloc((size_t)n->n_in + 1, sizeof *used);
     KExpr **x = arena_alloc(&p->arena, sizeof *x * ((size_t)n->n_in + 1));
-    if (!used || !x) {
-        ir_free(used);
+    if (!x)
         return diag_error(d, n->loc, "out of memory");
-    }
-    mark_used(e, used);
     /* some input needs an index other than i (it has the output's elements in the
      * output's order) or 0 (it has one element) */
     bool indexed = false;
@@ -292,10 +287,8 @@ static int lower_expr(Program *p, const Node *n, const Expr *e, const char *text
     Kernel *k = blocked ? kernel_loop(p, n, NULL, type_numel(&outer),
                                       ELEMENTWISE_GRAIN / inner > 1 ? ELEMENTWISE_GRAIN / inner : 1, d)
                         : loop_over_output(p, n, d);
-    if (!k) {
-        ir_free(used);
+    if (!k)
         return -1;
-    }
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
     if (text)
@@ -335,17 +328,31 @@ static int lower_expr(Program *p, const Node *n, const Expr *e, const char *text
                 at = kview_index(b, &v, o);
             else
                 at = i;
-            x[in] = k_var(
-                b, kb_let(b, kb_name(b, "x", in), KT_F32, k_load(b, kb_value(b, n->in[in], false), at)));
+            KExpr *load = k_load(b, kb_value(b, n->in[in], false), at);
+            x[in] = k_var(b, kb_let(b, kb_name(b, "x", in), load->type, load));
         }
     }
-    int next = 0;
-    KExpr *r = kb_expr(b, e, x, &next);
-    kb_store(b, kb_value(b, n->out[0], true), blocked ? k_madd(b, i, inner, j) : i, r);
+    kb_store(b, kb_value(b, n->out[0], true), blocked ? k_madd(b, i, inner, j) : i, f(b, x, ctx));
     if (blocked)
         kb_end(b);
-    ir_free(used);
     return 0;
+}
+
+static KExpr *expr_element(KBuilder *b, KExpr *const *x, const void *e) {
+    int next = 0;
+    return kb_expr(b, e, x, &next);
+}
+
+/* Node n as expression e over its inputs; `text`, the expression as written, names
+ * it in the kernel's comment (NULL: n's op names it). */
+static int lower_expr(Program *p, const Node *n, const Expr *e, const char *text, Diag *d) {
+    bool *used = ir_calloc((size_t)n->n_in + 1, sizeof *used);
+    if (!used)
+        return diag_error(d, n->loc, "out of memory");
+    mark_used(e, used);
+    int rc = lower_broadcast(p, n, used, expr_element, e, text, d);
+    ir_free(used);
+    return rc;
 }
 
 int lower_elementwise(Program *p, const Node *n, Diag *d) {

@@ -343,7 +343,7 @@ int plan_memory(Program *p, bool reuse, Diag *d) {
         s.parent[v] = v;
         s.first[v] = INT_MAX;
         s.last[v] = -1;
-        s.bytes[v] = align64(type_numel(&g->values[v].type) * (int64_t)sizeof(float));
+        s.bytes[v] = align64(type_numel(&g->values[v].type) * dtype_size(g->values[v].type.dtype));
         m->buffer[v] = m->from[v] = -1;
         m->share[v] = MEM_OWN;
     }

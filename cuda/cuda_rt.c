@@ -42,6 +42,7 @@ typedef struct {
     float *ws;
     const float *wt;
     float *st;
+    int *fault; /* a run-time check that failed: the program's fault number, else 0 */
 } KilnArgs;
 
 typedef void (*KilnCudaKernelFn)(KilnArgs args, int64_t count);
@@ -398,7 +399,7 @@ typedef struct {
     CUstream stream;
     CUfunction *functions;
     CUevent *events; /* profiling: one before each kernel and one after the last */
-    CUdeviceptr wt, st, ws;
+    CUdeviceptr wt, st, ws, fault;
     CUdeviceptr *inputs, *outputs;   /* the device buffers */
     CUdeviceptr in_table, out_table; /* arrays of them, what KilnArgs points at */
     KilnArgs args;
@@ -453,6 +454,7 @@ static void kiln_cuda_destroy(void *instance) {
     kiln_cuda_release(in, in->wt);
     kiln_cuda_release(in, in->st);
     kiln_cuda_release(in, in->ws);
+    kiln_cuda_release(in, in->fault);
     for (int k = 0; in->events && k <= p->n_kernels; k++)
         if (in->events[k])
             in->api.cuEventDestroy(in->events[k]);
@@ -600,7 +602,8 @@ static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
 #endif
     if (kiln_cuda_buffer(in, &in->wt, p->weights, p->weights_bytes, "the weights", err, errlen) ||
         kiln_cuda_buffer(in, &in->st, p->weights, p->state_bytes, "the params a step updates", err, errlen) ||
-        kiln_cuda_buffer(in, &in->ws, NULL, p->workspace_bytes, "the workspace", err, errlen))
+        kiln_cuda_buffer(in, &in->ws, NULL, p->workspace_bytes, "the workspace", err, errlen) ||
+        kiln_cuda_buffer(in, &in->fault, NULL, sizeof(int), "the fault word", err, errlen))
         return 1;
     for (int i = 0; i < p->n_inputs; i++)
         if (kiln_cuda_buffer(in, &in->inputs[i], NULL, p->input_bytes[i], "an input", err, errlen))
@@ -618,6 +621,7 @@ static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
     in->args.ws = (float *)(uintptr_t)in->ws;
     in->args.wt = (const float *)(uintptr_t)in->wt;
     in->args.st = (float *)(uintptr_t)in->st;
+    in->args.fault = (int *)(uintptr_t)in->fault;
     return 0;
 }
 
@@ -649,6 +653,7 @@ static double kiln_cuda_now(void) {
 static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnCudaInstance *in = instance;
     const KilnCudaProgram *p = in->prog;
+    *in->args.fault = 0;
     for (int i = 0; i < p->n_inputs; i++)
         kiln_cuda_upload(in, in->inputs[i], inputs[i], (size_t)p->input_bytes[i]);
     for (int k = 0; k < p->n_kernels; k++) {
@@ -661,7 +666,7 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     for (int i = 0; i < p->n_outputs; i++)
         if (p->output_bytes[i])
             memcpy(outputs[i], (const void *)(uintptr_t)in->outputs[i], (size_t)p->output_bytes[i]);
-    return 0;
+    return *in->args.fault;
 }
 #else
 static int kiln_cuda_run_failed(const KilnCudaInstance *in, const char *what, CUresult rc) {
@@ -676,6 +681,9 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     CUresult rc = api->cuCtxSetCurrent(in->ctx);
     if (rc != 0)
         return kiln_cuda_run_failed(in, "cuCtxSetCurrent", rc);
+    int fault = 0;
+    if ((rc = api->cuMemcpyHtoDAsync(in->fault, &fault, sizeof fault, in->stream)) != 0)
+        return kiln_cuda_run_failed(in, "clearing the fault word", rc);
     for (int i = 0; i < p->n_inputs; i++)
         if (p->input_bytes[i] && (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i],
                                                               (size_t)p->input_bytes[i], in->stream)) != 0)
@@ -697,6 +705,8 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
         if (p->output_bytes[i] && (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i],
                                                                (size_t)p->output_bytes[i], in->stream)) != 0)
             return kiln_cuda_run_failed(in, "copying an output from the device", rc);
+    if ((rc = api->cuMemcpyDtoHAsync(&fault, in->fault, sizeof fault, in->stream)) != 0)
+        return kiln_cuda_run_failed(in, "reading the fault word", rc);
     if ((rc = api->cuStreamSynchronize(in->stream)) != 0)
         return kiln_cuda_run_failed(in, "running the kernels", rc);
     for (int k = 0; in->events && k < p->n_kernels; k++) {
@@ -705,6 +715,6 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
             return kiln_cuda_run_failed(in, "cuEventElapsedTime", rc);
         p->profile[k] += 1e-3 * ms;
     }
-    return 0;
+    return fault;
 }
 #endif

@@ -109,10 +109,9 @@ static int make_buffers(const char *model, const kiln_model_def *def, const Opti
     for (int k = 0; k < def->n_inputs + def->n_outputs; k++) {
         bool is_in = k < def->n_inputs;
         const kiln_tensor_info *info = is_in ? &def->inputs[k] : &def->outputs[k - def->n_inputs];
-        if (info->dtype != KILN_F32 || info->rank < 0 || info->rank > KILN_MAX_RANK)
-            return diag_error(d, (Loc){0}, "%s: tensor '%s' has a dtype or rank this kiln does not handle",
-                              model, info->name);
-        Type t = type_make(info->rank, info->shape);
+        Type t;
+        if (tensor_info_type(model, info, &t, d))
+            return -1;
         Tensor **slot = is_in ? &in[k] : &out[k - def->n_inputs];
         const char *file = NULL;
         for (int b = 0; is_in && b < o->n_inputs; b++)
@@ -130,7 +129,7 @@ static int make_buffers(const char *model, const kiln_model_def *def, const Opti
         }
         if (!(*slot = tensor_new(&t)))
             return diag_error(d, (Loc){0}, "out of memory for tensor '%s'", info->name);
-        if (is_in)
+        if (is_in && t.dtype == DT_F32) /* others stay 0, an index valid for any dim */
             fill_input((*slot)->data, type_numel(&t), k);
     }
     return 0;

@@ -81,12 +81,8 @@ static int graph_signature(const Graph *g, Signature *s, Diag *d) {
 }
 
 static int port_of(const char *model, const kiln_tensor_info *t, Port *p, Diag *d) {
-    if (t->dtype != KILN_F32 || t->rank < 0 || t->rank > KILN_MAX_RANK)
-        return diag_error(d, (Loc){0}, "%s: tensor '%s' has a dtype or rank this kiln does not handle", model,
-                          t->name);
     p->name = t->name;
-    p->type = type_make(t->rank, t->shape);
-    return 0;
+    return tensor_info_type(model, t, &p->type, d);
 }
 
 static int compiled_signature(const char *model, const kiln_model_def *def, Signature *s, Diag *d) {
@@ -146,7 +142,10 @@ static void print_output(const char *name, const Tensor *t) {
     int64_t n = type_numel(&t->type), shown = n < 10 ? n : 10;
     printf("%s: %s =", name, type_str(&t->type, ty, sizeof ty));
     for (int64_t i = 0; i < shown; i++)
-        printf(" %g", t->data[i]);
+        if (t->type.dtype == DT_F32)
+            printf(" %g", t->data[i]);
+        else
+            printf(" %lld", (long long)tensor_int(t, i));
     if (shown < n)
         printf(" ... (%lld values)", (long long)n);
     printf("\n");

@@ -142,6 +142,9 @@ void outputs_abort(Outputs *s);
  * reported there (diag_take_assert): 3 when kiln itself failed (an error of kind
  * DIAG_INTERNAL), else 1, also for running out of memory (docs/cli.md). */
 int exit_status(int rc, Diag *d);
+/* The type of a compiled model's tensor t (kiln/model.h); -1 after a diagnostic
+ * naming it and `model` when kiln does not handle its dtype or rank. */
+int tensor_info_type(const char *model, const kiln_tensor_info *t, Type *type, Diag *d);
 
 /* How the options compile a graph in process: the environment's settings with
  * --target and --cpu, memory planning as the pipeline selects it, and the

@@ -112,6 +112,19 @@ int usage_error(const Command *cmd, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
+int tensor_info_type(const char *model, const kiln_tensor_info *t, Type *type, Diag *d) {
+    static const DType dtypes[] = {
+        [KILN_F32] = DT_F32, [KILN_I64] = DT_I64, [KILN_I32] = DT_I32, [KILN_BOOL] = DT_BOOL};
+    bool known =
+        t->dtype == KILN_F32 || t->dtype == KILN_I64 || t->dtype == KILN_I32 || t->dtype == KILN_BOOL;
+    if (!known || t->rank < 0 || t->rank > KILN_MAX_RANK)
+        return diag_error(d, (Loc){0}, "%s: tensor '%s' has a dtype or rank this kiln does not handle", model,
+                          t->name);
+    *type = type_make(t->rank, t->shape);
+    type->dtype = dtypes[t->dtype];
+    return 0;
+}
+
 int exit_status(int rc, Diag *d) {
     if (diag_take_assert(d))
         return EXIT_BUG;

@@ -7,7 +7,8 @@
  * "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" padded with spaces
  * and a final newline; it is parsed here by a small recursive-descent reader that
  * knows just the literals numpy writes (quoted strings, True/False, tuples of
- * integers), in any key order. Only little-endian float32 in C order is accepted,
+ * integers), in any key order. Little-endian float32, int64, int32 and bool (one
+ * byte, 0 or 1) in C order are accepted,
  * and the data must be exactly as long as the shape says.
  *
  * The writer produces version 1.0 byte for byte as numpy 1.24's np.save does,
@@ -186,23 +187,43 @@ static int parse_dict(Header *h) {
     return 0;
 }
 
-/* The header's meaning: f32, C order, a shape kiln can hold. Sets *numel. */
-static int check_header(Header *h, int64_t *numel) {
-    if (h->descr_len != 3 || memcmp(h->descr, "<f4", 3) != 0)
+/* numpy's descr of each dtype kiln reads and writes (little-endian; bools a byte). */
+static const struct {
+    DType dtype;
+    const char *descr;
+} descrs[] = {{DT_F32, "<f4"}, {DT_I64, "<i8"}, {DT_I32, "<i4"}, {DT_BOOL, "|b1"}};
+
+static const char *descr_of(DType t) {
+    for (size_t i = 0; i < sizeof descrs / sizeof *descrs; i++)
+        if (descrs[i].dtype == t)
+            return descrs[i].descr;
+    return "?";
+}
+
+/* The header's meaning: a dtype kiln reads, C order, a shape kiln can hold. Sets
+ * *dtype and *numel. */
+static int check_header(Header *h, DType *dtype, int64_t *numel) {
+    size_t i = 0;
+    while (i < sizeof descrs / sizeof *descrs &&
+           !(h->descr_len == 3 && memcmp(h->descr, descrs[i].descr, 3) == 0))
+        i++;
+    if (i == sizeof descrs / sizeof *descrs)
         return diag_error(h->d, (Loc){0},
-                          "%s: dtype '%.*s' is not supported (kiln reads little-endian float32 '<f4')",
+                          "%s: dtype '%.*s' is not supported (kiln reads little-endian '<f4', '<i8', '<i4' "
+                          "and '|b1')",
                           h->name, h->descr_len, h->descr);
+    *dtype = descrs[i].dtype;
     if (h->fortran)
         return diag_error(h->d, (Loc){0}, "%s: fortran_order arrays are not supported (kiln reads C order)",
                           h->name);
     *numel = 1;
-    for (int i = 0; i < h->rank; i++) {
-        if (h->dims[i] < 1)
+    for (int k = 0; k < h->rank; k++) {
+        if (h->dims[k] < 1)
             return diag_error(h->d, (Loc){0},
                               "%s: dimension %d of the shape is %lld (kiln tensors have no %s dimensions)",
-                              h->name, i, (long long)h->dims[i], h->dims[i] == 0 ? "zero-size" : "negative");
+                              h->name, k, (long long)h->dims[k], h->dims[k] == 0 ? "zero-size" : "negative");
         int64_t bytes;
-        if (!ck_mul(*numel, h->dims[i], numel) || !ck_mul(*numel, 4, &bytes))
+        if (!ck_mul(*numel, h->dims[k], numel) || !ck_mul(*numel, 8, &bytes))
             return diag_error(h->d, (Loc){0}, "%s: the shape has too many elements", h->name);
     }
     return 0;
@@ -231,10 +252,11 @@ int npy_parse(const unsigned char *buf, size_t len, const char *name, Tensor **o
     const char *text = (const char *)buf + prefix;
     Header h = {.name = name, .d = d, .start = text, .p = text, .end = text + hlen};
     int64_t numel = 0;
-    if (parse_dict(&h) != 0 || check_header(&h, &numel) != 0)
+    DType dtype = DT_F32;
+    if (parse_dict(&h) != 0 || check_header(&h, &dtype, &numel) != 0)
         return -1;
     int64_t bytes = 0;
-    if (!ck_mul(numel, 4, &bytes) || (uint64_t)bytes > SIZE_MAX)
+    if (!ck_mul(numel, dtype_size(dtype), &bytes) || (uint64_t)bytes > SIZE_MAX)
         return diag_error(d, (Loc){0}, "%s: the shape has too many elements", name);
     size_t want = (size_t)bytes, got = len - prefix - hlen;
     if (got < want)
@@ -243,10 +265,17 @@ int npy_parse(const unsigned char *buf, size_t len, const char *name, Tensor **o
         return diag_error(d, (Loc){0}, "%s: trailing data: expected %zu bytes, got %zu", name, want, got);
 
     Type t = type_make(h.rank, h.dims);
+    t.dtype = dtype;
     Tensor *r = tensor_new(&t);
     if (!r)
         return diag_error(d, (Loc){0}, "%s: out of memory", name);
-    memcpy(r->data, buf + prefix + hlen, want);
+    memcpy(r->bytes, buf + prefix + hlen, want);
+    for (int64_t i = 0; dtype == DT_BOOL && i < numel; i++)
+        if (r->b[i] > 1) {
+            tensor_free(r);
+            return diag_error(d, (Loc){0}, "%s: element %lld is %d, not a bool (0 or 1)", name, (long long)i,
+                              buf[prefix + hlen + (size_t)i]);
+        }
     *out = r;
     return 0;
 }
@@ -270,8 +299,9 @@ static size_t format_header(const Type *t, char *buf, size_t cap) {
         n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
     snprintf(shape + n, sizeof shape - n, t->rank == 1 ? ",)" : ")");
 
-    size_t len = (size_t)snprintf(buf + MAGIC_LEN + 4, cap - MAGIC_LEN - 4,
-                                  "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", shape);
+    size_t len =
+        (size_t)snprintf(buf + MAGIC_LEN + 4, cap - MAGIC_LEN - 4,
+                         "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr_of(t->dtype), shape);
     if (t->rank > 0) {
         char first[24];
         int spare = GROWTH_AXIS_MAX_DIGITS - snprintf(first, sizeof first, "%lld", (long long)t->dims[0]);
@@ -294,12 +324,12 @@ static size_t format_header(const Type *t, char *buf, size_t cap) {
 int npy_encode(const Tensor *t, unsigned char **buf, size_t *len) {
     char header[1024];
     size_t hlen = format_header(&t->type, header, sizeof header);
-    size_t bytes = (size_t)type_numel(&t->type) * sizeof(float);
+    size_t bytes = (size_t)(type_numel(&t->type) * dtype_size(t->type.dtype));
     *buf = ir_malloc(hlen + bytes);
     if (!*buf)
         return -1;
     memcpy(*buf, header, hlen);
-    memcpy(*buf + hlen, t->data, bytes);
+    memcpy(*buf + hlen, t->bytes, bytes);
     *len = hlen + bytes;
     return 0;
 }

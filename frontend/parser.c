@@ -8,6 +8,7 @@
  * The parser stops at the first error. */
 #include "frontend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,12 +120,14 @@ static int parse_type(Parser *p, Type *t) {
     Loc loc = p->tok.loc;
     if (p->tok.kind != T_IDENT)
         return error_at_tok(p, "a type such as f32[2, 3]");
-    if (tok_is(&p->tok, "f16") || tok_is(&p->tok, "bf16") || tok_is(&p->tok, "i64"))
-        return diag_error(p->d, loc, "dtype '%.*s' is reserved; version 1 computes in f32", p->tok.len,
+    int dtype = dtype_lookup(p->tok.start, (size_t)p->tok.len);
+    if (dtype == DT_F16 || dtype == DT_BF16)
+        return diag_error(p->d, loc, "dtype '%.*s' is reserved; kiln computes in f32, i64, i32 and bool",
+                          p->tok.len, p->tok.start);
+    if (dtype < 0)
+        return diag_error(p->d, loc, "unknown dtype '%.*s' (expected f32, i64, i32 or bool)", p->tok.len,
                           p->tok.start);
-    if (!tok_is(&p->tok, "f32"))
-        return diag_error(p->d, loc, "unknown dtype '%.*s' (expected f32)", p->tok.len, p->tok.start);
-    *t = (Type){DT_F32, 0, {0}};
+    *t = (Type){(DType)dtype, 0, {0}};
     if (advance(p) || expect(p, T_LBRACK, "'[' after the dtype"))
         return -1;
     int64_t numel = 1;
@@ -492,16 +495,50 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
     return 0;
 }
 
-/* literal := number | '[' literal {',' literal} ']'   (nested to the type's shape) */
-static int parse_literal_dim(Parser *p, const Type *t, int dim, float *out, int64_t *pos) {
-    if (dim == t->rank) {
-        double v;
-        if (p->tok.kind != T_INT && p->tok.kind != T_FLOAT)
-            return error_at_tok(p, "a number");
+/* Stores the number at the token as element `pos` of a const of t's dtype: any
+ * number for f32, an integer in range for i64 and i32, 0 or 1 (true or false)
+ * for bool. */
+static int literal_element(Parser *p, Tensor *t, int64_t pos) {
+    DType dt = t->type.dtype;
+    Loc loc = p->tok.loc;
+    if (dt == DT_BOOL && (tok_is(&p->tok, "true") || tok_is(&p->tok, "false"))) {
+        t->b[pos] = tok_is(&p->tok, "true");
+        return advance(p);
+    }
+    if (dt == DT_F32) {
+        double v = 0;
         if (parse_number(p, &v))
             return -1;
-        out[(*pos)++] = (float)v;
+        t->data[pos] = (float)v;
         return 0;
+    }
+    int64_t v = 0;
+    if (parse_int(p, &v, dt == DT_BOOL ? "true, false, 0 or 1" : "an integer"))
+        return -1;
+    if ((dt == DT_I32 && (v < INT32_MIN || v > INT32_MAX)) || (dt == DT_BOOL && v != 0 && v != 1))
+        return diag_error(p->d, loc, "%lld is not a %s value", (long long)v, dtype_name(dt));
+    if (dt == DT_I64)
+        t->i64[pos] = v;
+    else if (dt == DT_I32)
+        t->i32[pos] = (int32_t)v;
+    else
+        t->b[pos] = (uint8_t)v;
+    return 0;
+}
+
+static bool at_element(const Parser *p) {
+    return p->tok.kind == T_INT || p->tok.kind == T_FLOAT || tok_is(&p->tok, "true") ||
+           tok_is(&p->tok, "false");
+}
+
+/* literal := element | '[' literal {',' literal} ']'   (nested to the type's shape)
+ * element := number | true | false */
+static int parse_literal_dim(Parser *p, Tensor *out, int dim, int64_t *pos) {
+    const Type *t = &out->type;
+    if (dim == t->rank) {
+        if (!at_element(p))
+            return error_at_tok(p, "a number");
+        return literal_element(p, out, (*pos)++);
     }
     Loc loc = p->tok.loc;
     if (expect(p, T_LBRACK, dim == 0 ? "a number or '['" : "'[' (the literal is nested to the type's shape)"))
@@ -518,7 +555,7 @@ static int parse_literal_dim(Parser *p, const Type *t, int dim, float *out, int6
         if (i >= t->dims[dim])
             return diag_error(p->d, p->tok.loc, "literal has more than %lld entries along dimension %d",
                               (long long)t->dims[dim], dim);
-        if (parse_literal_dim(p, t, dim + 1, out, pos))
+        if (parse_literal_dim(p, out, dim + 1, pos))
             return -1;
     }
 }
@@ -537,16 +574,16 @@ static int parse_literal(Parser *p, Node *n, const Type *t) {
     n->data = tensor_new(t);
     if (!n->data)
         return diag_error(p->d, p->tok.loc, "out of memory");
-    if (p->tok.kind == T_INT || p->tok.kind == T_FLOAT) {
-        double v;
-        if (parse_number(p, &v))
+    if (at_element(p)) {
+        if (literal_element(p, n->data, 0))
             return -1;
-        for (int64_t i = 0; i < type_numel(t); i++)
-            n->data->data[i] = (float)v;
+        int64_t size = dtype_size(t->dtype);
+        for (int64_t i = 1; i < type_numel(t); i++)
+            memcpy((char *)n->data->bytes + i * size, n->data->bytes, (size_t)size);
         return 0;
     }
     int64_t pos = 0;
-    return parse_literal_dim(p, t, 0, n->data->data, &pos);
+    return parse_literal_dim(p, n->data, 0, &pos);
 }
 
 /* init := zeros | ones | fill '(' number ')'
@@ -592,6 +629,14 @@ static int parse_init(Parser *p, ParamInit *init) {
     return expect(p, T_RPAREN, "')'");
 }
 
+/* Whether v is a value of the integer or bool dtype t. */
+static bool holds(DType t, double v) {
+    if (t == DT_BOOL)
+        return v == 0 || v == 1;
+    double limit = t == DT_I32 ? 2147483648.0 : 9223372036854775808.0;
+    return v == floor(v) && v >= -limit && v < limit;
+}
+
 /* decl := ('input' | 'param' | 'const') name ':' type ['=' (init | literal)] */
 static int parse_decl(Parser *p, OpId op) {
     const char *name;
@@ -616,7 +661,16 @@ static int parse_decl(Parser *p, OpId op) {
     }
     if (advance(p))
         return -1;
-    return op == OP_CONST ? parse_literal(p, n, &t) : parse_init(p, &n->init);
+    if (op == OP_CONST)
+        return parse_literal(p, n, &t);
+    Loc init_loc = p->tok.loc;
+    if (parse_init(p, &n->init))
+        return -1;
+    bool random = n->init.kind == INIT_UNIFORM || n->init.kind == INIT_NORMAL;
+    if (t.dtype != DT_F32 && (random || (n->init.kind == INIT_FILL && !holds(t.dtype, n->init.a))))
+        return diag_error(p->d, init_loc, "a %s param takes zeros, ones or fill of a %s value",
+                          dtype_name(t.dtype), dtype_name(t.dtype));
+    return 0;
 }
 
 /* output := 'output' name {',' name} */

@@ -6,7 +6,7 @@
  * {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, the offsets
  * counting from the start of the data buffer; a "__metadata__" entry (free-form
  * strings) is ignored. cJSON parses the header; every entry is then checked before
- * anything is allocated (F32 only, integer dims >= 1, offsets inside the buffer and
+ * anything is allocated (F32, I64, I32 or BOOL, integer dims >= 1, offsets inside the buffer and
  * exactly as long as the shape), names are checked for duplicates within the file
  * and against the list being appended to by sorting them all, and only then are the
  * tensors copied out (memcpy, since the data may sit unaligned). A failure leaves
@@ -48,6 +48,19 @@ static bool get_count(const cJSON *j, int64_t *v) {
     return true;
 }
 
+/* The safetensors names of the dtypes kiln reads and writes. */
+static const struct {
+    DType dtype;
+    const char *name;
+} dtypes[] = {{DT_F32, "F32"}, {DT_I64, "I64"}, {DT_I32, "I32"}, {DT_BOOL, "BOOL"}};
+
+static const char *dtype_text(DType t) {
+    for (size_t i = 0; i < sizeof dtypes / sizeof *dtypes; i++)
+        if (dtypes[i].dtype == t)
+            return dtypes[i].name;
+    return "?";
+}
+
 static int check_entry(const cJSON *e, const char *file, size_t data_len, Entry *out, Diag *d) {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
@@ -57,9 +70,13 @@ static int check_entry(const cJSON *e, const char *file, size_t data_len, Entry 
     const cJSON *offsets = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dtype))
         return diag_error(d, (Loc){0}, "%s: tensor '%s': \"dtype\" is missing or not a string", file, name);
-    if (strcmp(dtype->valuestring, "F32") != 0)
-        return diag_error(d, (Loc){0}, "%s: tensor '%s' has dtype '%s' (kiln reads F32 only)", file, name,
-                          dtype->valuestring);
+    size_t known = 0;
+    while (known < sizeof dtypes / sizeof *dtypes && strcmp(dtype->valuestring, dtypes[known].name) != 0)
+        known++;
+    if (known == sizeof dtypes / sizeof *dtypes)
+        return diag_error(d, (Loc){0}, "%s: tensor '%s' has dtype '%s' (kiln reads F32, I64, I32 and BOOL)",
+                          file, name, dtype->valuestring);
+    int64_t size = dtype_size(dtypes[known].dtype);
     if (!cJSON_IsArray(shape))
         return diag_error(d, (Loc){0}, "%s: tensor '%s': \"shape\" is missing or not an array", file, name);
     int rank = cJSON_GetArraySize(shape);
@@ -73,7 +90,7 @@ static int check_entry(const cJSON *e, const char *file, size_t data_len, Entry 
             return diag_error(d, (Loc){0}, "%s: tensor '%s': shape entry %d is not an integer >= 1", file,
                               name, i);
         int64_t bytes;
-        if (!ck_mul(numel, dims[i], &numel) || !ck_mul(numel, 4, &bytes))
+        if (!ck_mul(numel, dims[i], &numel) || !ck_mul(numel, size, &bytes))
             return diag_error(d, (Loc){0}, "%s: tensor '%s': the shape has too many elements", file, name);
     }
     int64_t begin, end;
@@ -90,12 +107,13 @@ static int check_entry(const cJSON *e, const char *file, size_t data_len, Entry 
         return diag_error(d, (Loc){0},
                           "%s: tensor '%s': data_offsets [%lld, %lld] fall outside the %zu-byte data buffer",
                           file, name, (long long)begin, (long long)end, data_len);
-    if (end - begin != numel * 4)
+    if (end - begin != numel * size)
         return diag_error(
             d, (Loc){0},
             "%s: tensor '%s': data_offsets [%lld, %lld] span %lld bytes, but the shape needs %lld", file,
-            name, (long long)begin, (long long)end, (long long)(end - begin), (long long)(numel * 4));
+            name, (long long)begin, (long long)end, (long long)(end - begin), (long long)(numel * size));
     *out = (Entry){name, type_make(rank, dims), (size_t)begin};
+    out->type.dtype = dtypes[known].dtype;
     return 0;
 }
 
@@ -148,7 +166,12 @@ static int read_entries(const cJSON *root, const unsigned char *data, size_t dat
             rc = diag_error(d, (Loc){0}, "%s: out of memory", file);
             break;
         }
-        memcpy(t->data, data + entries[i].begin, sizeof(float) * (size_t)type_numel(&t->type));
+        size_t bytes = (size_t)(dtype_size(t->type.dtype) * type_numel(&t->type));
+        memcpy(t->bytes, data + entries[i].begin, bytes);
+        for (size_t k = 0; t->type.dtype == DT_BOOL && k < bytes && !rc; k++)
+            if (t->b[k] > 1)
+                rc = diag_error(d, (Loc){0}, "%s: tensor '%s': element %zu is %d, not a bool (0 or 1)", file,
+                                entries[i].name, k, t->b[k]);
     }
     if (rc) {
         while (out->n > old_n) {
@@ -209,16 +232,21 @@ int safetensors_read(const char *path, TensorList *out, Diag *d) {
     return rc;
 }
 
+static size_t tensor_bytes(const Tensor *t) {
+    return (size_t)(dtype_size(t->type.dtype) * type_numel(&t->type));
+}
+
 /* {"NAME":{"dtype":"F32","shape":[...],"data_offsets":[b,e]},...} with the data packed in order. */
 static char *header_json(const TensorList *l) {
     cJSON *root = cJSON_CreateObject();
     size_t offset = 0;
     for (int i = 0; root && i < l->n; i++) {
         const Type *t = &l->items[i].tensor->type;
-        size_t bytes = sizeof(float) * (size_t)type_numel(t);
+        size_t bytes = (size_t)(dtype_size(t->dtype) * type_numel(t));
         cJSON *e = cJSON_AddObjectToObject(root, l->items[i].name);
-        cJSON *shape =
-            e && cJSON_AddStringToObject(e, "dtype", "F32") ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        cJSON *shape = e && cJSON_AddStringToObject(e, "dtype", dtype_text(t->dtype))
+                           ? cJSON_AddArrayToObject(e, "shape")
+                           : NULL;
         bool ok = shape != NULL;
         for (int k = 0; ok && k < t->rank; k++)
             ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->dims[k]));
@@ -240,7 +268,7 @@ int safetensors_encode(const TensorList *l, unsigned char **out, size_t *len) {
         return -1;
     size_t n = strlen(json), padded = (n + 7) / 8 * 8, data = 0;
     for (int i = 0; i < l->n; i++)
-        data += sizeof(float) * (size_t)type_numel(&l->items[i].tensor->type);
+        data += tensor_bytes(l->items[i].tensor);
     unsigned char *buf = ir_malloc(8 + padded + data);
     if (!buf) {
         cJSON_free(json);
@@ -253,8 +281,8 @@ int safetensors_encode(const TensorList *l, unsigned char **out, size_t *len) {
     cJSON_free(json);
     unsigned char *p = buf + 8 + padded;
     for (int i = 0; i < l->n; i++) {
-        size_t bytes = sizeof(float) * (size_t)type_numel(&l->items[i].tensor->type);
-        memcpy(p, l->items[i].tensor->data, bytes);
+        size_t bytes = tensor_bytes(l->items[i].tensor);
+        memcpy(p, l->items[i].tensor->bytes, bytes);
         p += bytes;
     }
     *out = buf;

@@ -259,13 +259,37 @@ const Update *graph_update_of(const Graph *g, int v) {
     return NULL;
 }
 
+/* An op given inputs of a dtype it does not take (f32, or for F_ANY_DTYPE the first
+ * input's): every input and its type named. */
+static int check_dtypes(const Graph *g, const Node *n, Diag *d) {
+    bool any = op_has(n->op, F_ANY_DTYPE), same = true;
+    DType want = any && n->n_in > 0 ? g->values[n->in[0]].type.dtype : DT_F32;
+    for (int k = 0; k < n->n_in; k++)
+        same &= n->in[k] < 0 || g->values[n->in[k]].type.dtype == want;
+    if (same)
+        return 0;
+    char list[1024], t[160];
+    size_t len = 0;
+    for (int k = 0; k < n->n_in && len < sizeof list; k++)
+        if (n->in[k] >= 0)
+            len +=
+                (size_t)snprintf(list + len, sizeof list - len, "%s'%.100s' is %s", len ? ", " : "",
+                                 g->values[n->in[k]].name, type_str(&g->values[n->in[k]].type, t, sizeof t));
+    return diag_error(d, n->loc, any ? "%s takes inputs of one dtype: %s" : "%s takes f32 inputs: %s",
+                      op_table[n->op].name, list);
+}
+
 /* Every op's inference ends in the same check of its results, so that no type with a
  * negative dim or more than KILN_MAX_NUMEL elements ever reaches the passes, the
  * interpreter's allocations, the memory planner or lowering, whatever an op's own
  * checks forgot. */
 int infer_node(Graph *g, Node *n, Diag *d) {
+    if (!op_has(n->op, F_TYPED) && check_dtypes(g, n, d))
+        return -1;
     if (op_table[n->op].infer(g, n, d))
         return -1;
+    if (op_has(n->op, F_ANY_DTYPE))
+        g->values[n->out[0]].type.dtype = g->values[n->in[0]].type.dtype;
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k] >= 0 && check_size(n, &g->values[n->out[k]].type, d))
             return -1;

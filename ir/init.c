@@ -41,7 +41,12 @@ int param_init_fill(const ParamInit *init, Tensor *t) {
             break;
         }
         }
-        t->data[i] = (float)v;
+        switch (t->type.dtype) {
+        case DT_I64: t->i64[i] = (int64_t)v; break;
+        case DT_I32: t->i32[i] = (int32_t)v; break;
+        case DT_BOOL: t->b[i] = v != 0; break;
+        default: t->data[i] = (float)v; break;
+        }
     }
     return 0;
 }

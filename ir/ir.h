@@ -135,7 +135,10 @@ static inline bool ck_mul(int64_t a, int64_t b, int64_t *r) {
     return !__builtin_mul_overflow(a, b, r);
 }
 
-typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64 } DType;
+/* Element types. f32 is what every arithmetic op computes in; i64 and i32 carry
+ * indices and ids, bool (one byte, 0 or 1) the comparisons' results. f16 and bf16
+ * are reserved names. */
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_BOOL } DType;
 
 typedef struct {
     DType dtype;
@@ -144,6 +147,11 @@ typedef struct {
 } Type;
 
 const char *dtype_name(DType t);
+/* The dtype spelled s[0..len), or -1. */
+int dtype_lookup(const char *s, size_t len);
+/* Bytes per element. */
+int64_t dtype_size(DType t);
+bool dtype_is_int(DType t); /* i64 or i32 */
 int64_t type_numel(const Type *t);
 bool type_equal(const Type *a, const Type *b);
 /* "f32[2, 3]" into buf; returns buf. */
@@ -154,12 +162,22 @@ Type type_make(int rank, const int64_t *dims);
 
 typedef struct {
     Type type;
-    float *data; /* type_numel elements; version 1 computes in f32 only */
+    union { /* type_numel elements of the type's dtype */
+        float *data;
+        int64_t *i64;
+        int32_t *i32;
+        uint8_t *b; /* bool */
+        void *bytes;
+    };
 } Tensor;
 
 Tensor *tensor_new(const Type *t); /* zeroed; NULL when out of memory */
 Tensor *tensor_clone(const Tensor *t);
 void tensor_free(Tensor *t);
+/* Element i of an i64, i32 or bool tensor. */
+int64_t tensor_int(const Tensor *t, int64_t i);
+/* Element i of any tensor as a double (an i64 beyond 2^53 rounds). */
+double tensor_double(const Tensor *t, int64_t i);
 
 /* A list of named tensors (weights, a safetensors file); it owns names and tensors. */
 typedef struct {
@@ -296,6 +314,10 @@ typedef enum {
     F_GRAD_OP = 1 << 7,     /* one of the backward graph's own ops: kiln takes no second
                                derivatives */
     F_NO_KERNEL = 1 << 8,   /* replaced before code generation (grad): no kernel, no lowering */
+    F_TYPED = 1 << 9,       /* its inference checks its inputs' dtypes; every other op takes
+                               f32 inputs only, or those of F_ANY_DTYPE */
+    F_ANY_DTYPE = 1 << 10,  /* moves elements without computing: its inputs share any one
+                               dtype, which its result has */
 } OpFlag;
 
 typedef struct {

@@ -44,7 +44,7 @@ int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
         int64_t at = 0;
         for (int k = 0; k < to->rank; k++)
             at += idx[k] * s[k];
-        out[0]->data[i] = in[0]->data[at];
+        copy_elements(out[0], i, in[0], at, 1);
         next_index(idx, to->dims, to->rank);
     }
     return 0;

@@ -28,7 +28,7 @@ static const char *ints_str(const int64_t *v, int count, char *buf, size_t cap) 
 
 int eval_copy(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)n, (void)d;
-    memcpy(out[0]->data, in[0]->data, sizeof(float) * (size_t)type_numel(&in[0]->type));
+    copy_elements(out[0], 0, in[0], 0, type_numel(&in[0]->type));
     return 0;
 }
 
@@ -197,7 +197,7 @@ int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
         int64_t at = 0;
         for (int k = 0; k < y->rank; k++)
             at += idx[k] * s[k];
-        out[0]->data[i] = in[0]->data[at];
+        copy_elements(out[0], i, in[0], at, 1);
         next_index(idx, y->dims, y->rank);
     }
     return 0;
@@ -238,12 +238,12 @@ int eval_concat(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     int axis = norm_axis(node_int(n, ATTR_AXIS), y->rank);
     int64_t outer, inner;
     split_at_axis(y, axis, &outer, &inner);
-    float *dst = out[0]->data;
+    int64_t at = 0;
     for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < n->n_in; i++) {
             int64_t block = in[i]->type.dims[axis] * inner;
-            memcpy(dst, in[i]->data + o * block, sizeof(float) * (size_t)block);
-            dst += block;
+            copy_elements(out[0], at, in[i], o * block, block);
+            at += block;
         }
     return 0;
 }
@@ -327,7 +327,7 @@ int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
         int64_t at = 0;
         for (int k = 0; k < y->rank; k++)
             at += (start[k] + idx[k] * step[k]) * xs[k];
-        out[0]->data[i] = in[0]->data[at];
+        copy_elements(out[0], i, in[0], at, 1);
         next_index(idx, y->dims, y->rank);
     }
     return 0;

@@ -28,7 +28,7 @@ int norm_axis(int64_t axis, int rank) {
 
 bool broadcast_types(const Type *a, const Type *b, Type *out) {
     int r = a->rank > b->rank ? a->rank : b->rank;
-    *out = (Type){DT_F32, r, {0}};
+    *out = (Type){a->dtype, r, {0}};
     for (int i = 0; i < r; i++) {
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
         int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
@@ -152,6 +152,11 @@ void split_at_axis(const Type *t, int axis, int64_t *outer, int64_t *inner) {
             *outer *= t->dims[k];
         else if (k > axis)
             *inner *= t->dims[k];
+}
+
+void copy_elements(Tensor *dst, int64_t i, const Tensor *src, int64_t at, int64_t count) {
+    int64_t size = dtype_size(src->type.dtype);
+    memcpy((char *)dst->bytes + i * size, (const char *)src->bytes + at * size, (size_t)(count * size));
 }
 
 void broadcast_strides(const Type *from, const Type *to, int64_t *s) {

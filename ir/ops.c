@@ -37,6 +37,8 @@ static const AttrSpec NO_ATTRS[] = {END};
 #include "unary.def"
 #undef UNARY
 static const AttrSpec attrs_elementwise[] = {STRING_REQ(EXPR), END};
+static const AttrSpec attrs_cast[] = {ENUM_REQ(TO, DTYPE), END};
+static const AttrSpec attrs_gather[] = {INT(AXIS, 0), END};
 static const AttrSpec attrs_reduce[] = {INTS_OPT(AXES, "all", LEN_ANY), BOOL(KEEPDIMS, 0), END};
 static const AttrSpec attrs_softmax[] = {INT(AXIS, -1), END};
 static const AttrSpec attrs_batch_norm[] = {FLOAT(EPSILON, 1e-5), IMAGE_LAYOUT, END};

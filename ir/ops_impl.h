@@ -44,6 +44,10 @@ int eval_pad_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d)
 int eval_resample(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_resample_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_expand(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_compare(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_where(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_cast(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 /* The op a unary_grad or binary_grad node differentiates (its `op`), and the
@@ -52,6 +56,8 @@ OpId differentiated_op(const Node *n);
 int grad_op_choice(OpId op);
 
 const char *attr_kind_name(AttrKind k);
+/* The dtype a cast node converts to. */
+DType cast_dtype(const Node *n);
 
 /* ---- Helpers for inference ---- */
 
@@ -68,9 +74,11 @@ typedef struct {
 } TypeText;
 TypeText type_text(const Type *t);
 #define tstr(t) (type_text(t).s)
+/* Copies src's elements at .. at + count - 1 to dst's i .. i + count - 1 (one dtype). */
+void copy_elements(Tensor *dst, int64_t i, const Tensor *src, int64_t at, int64_t count);
 /* Maps a possibly negative axis into [0, rank); -1 when out of range. */
 int norm_axis(int64_t axis, int rank);
-/* Numpy broadcasting of a and b into out; false when incompatible. */
+/* Numpy broadcasting of a and b into out (of a's dtype); false when incompatible. */
 bool broadcast_types(const Type *a, const Type *b, Type *out);
 /* Whether t stretches to `to` by numpy broadcasting without changing `to`. */
 bool broadcasts_to(const Type *t, const Type *to);

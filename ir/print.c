@@ -111,11 +111,20 @@ static void print_init(const ParamInit *init, FILE *f) {
     }
 }
 
-static void print_literal_dim(const Tensor *t, int dim, int64_t *pos, FILE *f) {
+/* Element i of a literal: the shortest float that reads back, or the integer
+ * (bools as 0 and 1, which the parser reads back as bools). */
+static void print_element(const Tensor *t, int64_t i, FILE *f) {
     char buf[64];
+    if (t->type.dtype == DT_F32)
+        format_float(t->data[i], buf, sizeof buf);
+    else
+        snprintf(buf, sizeof buf, "%lld", (long long)tensor_int(t, i));
+    fputs(buf, f);
+}
+
+static void print_literal_dim(const Tensor *t, int dim, int64_t *pos, FILE *f) {
     if (dim == t->type.rank) {
-        format_float(t->data[(*pos)++], buf, sizeof buf);
-        fputs(buf, f);
+        print_element(t, (*pos)++, f);
         return;
     }
     fputc('[', f);
@@ -129,17 +138,15 @@ static void print_literal_dim(const Tensor *t, int dim, int64_t *pos, FILE *f) {
 
 /* A literal whose elements are all equal prints as one number. */
 static void print_literal(const Tensor *t, FILE *f) {
-    int64_t n = type_numel(&t->type), pos = 0;
+    int64_t n = type_numel(&t->type), pos = 0, size = dtype_size(t->type.dtype);
+    const char *bytes = t->bytes;
     bool uniform = true;
     for (int64_t i = 1; i < n && uniform; i++)
-        uniform = memcmp(&t->data[i], &t->data[0], sizeof(float)) == 0;
-    if (uniform) {
-        char buf[64];
-        format_float(t->data[0], buf, sizeof buf);
-        fputs(buf, f);
-    } else {
+        uniform = memcmp(bytes + i * size, bytes, (size_t)size) == 0;
+    if (uniform)
+        print_element(t, 0, f);
+    else
         print_literal_dim(t, 0, &pos, f);
-    }
 }
 
 static void print_node(const Graph *g, const Node *n, FILE *f) {

@@ -11,8 +11,31 @@ const char *dtype_name(DType t) {
     case DT_F16: return "f16";
     case DT_BF16: return "bf16";
     case DT_I64: return "i64";
+    case DT_I32: return "i32";
+    case DT_BOOL: return "bool";
     }
     return "?";
+}
+
+int dtype_lookup(const char *s, size_t len) {
+    for (int t = DT_F32; t <= DT_BOOL; t++)
+        if (strlen(dtype_name((DType)t)) == len && memcmp(dtype_name((DType)t), s, len) == 0)
+            return t;
+    return -1;
+}
+
+int64_t dtype_size(DType t) {
+    switch (t) {
+    case DT_F16:
+    case DT_BF16: return 2;
+    case DT_I64: return 8;
+    case DT_BOOL: return 1;
+    default: return 4;
+    }
+}
+
+bool dtype_is_int(DType t) {
+    return t == DT_I64 || t == DT_I32;
 }
 
 int64_t type_numel(const Type *t) {
@@ -52,7 +75,7 @@ Tensor *tensor_new(const Type *t) {
     if (!r)
         return NULL;
     r->type = *t;
-    r->data = ir_calloc((size_t)type_numel(t), sizeof(float));
+    r->bytes = ir_calloc((size_t)type_numel(t), (size_t)dtype_size(t->dtype));
     if (!r->data) {
         ir_free(r);
         return NULL;
@@ -63,15 +86,29 @@ Tensor *tensor_new(const Type *t) {
 Tensor *tensor_clone(const Tensor *t) {
     Tensor *r = tensor_new(&t->type);
     if (r)
-        memcpy(r->data, t->data, sizeof(float) * (size_t)type_numel(&t->type));
+        memcpy(r->bytes, t->bytes, (size_t)(dtype_size(t->type.dtype) * type_numel(&t->type)));
     return r;
 }
 
 void tensor_free(Tensor *t) {
     if (t) {
-        ir_free(t->data);
+        ir_free(t->bytes);
         ir_free(t);
     }
+}
+
+int64_t tensor_int(const Tensor *t, int64_t i) {
+    switch (t->type.dtype) {
+    case DT_I64: return t->i64[i];
+    case DT_I32: return t->i32[i];
+    case DT_BOOL: return t->b[i];
+    default: KILN_ASSERT(!"not an integer tensor");
+    }
+    return 0;
+}
+
+double tensor_double(const Tensor *t, int64_t i) {
+    return t->type.dtype == DT_F32 ? t->data[i] : (double)tensor_int(t, i);
 }
 
 /* "1e-05" -> "1e-5", "1e+20" -> "1e20": the exponent without padding. */

@@ -774,6 +774,20 @@ static int fused_rule(AD *a, const Node *n, int dy) {
     return 0;
 }
 
+/* where(c, a, b): dy where c picks a, zero elsewhere, and the other way round for
+ * b (a zero, not dy * 0, which a NaN in dy would turn into NaN). */
+static int where_rule(AD *a, const Node *n, int dy) {
+    int zero = scalar(a, n->out[0], 0);
+    for (int k = 1; k <= 2 && zero >= 0; k++) {
+        int x = n->in[k], g = a->wanted[x] ? build(a, OP_WHERE, x, 3,
+                                                   (int[]){n->in[0], k == 1 ? dy : zero, k == 1 ? zero : dy})
+                                           : 0;
+        if (g < 0 || (a->wanted[x] && accumulate(a, x, unbroadcast(a, x, g))))
+            return -1;
+    }
+    return zero < 0 ? -1 : 0;
+}
+
 static int backprop(AD *a, const Node *n, int dy) {
     switch (n->op) { /* every op, no default: -Wswitch names one left out */
 #define UNARY(id, ...) case OP_##id:
@@ -818,6 +832,23 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_PAD: return pad_rule(a, n, dy);
     case OP_TRANSPOSE: return transpose_rule(a, n, dy);
     case OP_CONCAT: return concat_rule(a, n, dy);
+    case OP_WHERE: return where_rule(a, n, dy);
+    case OP_CAST: /* f32 to f32 is the identity; other casts carry no gradient */
+        return vtype(a, n->in[0]).dtype == DT_F32 && vtype(a, n->out[0]).dtype == DT_F32
+                   ? accumulate(a, n->in[0], dy)
+                   : 0;
+    case OP_EQUAL:
+    case OP_LESS:
+    case OP_LESS_EQUAL:
+    case OP_GREATER:
+    case OP_GREATER_EQUAL:
+    case OP_NOT:
+    case OP_AND:
+    case OP_OR: return 0; /* bools: no gradient reaches their inputs */
+    case OP_GATHER:
+        return diag_error(a->c->d, n->loc,
+                          "autodiff: the gradient of gather (needed for value '%s') is not built yet",
+                          a->c->g->values[n->out[0]].name);
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:

@@ -22,9 +22,12 @@ void check_compare(const Tensor *got, const Tensor *want, CheckDiff *diff) {
     *diff = (CheckDiff){0, -1, 0, 0, true};
     int64_t n = type_numel(&want->type);
     for (int64_t i = 0; i < n; i++) {
-        double a = got->data[i], b = want->data[i];
-        if ((isnan(a) && isnan(b)) || a == b)
+        double a = tensor_double(got, i), b = tensor_double(want, i);
+        bool exact = want->type.dtype != DT_F32; /* integers and bools, with no tolerance */
+        if (exact ? tensor_int(got, i) == tensor_int(want, i) : (isnan(a) && isnan(b)) || a == b)
             continue;
+        if (exact)
+            diff->ok = false;
         /* NaN against a number, or infinities of opposite sign, is the worst error */
         double err = fabs(a - b);
         if (isnan(err))

@@ -72,7 +72,8 @@ static bool same_node(const Node *a, const Node *b) {
         return false;
     if (a->op == OP_CONST)
         return type_equal(&a->data->type, &b->data->type) &&
-               same_bits(a->data->data, b->data->data, sizeof(float) * (size_t)type_numel(&a->data->type));
+               same_bits(a->data->bytes, b->data->bytes,
+                         (size_t)(dtype_size(a->data->type.dtype) * type_numel(&a->data->type)));
     for (int k = 0; k < a->n_in; k++)
         if (a->in[k] != b->in[k])
             return false;

@@ -52,7 +52,12 @@ kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error
     const kiln_model_def *(*entry)(void);
     void *sym = dlsym(handle, "kiln_model");
     memcpy(&entry, &sym, sizeof entry); /* POSIX: a data pointer from dlsym may hold a function */
-    return kiln_module_new(handle, unload_so, entry ? entry() : NULL, shown_as, err);
+    kiln_module *m = kiln_module_new(handle, unload_so, entry ? entry() : NULL, shown_as, err);
+    if (m) {
+        sym = dlsym(handle, "kiln_run_error");
+        memcpy(&m->run_error, &sym, sizeof m->run_error);
+    }
+    return m;
 }
 
 kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const kiln_model_def *def,
@@ -122,8 +127,13 @@ int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, ki
     for (int i = 0; i < m->def->n_outputs; i++)
         if (!outputs[i])
             return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, m->def->outputs[i].name);
-    if (m->def->run(m->instance, inputs, outputs) != 0)
-        return kiln_set_error(err, "the model '%s' failed to run", m->def->name);
+    int fault = m->def->run(m->instance, inputs, outputs);
+    const char *why = fault && m->run_error ? m->run_error(fault) : NULL;
+    if (why)
+        return kiln_set_error(err, "the model '%s' failed to run: %s", m->def->name, why);
+    if (fault)
+        return kiln_set_error(err, "the model '%s' failed to run (its run-time check %d failed)",
+                              m->def->name, fault);
     return 0;
 }
 

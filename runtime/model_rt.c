@@ -44,7 +44,12 @@ typedef struct {
     float *ws;
     const float *wt;
     float *st;
+    int *fault; /* a run-time check that failed: the program's fault number, else 0 */
 } KilnArgs;
+
+/* Raises fault f of the program (the number a kernel's check was given); any
+   thread may, and the last one to store wins. */
+#define KILN_FAULT(f) __atomic_store_n(args->fault, (f), __ATOMIC_RELAXED)
 
 typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
 
@@ -346,8 +351,13 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
 
 static int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
-    KilnArgs a = {(const float *const *)inputs, (float *const *)outputs, in->ws,
-                  (const float *)in->prog->weights, in->st};
+    int fault = 0;
+    KilnArgs a = {(const float *const *)inputs,
+                  (float *const *)outputs,
+                  in->ws,
+                  (const float *)in->prog->weights,
+                  in->st,
+                  &fault};
     in->prog->run(in, &a);
-    return 0;
+    return fault;
 }

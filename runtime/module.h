@@ -9,6 +9,9 @@ struct kiln_module {
     void (*unload)(void *handle); /* frees handle: dlclose, or clang_jit_free */
     const kiln_model_def *def;
     void *instance;
+    /* What run's nonzero result f means, kiln_run_error(f) in the model's code; NULL
+       for a model without it (one compiled before it existed) */
+    const char *(*run_error)(int fault);
 };
 
 /* Sets err->message, of kind KILN_ERROR_NO_MEMORY when fmt says "out of memory",

@@ -15,11 +15,11 @@ extern "C" {
 #endif
 
 enum { KILN_ABI_VERSION = 1 };
-enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4 };
+enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4, KILN_I32 = 5, KILN_BOOL = 6 };
 
 typedef struct {
     const char *name;
-    int32_t dtype; /* enum kiln_dtype */
+    int32_t dtype; /* enum kiln_dtype; a KILN_BOOL element is one byte, 0 or 1 */
     int32_t rank;
     const int64_t *shape; /* rank entries */
 } kiln_tensor_info;

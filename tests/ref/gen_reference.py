@@ -42,12 +42,24 @@ NAN = float("nan")
 # ---- files ----
 
 
+# numpy dtype -> (kiln dtype, safetensors dtype, little-endian numpy spelling)
+DTYPES = {np.dtype(np.float32): ("f32", "F32", "<f4"), np.dtype(np.int64): ("i64", "I64", "<i8"),
+          np.dtype(np.int32): ("i32", "I32", "<i4"), np.dtype(np.bool_): ("bool", "BOOL", "|b1")}
+
+
+def kept_dtype(arr):
+    """arr as kiln holds it: integers and bools as they are, anything else float32."""
+    arr = np.asarray(arr)
+    return arr if arr.dtype in DTYPES else arr.astype(np.float32)
+
+
 def write_safetensors(path, tensors):
-    """Writes {name: float32 array} as safetensors (F32, C order)."""
+    """Writes {name: array} as safetensors (F32, I64, I32 or BOOL, C order)."""
     header, blobs, offset = {}, [], 0
     for name, arr in tensors.items():
-        data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        _, st, le = DTYPES[arr.dtype]
+        data = np.ascontiguousarray(arr, dtype=le).tobytes()
+        header[name] = {"dtype": st, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -88,8 +100,9 @@ class Battery:
         return self.rng.uniform(lo, hi, size=shape).astype(np.float32)
 
     def case(self, desc, op, args, expected, **attrs):
-        """Adds `cK_y = op(args..., attrs...)`. args: (suffix, float32 array or None
-        for an absent optional input) pairs; expected: a float64 tensor or array."""
+        """Adds `cK_y = op(args..., attrs...)`. args: (suffix, array or None for an
+        absent optional input) pairs, float32 unless integer or bool; expected: a
+        float64 tensor or array (rounded to float32), or an integer or bool one."""
         k = len(self.expected)
         self.lines.append(f"# {desc}")
         names = []
@@ -97,9 +110,9 @@ class Battery:
             if arr is None:
                 names.append("_")
                 continue
-            arr = np.asarray(arr, dtype=np.float32)
+            arr = kept_dtype(arr)
             name = f"c{k}_{suffix}"
-            self.lines.append(f"param {name} : f32{list(arr.shape)}")
+            self.lines.append(f"param {name} : {DTYPES[arr.dtype][0]}{list(arr.shape)}")
             self.inputs[name] = arr
             names.append(name)
         while names and names[-1] == "_":
@@ -109,8 +122,12 @@ class Battery:
         self.lines.append(f"{y} = {op}({', '.join(names)})")
         if isinstance(expected, torch.Tensor):
             expected = expected.numpy()
+        expected = np.asarray(expected)
+        if expected.dtype in DTYPES and expected.dtype != np.float32:
+            self.expected[y] = expected
+            return
         with np.errstate(over="ignore"):  # a value past float32's range is meant to become inf
-            self.expected[y] = np.asarray(expected, dtype=np.float64).astype(np.float32)
+            self.expected[y] = expected.astype(np.float64).astype(np.float32)
 
     def write(self):
         self.lines.append("output " + ", ".join(self.expected))
@@ -917,10 +934,102 @@ def gen_shape(b):
         b.case(f"identity {list(arr.shape)}", "identity", [("x", arr)], arr)
 
 
+# ---- every dtype: comparisons, logic, where, cast, gather ----
+
+
+def gen_logic(b):
+    I64_MAX, I64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    f = b.rand(2, 3, 4)
+    ties = np.where(b.rng.uniform(size=(2, 3, 4)) < 0.3, f, b.rand(2, 3, 4)).astype(np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, np.nan, 2.0], dtype=np.float32)
+    other = np.array([np.nan, np.inf, np.inf, -0.0, 0.0, np.nan, 1.0, 2.0], dtype=np.float32)
+    ints = b.rng.integers(-3, 4, size=(3, 4)).astype(np.int64)
+    ints2 = b.rng.integers(-3, 4, size=(4,)).astype(np.int64)
+    extremes = np.array([I64_MIN, I64_MAX, -1, 0, I64_MAX, I64_MIN + 1], dtype=np.int64)
+    extremes2 = np.array([I64_MAX, I64_MAX - 1, 0, -1, I64_MAX, I64_MIN], dtype=np.int64)
+    bools = b.rng.uniform(size=(3, 4)) < 0.5
+    bools2 = b.rng.uniform(size=(1, 4)) < 0.5
+    compare = {"equal": torch.eq, "less": torch.lt, "less_equal": torch.le, "greater": torch.gt,
+               "greater_equal": torch.ge}
+    for op, fn in compare.items():
+        b.case(f"{op} f32 with ties", op, [("a", f), ("b", ties)], fn(T(f), T(ties)))
+        b.case(f"{op} f32 broadcast", op, [("a", f), ("b", ties[0, :, :1])], fn(T(f), T(ties[0, :, :1])))
+        b.case(f"{op} f32 NaN, inf and signed zeros", op, [("a", specials), ("b", other)],
+               fn(T(specials), T(other)))
+        b.case(f"{op} i64 broadcast", op, [("a", ints), ("b", ints2)],
+               fn(torch.from_numpy(ints), torch.from_numpy(ints2)))
+        b.case(f"{op} i64 extremes", op, [("a", extremes), ("b", extremes2)],
+               fn(torch.from_numpy(extremes), torch.from_numpy(extremes2)))
+        b.case(f"{op} i32", op, [("a", ints.astype(np.int32)), ("b", ints2.astype(np.int32))],
+               fn(torch.from_numpy(ints.astype(np.int32)), torch.from_numpy(ints2.astype(np.int32))))
+        b.case(f"{op} bool", op, [("a", bools), ("b", bools2)],
+               fn(torch.from_numpy(bools), torch.from_numpy(bools2)))
+    b.case("not", "not", [("x", bools)], torch.logical_not(torch.from_numpy(bools)))
+    b.case("and broadcast", "and", [("a", bools), ("b", bools2)],
+           torch.logical_and(torch.from_numpy(bools), torch.from_numpy(bools2)))
+    b.case("or broadcast", "or", [("a", bools2), ("b", bools)],
+           torch.logical_or(torch.from_numpy(bools2), torch.from_numpy(bools)))
+    b.case("where f32", "where", [("c", bools), ("a", f[0]), ("b", ties[0])],
+           torch.where(torch.from_numpy(bools), T(f[0]), T(ties[0])))
+    b.case("where broadcast over all three", "where", [("c", bools2), ("a", f[:, :, :1]), ("b", ties[0, 0])],
+           torch.where(torch.from_numpy(bools2), T(f[:, :, :1]), T(ties[0, 0])))
+    b.case("where i64", "where", [("c", bools), ("a", ints), ("b", ints2)],
+           torch.where(torch.from_numpy(bools), torch.from_numpy(ints), torch.from_numpy(ints2)))
+    b.case("where bool", "where", [("c", bools), ("a", bools2), ("b", bools)],
+           torch.where(torch.from_numpy(bools), torch.from_numpy(bools2), torch.from_numpy(bools)))
+    b.case("where a scalar condition", "where", [("c", np.array(True)), ("a", f[0]), ("b", np.float32(-1))],
+           torch.where(torch.tensor(True), T(f[0]), T(np.float32(-1))))
+    # casts PyTorch defines: floats in range truncate toward zero
+    fr = (b.rand(3, 5) * 1e3).astype(np.float32)
+    for to, dt in (("i64", torch.int64), ("i32", torch.int32), ("bool", torch.bool), ("f32", torch.float32)):
+        b.case(f"cast f32 to {to}", "cast", [("x", fr)], torch.from_numpy(fr).to(dt), to=to)
+    b.case("cast f32 to bool: NaN, inf, signed zeros", "cast", [("x", specials)],
+           torch.from_numpy(specials).to(torch.bool), to="bool")
+    for to, dt in (("f32", torch.float32), ("i32", torch.int32), ("bool", torch.bool), ("i64", torch.int64)):
+        b.case(f"cast i64 extremes to {to}", "cast", [("x", extremes)], torch.from_numpy(extremes).to(dt), to=to)
+    b.case("cast i32 to i64", "cast", [("x", ints.astype(np.int32))],
+           torch.from_numpy(ints.astype(np.int32)).to(torch.int64), to="i64")
+    for to, dt in (("f32", torch.float32), ("i64", torch.int64), ("i32", torch.int32)):
+        b.case(f"cast bool to {to}", "cast", [("x", bools)], torch.from_numpy(bools).to(dt), to=to)
+    # where PyTorch's result is the CPU's, kiln saturates (docs/language.md): the rule itself
+    wild = np.array([np.nan, np.inf, -np.inf, 3e19, -3e19, 3e9, -3e9, 2.5, -2.5], dtype=np.float32)
+    for to, info in (("i64", np.iinfo(np.int64)), ("i32", np.iinfo(np.int32))):
+        want = [0 if np.isnan(v) else info.max if v >= 2.0 ** (info.bits - 1) else
+                info.min if v < -2.0 ** (info.bits - 1) else int(v) for v in wild.astype(np.float64)]
+        b.case(f"cast f32 to {to} saturates, NaN to 0", "cast", [("x", wild)],
+               np.array(want, dtype=info.dtype), to=to)
+    # gather is numpy's take (ONNX Gather), negative indices counting from the end
+    x = b.rand(4, 5, 3)
+    for axis in (0, 1, 2, -1):
+        dim = x.shape[axis]
+        idx = b.rng.integers(-dim, dim, size=(2, 3)).astype(np.int64)
+        b.case(f"gather axis {axis}, 2-D i64 indices", "gather", [("x", x), ("i", idx)],
+               np.take(x, idx, axis=axis), axis=axis)
+    idx = np.array([3, -4, 0, 3], dtype=np.int32)
+    b.case("gather i32 indices, repeated", "gather", [("x", x), ("i", idx)], np.take(x, idx, axis=0), axis=0)
+    b.case("gather a scalar index", "gather", [("x", x), ("i", np.array(-1, dtype=np.int64))],
+           np.take(x, np.int64(-1), axis=1), axis=1)
+    table = b.rng.integers(I64_MIN, I64_MAX, size=(6, 2), dtype=np.int64)
+    ids = np.array([[5, 0, 2], [1, -1, -4]], dtype=np.int64)
+    b.case("gather an i64 table (an embedding of ids)", "gather", [("x", table), ("i", ids)],
+           np.take(table, ids, axis=0), axis=0)
+    # the ops that move data take every dtype
+    b.case("reshape i64", "reshape", [("x", ints)], ints.reshape(2, 6), shape=[2, -1])
+    b.case("transpose bool", "transpose", [("x", bools)], bools.T, perm=[1, 0])
+    b.case("concat i32", "concat", [("a", ints.astype(np.int32)), ("b", ints[:1].astype(np.int32))],
+           np.concatenate([ints, ints[:1]]).astype(np.int32), axis=0)
+    b.case("slice i64 backward", "slice", [("x", extremes)], extremes[::-2], starts=[-1], ends=[-9223372036854775807],
+           steps=[-2])
+    b.case("expand bool", "expand", [("x", bools2)], np.broadcast_to(bools2, (2, 3, 4)), shape=[2, 3, 4])
+    b.case("unsqueeze i64", "unsqueeze", [("x", ints2)], ints2.reshape(1, 4), axes=[0])
+    b.case("flatten bool", "flatten", [("x", bools.reshape(3, 2, 2))], bools.reshape(3, 4), axis=1)
+    b.case("gather bools", "gather", [("x", bools), ("i", ids[1])], np.take(bools, ids[1] % 4, axis=-1), axis=-1)
+
+
 BATTERIES = {
     "unary": gen_unary, "binary": gen_binary, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
     "linalg": gen_linalg, "conv": gen_conv, "conv_transpose": gen_conv_transpose, "pool": gen_pool,
-    "shape": gen_shape, "fused": gen_fused,
+    "shape": gen_shape, "fused": gen_fused, "logic": gen_logic,
 }
 
 

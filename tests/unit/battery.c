@@ -79,10 +79,14 @@ static long compare_output(const char *battery, const char *name, const Tensor *
     }
     long bad = 0;
     int64_t count = type_numel(&got->type);
+    bool exact = got->type.dtype != DT_F32; /* integers and bools */
     for (int64_t i = 0; i < count; i++) {
-        if (close_enough(got->data[i], want->data[i]))
+        if (exact ? tensor_int(got, i) == tensor_int(want, i) : close_enough(got->data[i], want->data[i]))
             continue;
-        if (bad++ < SHOWN_PER_OUTPUT)
+        if (bad++ < SHOWN_PER_OUTPUT && exact)
+            printf("%s: output %s [%lld]: got %lld, %s %lld\n", battery, name, (long long)i,
+                   (long long)tensor_int(got, i), what, (long long)tensor_int(want, i));
+        else if (bad <= SHOWN_PER_OUTPUT)
             printf("%s: output %s [%lld]: got %.9g, %s %.9g\n", battery, name, (long long)i,
                    (double)got->data[i], what, (double)want->data[i]);
     }

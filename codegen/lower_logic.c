@@ -1,0 +1,90 @@
+/* Lowering of the ops of every dtype (ir/op_logic.c): comparisons, logic, where
+ * and cast as one broadcasting loop each (lower_broadcast, which reads each input
+ * as its own element type), and gather as a loop over the result that checks every
+ * index it reads.
+ *
+ * A comparison of floats is C's, which is IEEE's: false wherever a NaN is. A cast
+ * of a float to an integer saturates, NaN giving 0, written out as selects so that
+ * no target converts a float it cannot represent (undefined in C). A gather index
+ * out of range stores nothing and raises the program's fault for that node, which
+ * `run` returns (program_fault). */
+#include "codegen.h"
+
+/* 0 of x's type. */
+static KExpr *zero_of(KBuilder *b, const KExpr *x) {
+    return x->type == KT_F32 ? k_f32(b, 0) : x->type == KT_I32 ? k_i32(b, 0) : k_int(b, 0);
+}
+
+/* Float x as integer type t: saturating, NaN to 0. */
+static KExpr *float_to_int(KBuilder *b, KExpr *x, KType t) {
+    bool wide = t == KT_I64;
+    KExpr *lo = wide ? k_int(b, INT64_MIN) : k_i32(b, INT32_MIN),
+          *hi = wide ? k_int(b, INT64_MAX) : k_i32(b, INT32_MAX);
+    double limit = wide ? 9223372036854775808.0 : 2147483648.0;
+    KExpr *in_range = k_select(b, k_bin(b, KE_LT, x, k_f32(b, -limit)), lo, k_cast(b, t, x));
+    return k_select(b, k_bin(b, KE_NE, x, x), wide ? k_int(b, 0) : k_i32(b, 0),
+                    k_select(b, k_bin(b, KE_GE, x, k_f32(b, limit)), hi, in_range));
+}
+
+static KExpr *cast_element(KBuilder *b, KExpr *x, KType to) {
+    if (x->type == to)
+        return x;
+    if (to == KT_BOOL)
+        return k_bin(b, KE_NE, x, zero_of(b, x));
+    if (x->type == KT_F32)
+        return float_to_int(b, x, to);
+    return k_cast(b, to, x);
+}
+
+static KExpr *logic_element(KBuilder *b, KExpr *const *x, const void *ctx) {
+    const Node *n = ctx;
+    switch (n->op) {
+    case OP_EQUAL: return k_bin(b, KE_EQ, x[0], x[1]);
+    case OP_LESS: return k_bin(b, KE_LT, x[0], x[1]);
+    case OP_LESS_EQUAL: return k_bin(b, KE_LE, x[0], x[1]);
+    case OP_GREATER: return k_bin(b, KE_GT, x[0], x[1]);
+    case OP_GREATER_EQUAL: return k_bin(b, KE_GE, x[0], x[1]);
+    case OP_NOT: return k_not(b, x[0]);
+    case OP_AND: return k_bin(b, KE_AND, x[0], x[1]);
+    case OP_OR: return k_bin(b, KE_OR, x[0], x[1]);
+    case OP_WHERE: return k_select(b, x[0], x[1], x[2]);
+    case OP_CAST: return cast_element(b, x[0], dtype_ktype(cast_dtype(n)));
+    default: KILN_ASSERT(!"not an op of lower_compare");
+    }
+    return x[0];
+}
+
+int lower_compare(Program *p, const Node *n, Diag *d) {
+    bool used[3] = {true, true, true};
+    return lower_broadcast(p, n, used, logic_element, n, NULL, d);
+}
+
+int lower_gather(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type, *idx = &p->g->values[n->in[1]].type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
+    int64_t outer, inner, dim = x->dims[axis], count = type_numel(idx);
+    split_at_axis(x, axis, &outer, &inner);
+    int fault = program_fault(p, n, "an index of the gather is out of range", d);
+    Kernel *k = fault < 0 ? NULL : kernel_loop(p, n, NULL, outer * count, 16384 / (inner + 1) + 1, d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    KExpr *o = let_index(b, "o", k_div(b, i, k_int(b, count))),
+          *at = let_index(b, "at", k_mod(b, i, k_int(b, count)));
+    KExpr *j = k_load(b, kb_value(b, n->in[1], false), at);
+    if (j->type != KT_I64)
+        j = k_cast(b, KT_I64, j);
+    j = let_index(b, "j", j);
+    KExpr *row = let_index(b, "row", k_select(b, k_lt(b, j, k_int(b, 0)), k_add(b, j, k_int(b, dim)), j));
+    kb_if(b, k_bin(b, KE_OR, k_lt(b, row, k_int(b, 0)), k_bin(b, KE_GE, row, k_int(b, dim))));
+    kb_call(b, "KILN_FAULT", 1, (KExpr *[]){k_i32(b, fault)});
+    kb_else(b);
+    KExpr *from = k_mul(b, k_add(b, k_mul(b, o, k_int(b, dim)), row), k_int(b, inner));
+    int q = kb_for(b, "q", KT_I64, k_int(b, 0), k_int(b, inner), NULL, K_VECTOR);
+    kb_store(b, kb_value(b, n->out[0], true), k_add(b, k_mul(b, i, k_int(b, inner)), k_var(b, q)),
+             k_load(b, kb_value(b, n->in[0], false), k_add(b, from, k_var(b, q))));
+    kb_end(b);
+    kb_end(b);
+    return 0;
+}
