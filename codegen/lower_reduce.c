@@ -290,3 +290,61 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d) {
     kb_end(b);
     return 0;
 }
+
+/* ---- argmax, cumsum: one iteration per line along the axis ---- */
+
+/* argmax keeps the first largest (a NaN, once met, stays the largest), as
+ * torch.argmax; cumsum adds in double for f32 (rounding each running sum once, as
+ * the interpreter does) and in the integer type otherwise, storing before the add
+ * when exclusive. */
+int lower_scan(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[0]].type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank > 0 ? x->rank : 1);
+    int64_t outer = 1, inner = 1, dim = x->rank ? x->dims[axis] : 1;
+    if (x->rank)
+        split_at_axis(x, axis, &outer, &inner);
+    Kernel *k = new_loop(p, n, outer * inner, dim, d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    KExpr *base = k_var(b, kb_let(b, "base", KT_I64,
+                                  k_add(b, k_mul(b, k_div(b, i, k_int(b, inner)), k_int(b, dim * inner)),
+                                        k_mod(b, i, k_int(b, inner)))));
+    int xb = kb_value(b, n->in[0], false), yb = kb_value(b, n->out[0], true);
+    if (n->op == OP_ARGMAX) {
+        int best = kb_decl(b, "best", KT_F32, k_load(b, xb, base)),
+            at = kb_decl(b, "at", KT_I64, k_int(b, 0));
+        KExpr *s = k_var(b, kb_for(b, "s", KT_I64, k_int(b, 1), k_int(b, dim), NULL, 0));
+        KExpr *v =
+            k_var(b, kb_let(b, "v", KT_F32, k_load(b, xb, k_add(b, base, k_mul(b, s, k_int(b, inner))))));
+        KExpr *best_is_nan = k_bin(b, KE_NE, k_var(b, best), k_var(b, best));
+        kb_if(b, k_and(b, k_not(b, best_is_nan),
+                       k_bin(b, KE_OR, k_bin(b, KE_NE, v, v), k_bin(b, KE_GT, v, k_var(b, best)))));
+        kb_assign(b, best, v);
+        kb_assign(b, at, s);
+        kb_end(b);
+        kb_end(b);
+        kb_store(b, yb, i, k_var(b, at));
+        return 0;
+    }
+    KType t = dtype_ktype(x->dtype), acc_t = t == KT_F32 ? KT_F64 : t;
+    int acc = kb_decl(b, "acc", acc_t,
+                      acc_t == KT_F64   ? k_f64(b, 0)
+                      : acc_t == KT_I32 ? k_i32(b, 0)
+                                        : k_int(b, 0));
+    KExpr *s = k_var(b, kb_for(b, "s", KT_I64, k_int(b, 0), k_int(b, dim), NULL, 0));
+    if (node_bool(n, ATTR_REVERSE))
+        s = k_sub(b, k_int(b, dim - 1), s);
+    KExpr *at = k_var(b, kb_let(b, "at", KT_I64, k_add(b, base, k_mul(b, s, k_int(b, inner)))));
+    KExpr *v = k_load(b, xb, at);
+    bool exclusive = node_bool(n, ATTR_EXCLUSIVE);
+    KExpr *sum = k_var(b, acc);
+    if (exclusive)
+        kb_store(b, yb, at, acc_t == t ? sum : k_cast(b, t, sum));
+    kb_accum(b, acc, acc_t == t ? v : k_cast(b, acc_t, v));
+    if (!exclusive)
+        kb_store(b, yb, at, acc_t == t ? sum : k_cast(b, t, sum));
+    kb_end(b);
+    return 0;
+}

@@ -1,5 +1,5 @@
 /* Reductions and normalizations: sum, mean, reduce_max, softmax, log_softmax,
- * batch_norm and layer_norm.
+ * batch_norm and layer_norm; and the scans along one axis, argmax and cumsum.
  *
  * Every kernel accumulates in double and rounds once per result, so the reference is
  * at least as exact as any target. A reduction sees its input through the "kept"
@@ -235,5 +235,91 @@ int eval_layer_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *
             next_index(idx, norm.dims, norm.rank);
         }
     }
+    return 0;
+}
+
+/* ---- argmax, cumsum: along one axis ---- */
+
+/* x's dims as [outer, dim, inner] around `axis`, checked for x's rank. */
+static int scan_axis(const Node *n, const Type *x, int *axis, Diag *d) {
+    *axis = norm_axis(node_int(n, ATTR_AXIS), x->rank > 0 ? x->rank : 1);
+    if (*axis < 0 || (x->rank == 0 && *axis != 0))
+        return diag_error(d, attr_loc(n, ATTR_AXIS), "%s: axis %lld is out of range for x of type %s",
+                          op_table[n->op].name, (long long)node_int(n, ATTR_AXIS), tstr(x));
+    return 0;
+}
+
+int infer_argmax(Graph *g, Node *n, Diag *d) {
+    const Type *x = in_type(g, n, 0);
+    int axis;
+    if (scan_axis(n, x, &axis, d))
+        return -1;
+    Type out = {DT_I64, 0, {0}};
+    for (int k = 0; k < x->rank; k++)
+        if (k != axis || node_bool(n, ATTR_KEEPDIMS))
+            out.dims[out.rank++] = k == axis ? 1 : x->dims[k];
+    set_out_type(g, n, 0, out);
+    return 0;
+}
+
+int infer_cumsum(Graph *g, Node *n, Diag *d) {
+    const Type *x = in_type(g, n, 0);
+    int axis;
+    if (x->dtype != DT_F32 && !dtype_is_int(x->dtype))
+        return diag_error(d, n->loc, "cumsum takes f32, i64 or i32: '%s' is %s", g->values[n->in[0]].name,
+                          tstr(x));
+    if (scan_axis(n, x, &axis, d))
+        return -1;
+    set_out_type(g, n, 0, *x);
+    return 0;
+}
+
+int eval_argmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    const Type *x = &in[0]->type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank > 0 ? x->rank : 1);
+    int64_t outer = 1, inner = 1, dim = x->rank ? x->dims[axis] : 1;
+    if (x->rank)
+        split_at_axis(x, axis, &outer, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *v = in[0]->data + o * dim * inner + i;
+            int64_t best = 0;
+            for (int64_t k = 1; k < dim && !isnan(v[best * inner]); k++)
+                if (isnan(v[k * inner]) || v[k * inner] > v[best * inner])
+                    best = k;
+            out[0]->i64[o * inner + i] = best;
+        }
+    return 0;
+}
+
+int eval_cumsum(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    (void)d;
+    const Tensor *x = in[0];
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->type.rank > 0 ? x->type.rank : 1);
+    bool exclusive = node_bool(n, ATTR_EXCLUSIVE), reverse = node_bool(n, ATTR_REVERSE);
+    int64_t outer = 1, inner = 1, dim = x->type.rank ? x->type.dims[axis] : 1;
+    if (x->type.rank)
+        split_at_axis(&x->type, axis, &outer, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            double sum = 0;
+            uint64_t isum = 0; /* integers wrap around, two's complement */
+            for (int64_t step = 0; step < dim; step++) {
+                int64_t at = (o * dim + (reverse ? dim - 1 - step : step)) * inner + i;
+                double v = x->type.dtype == DT_F32 ? x->data[at] : 0;
+                uint64_t iv = x->type.dtype == DT_F32 ? 0 : (uint64_t)tensor_int(x, at);
+                if (!exclusive)
+                    sum += v, isum += iv;
+                if (x->type.dtype == DT_F32)
+                    out[0]->data[at] = (float)sum;
+                else if (x->type.dtype == DT_I64)
+                    out[0]->i64[at] = (int64_t)isum;
+                else
+                    out[0]->i32[at] = (int32_t)(uint32_t)isum;
+                if (exclusive)
+                    sum += v, isum += iv;
+            }
+        }
     return 0;
 }

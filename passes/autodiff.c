@@ -788,6 +788,19 @@ static int where_rule(AD *a, const Node *n, int dy) {
     return zero < 0 ? -1 : 0;
 }
 
+/* Element k of cumsum's result sums x's elements up to k (or from k, reversed): so
+ * x's element k gets the sum of dy's from k on, the cumsum of dy the other way. */
+static int cumsum_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    Node *m = start(a, OP_CUMSUM, x, 1, &dy);
+    if (!m)
+        return -1;
+    pass_set_int(m, ATTR_AXIS, node_int(n, ATTR_AXIS));
+    pass_set_int(m, ATTR_EXCLUSIVE, node_bool(n, ATTR_EXCLUSIVE)); /* a bool is set as 0 or 1 */
+    pass_set_int(m, ATTR_REVERSE, !node_bool(n, ATTR_REVERSE));
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
 static int backprop(AD *a, const Node *n, int dy) {
     switch (n->op) { /* every op, no default: -Wswitch names one left out */
 #define UNARY(id, ...) case OP_##id:
@@ -844,7 +857,9 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_GREATER_EQUAL:
     case OP_NOT:
     case OP_AND:
-    case OP_OR: return 0; /* bools: no gradient reaches their inputs */
+    case OP_OR:
+    case OP_ARGMAX: return 0; /* bools and indices: no gradient reaches their inputs */
+    case OP_CUMSUM: return cumsum_rule(a, n, dy);
     case OP_GATHER:
         return diag_error(a->c->d, n->loc,
                           "autodiff: the gradient of gather (needed for value '%s') is not built yet",

@@ -543,6 +543,18 @@ def gen_softplus(b):
                 lambda x: F.softplus(x, beta=2.0, threshold=3.0), smooth=False, beta=2.0, threshold=3.0)
 
 
+def gen_scans(b):
+    """cumsum's gradient is the cumsum of dy the other way."""
+    x = b.rand(3, 4, 2)
+    for axis, exclusive, reverse in ((0, False, False), (1, True, False), (-1, False, True), (1, True, True)):
+        def cumsum(v, axis=axis, exclusive=exclusive, reverse=reverse):
+            v = v.flip(axis) if reverse else v
+            s = v.cumsum(axis) - (v if exclusive else 0)
+            return s.flip(axis) if reverse else s
+        b.grad_case(f"cumsum axis={axis} exclusive={exclusive} reverse={reverse}", "cumsum", [("x", x)], cumsum,
+                    axis=axis, exclusive=exclusive, reverse=reverse)
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
@@ -551,6 +563,7 @@ def main():
     gen_pools(b)
     gen_fused(b)
     gen_softplus(b)
+    gen_scans(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 

@@ -1023,6 +1023,25 @@ def gen_logic(b):
     b.case("expand bool", "expand", [("x", bools2)], np.broadcast_to(bools2, (2, 3, 4)), shape=[2, 3, 4])
     b.case("unsqueeze i64", "unsqueeze", [("x", ints2)], ints2.reshape(1, 4), axes=[0])
     b.case("flatten bool", "flatten", [("x", bools.reshape(3, 2, 2))], bools.reshape(3, 4), axis=1)
+    # argmax (torch.argmax: the first of ties, NaN the largest) and cumsum (ONNX CumSum)
+    ties = np.array([[1, 3, 3, -1], [np.nan, 2, np.nan, 5], [-np.inf, -np.inf, -np.inf, -np.inf]], np.float32)
+    for axis, keep in ((0, False), (1, True), (-1, False)):
+        b.case(f"argmax axis={axis} keepdims={keep}", "argmax", [("x", ties)],
+               torch.argmax(T(ties), dim=axis, keepdim=keep), axis=axis, keepdims=keep)
+    b.case("argmax 3-D", "argmax", [("x", x)], torch.argmax(T(x), dim=1), axis=1)
+    for axis, exclusive, reverse in ((0, False, False), (1, True, False), (-1, False, True), (2, True, True)):
+        def onnx_cumsum(v, axis=axis, exclusive=exclusive, reverse=reverse):
+            v = np.flip(v, axis) if reverse else v
+            s = np.cumsum(v, axis=axis, dtype=v.dtype)
+            if exclusive:
+                s = s - v
+            return np.flip(s, axis) if reverse else s
+        b.case(f"cumsum f32 axis={axis} exclusive={exclusive} reverse={reverse}", "cumsum", [("x", x)],
+               onnx_cumsum(x.astype(np.float64)), axis=axis, exclusive=exclusive, reverse=reverse)
+        b.case(f"cumsum i64 axis={axis % 2} exclusive={exclusive} reverse={reverse}", "cumsum", [("x", ints)],
+               onnx_cumsum(ints, axis % 2), axis=axis % 2, exclusive=exclusive, reverse=reverse)
+    b.case("cumsum i32 (position ids from a mask)", "cumsum", [("x", bools.astype(np.int32))],
+           np.cumsum(bools.astype(np.int32), axis=1, dtype=np.int32), axis=1)
     b.case("gather bools", "gather", [("x", bools), ("i", ids[1])], np.take(bools, ids[1] % 4, axis=-1), axis=-1)
 
 
