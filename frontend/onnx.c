@@ -128,6 +128,7 @@ OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims) {
     if (!c)
         return NULL;
     c->is_int = is_int;
+    c->dtype = is_int ? DT_I64 : DT_F32;
     c->rank = rank;
     c->numel = 1;
     for (int k = 0; k < rank; k++) {
@@ -162,21 +163,32 @@ static Sym *input_sym(Importer *im, int k) {
 
 /* A constant read as data: a const literal when small and not a weight, else a
  * param whose value goes to the weights. */
+Tensor *oconst_tensor(const OConst *c) {
+    Type t = type_make(c->rank, c->dims);
+    t.dtype = c->dtype;
+    Tensor *r = tensor_new(&t);
+    for (int64_t i = 0; r && i < c->numel; i++)
+        switch (c->dtype) {
+        case DT_I64: r->i64[i] = c->ints[i]; break;
+        case DT_I32: r->i32[i] = (int32_t)c->ints[i]; break;
+        case DT_BOOL: r->b[i] = c->ints[i] != 0; break;
+        default: r->data[i] = c->f[i]; break;
+        }
+    return r;
+}
+
 static int materialize(Importer *im, Sym *s) {
     OConst *c = s->c;
-    if (c->is_int)
-        return im_error(im, "'%s' is an integer tensor used as data; kiln computes in f32", s->name);
     if (c->numel == 0)
         return im_error(im, "'%s' is an empty tensor used as data", s->name);
-    Type t = type_make(c->rank, c->dims);
     bool literal = !c->initializer && c->numel <= 16;
     Node *n = graph_add_node(im->g, literal ? OP_CONST : OP_PARAM, 0, 1, (Loc){0});
-    Tensor *data = tensor_new(&t);
+    Tensor *data = oconst_tensor(c);
     if (!n || !data) {
         tensor_free(data);
         return im_error(im, "out of memory");
     }
-    memcpy(data->data, c->f, sizeof(float) * (size_t)c->numel);
+    Type t = data->type;
     int v = graph_define(im->g, s->name, n, 0);
     if (v < 0) {
         tensor_free(data);
@@ -613,12 +625,18 @@ static int read_binding(Importer *im, const OnnxBind *b, OConst **c) {
     Tensor *t;
     if (npy_read(b->file, &t, im->d))
         return -1;
-    *c = oconst_new(im, false, t->type.rank, t->type.dims);
+    bool is_int = t->type.dtype != DT_F32;
+    *c = oconst_new(im, is_int, t->type.rank, t->type.dims);
     if (!*c) {
         tensor_free(t);
         return diag_error(im->d, (Loc){0}, "out of memory");
     }
-    memcpy((*c)->f, t->data, sizeof(float) * (size_t)(*c)->numel);
+    (*c)->dtype = t->type.dtype;
+    for (int64_t i = 0; i < (*c)->numel; i++) {
+        (*c)->f[i] = (float)tensor_double(t, i);
+        if (is_int)
+            (*c)->ints[i] = tensor_int(t, i);
+    }
     tensor_free(t);
     return 0;
 }
@@ -655,12 +673,13 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
     bool known;
     if (declared_type(im, vi, &dtype, &t, &known))
         return -1;
-    if (dtype != 1)
+    if (onnx_kiln_dtype(dtype) < 0)
         return diag_error(
             im->d, (Loc){0},
-            "%s: graph input '%s' is %s; kiln computes in f32. If it is a shape-like parameter, "
-            "bind it to a constant (kiln: --bind %s=FILE.npy or FILE.pb)",
+            "%s: graph input '%s' is %s; kiln's inputs are FLOAT, INT64, INT32 or BOOL. If it is a "
+            "shape-like parameter, bind it to a constant (kiln: --bind %s=FILE.npy or FILE.pb)",
             im->file, s->name, onnx_dtype_name(dtype), s->name);
+    t.dtype = (DType)onnx_kiln_dtype(dtype);
     if (!known)
         return diag_error(
             im->d, (Loc){0},
@@ -889,10 +908,6 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
             if (declare_input(im, s->lazy, s))
                 return -1;
         }
-        if (s->value < 0 && s->c && s->c->is_int)
-            return diag_error(im->d, (Loc){0},
-                              "%s: graph output '%s' is an integer tensor; kiln computes in f32", im->file,
-                              s->name);
         if (s->value < 0 && materialize(im, s))
             return -1;
         int32_t dtype;
@@ -900,10 +915,11 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
         bool known;
         if (declared_type(im, vi, &dtype, &t, &known))
             return -1;
-        if (dtype != 1 && dtype != 0)
-            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is %s; kiln computes in f32", im->file,
-                              s->name, onnx_dtype_name(dtype));
         const Type *got = &im->g->values[s->value].type;
+        if (dtype != 0 && onnx_kiln_dtype(dtype) != (int)got->dtype)
+            return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is %s; kiln has it as %s", im->file,
+                              s->name, onnx_dtype_name(dtype), dtype_name(got->dtype));
+        t.dtype = got->dtype;
         if (known && !type_equal(&t, got)) {
             char a[128], b[128];
             return diag_error(im->d, (Loc){0}, "%s: graph output '%s' is declared %s, but kiln infers %s",

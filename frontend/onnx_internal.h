@@ -17,6 +17,8 @@
 /* A tensor known at import. numel may be 0 (an empty list of scales, say). */
 typedef struct {
     bool is_int; /* an integer or bool dtype: ints holds the exact values */
+    DType dtype; /* what it is as data: f32 (every float dtype), i32, bool or i64 (the
+                    other integers) */
     int rank;
     int64_t dims[KILN_MAX_RANK];
     int64_t numel;
@@ -100,6 +102,10 @@ int im_alias(Importer *im, int out_k, int value);
 
 /* A constant of the given shape from the importer's arena (values zeroed). */
 OConst *oconst_new(Importer *im, bool is_int, int rank, const int64_t *dims);
+/* c as a tensor of its dtype; NULL when out of memory. */
+Tensor *oconst_tensor(const OConst *c);
+/* The kiln dtype of ONNX tensor element type t, or -1 when kiln has none. */
+int onnx_kiln_dtype(int32_t t);
 
 /* ---- onnx_tensor.c ---- */
 
@@ -121,7 +127,7 @@ typedef struct {
     OnnxImportFn fn;
 } OnnxOp;
 /* Each family's importers by op type, ending with a NULL op_type. */
-extern const OnnxOp onnx_ops_elementwise[], onnx_ops_nn[], onnx_ops_shape[];
+extern const OnnxOp onnx_ops_elementwise[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_logic[];
 /* The importer of an op type of the default domain, or NULL. */
 OnnxImportFn onnx_find_op(const char *op_type);
 

@@ -12,7 +12,8 @@
  *
  * This file holds what the families share, the elementwise and linear-algebra ops,
  * and the lookup over the families' tables; onnx_ops_nn.c has convolution, pooling,
- * normalizations and reductions, onnx_ops_shape.c shapes, resampling and constants. */
+ * normalizations and reductions, onnx_ops_shape.c shapes, resampling and constants,
+ * onnx_ops_logic.c comparisons, logic, Where, ArgMax and CumSum. */
 #include "onnx_internal.h"
 
 #include <math.h>
@@ -469,7 +470,7 @@ const OnnxOp onnx_ops_elementwise[] = {
 };
 
 OnnxImportFn onnx_find_op(const char *op_type) {
-    const OnnxOp *const tables[] = {onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape};
+    const OnnxOp *const tables[] = {onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape, onnx_ops_logic};
     for (size_t t = 0; t < sizeof tables / sizeof *tables; t++)
         for (const OnnxOp *o = tables[t]; o->op_type; o++)
             if (strcmp(o->op_type, op_type) == 0)

@@ -657,6 +657,9 @@ static int imp_cast(Importer *im) {
             return im_error(im, "out of memory");
         if (!to_float && !to_int)
             return im_error(im, "cast to %s is not supported", onnx_dtype_name((int32_t)to));
+        c->dtype = onnx_kiln_dtype((int32_t)to) >= 0 ? (DType)onnx_kiln_dtype((int32_t)to)
+                   : to_int                          ? DT_I64
+                                                     : DT_F32;
         for (int64_t i = 0; i < c->numel; i++) {
             double v = src->is_int ? (double)src->ints[i] : src->f[i];
             if (to_int) {
@@ -673,10 +676,19 @@ static int imp_cast(Importer *im) {
         }
         return im_define_const(im, 0, c);
     }
-    if (!to_float || to != 1)
-        return im_error(im, "cast of a run-time tensor to %s; kiln computes in f32",
+    int kiln_to = onnx_kiln_dtype((int32_t)to), x;
+    if (kiln_to < 0)
+        return im_error(im,
+                        "cast of a run-time tensor to %s; kiln's run-time tensors are FLOAT, INT64, INT32 "
+                        "or BOOL",
                         onnx_dtype_name((int32_t)to));
-    return im_pass_through(im);
+    Type t;
+    if (im_input_type(im, 0, &t) || im_input(im, 0, &x))
+        return -1;
+    if ((int)t.dtype == kiln_to)
+        return im_pass_through(im);
+    Node *n = im_node(im, OP_CAST, 1, &x);
+    return n && !im_set_word(im, n, ATTR_TO, dtype_name((DType)kiln_to)) && im_finish(im, n, 0) >= 0 ? 0 : -1;
 }
 
 static int imp_constant_of_shape(Importer *im) {
@@ -754,11 +766,17 @@ static int imp_gather(Importer *im) {
     int64_t axis = 0;
     OConst *idx;
     Type t;
-    if (im_attr_int(im, "axis", &axis) < 0 || im_const_input(im, 1, "indices", &idx) ||
-        im_input_type(im, 0, &t))
+    if (im_attr_int(im, "axis", &axis) < 0 || im_input_type(im, 0, &t))
         return -1;
-    if (!idx)
-        return im_error(im, "indices is required");
+    if (!im_folded(im, 1) || im_folded(im, 1)->numel > ONNX_MAXL) { /* indices known only at run time */
+        int in[2];
+        if (im_input(im, 0, &in[0]) || im_input(im, 1, &in[1]))
+            return -1;
+        Node *n = im_node(im, OP_GATHER, 2, in);
+        return n && !im_set_int(im, n, ATTR_AXIS, axis) && im_finish(im, n, 0) >= 0 ? 0 : -1;
+    }
+    if (im_const_input(im, 1, "indices", &idx))
+        return -1;
     int a;
     if (im_axis(im, axis, t.rank, &a))
         return -1;

@@ -72,6 +72,16 @@ static DTypeInfo dtype_info(int32_t t) {
     }
 }
 
+int onnx_kiln_dtype(int32_t t) {
+    switch (t) {
+    case 1: return DT_F32;
+    case 6: return DT_I32;
+    case 7: return DT_I64;
+    case 9: return DT_BOOL;
+    default: return -1;
+    }
+}
+
 const char *onnx_dtype_name(int32_t dtype) {
     return dtype_info(dtype).name;
 }
@@ -253,6 +263,7 @@ int onnx_tensor_decode(Importer *im, const Onnx__TensorProto *t, const char *wha
     OConst *c = oconst_new(im, is_int, (int)t->n_dims, t->dims);
     if (!c)
         return diag_error(im->d, (Loc){0}, "out of memory");
+    c->dtype = di.kind == EL_BOOL ? DT_BOOL : t->data_type == 6 ? DT_I32 : is_int ? DT_I64 : DT_F32;
     if (raw) {
         for (int64_t i = 0; i < numel; i++)
             store_raw(c, &di, raw, i);
@@ -306,17 +317,8 @@ int onnx_read_tensor(const char *path, Tensor **out, char **name, Diag *d) {
     else if (!rc && !(rc = onnx_tensor_decode(&im, t, "the tensor", &c)) && c->numel == 0)
         rc = diag_error(d, (Loc){0}, "%s: the tensor has no elements (kiln's tensors have at least one)",
                         path);
-    if (!rc) {
-        Type ty = type_make(c->rank, c->dims);
-        *out = tensor_new(&ty);
-        if (!*out) {
-            tensor_free(*out);
-            *out = NULL;
-            rc = diag_error(d, (Loc){0}, "out of memory");
-        } else {
-            memcpy((*out)->data, c->f, sizeof(float) * (size_t)c->numel);
-        }
-    }
+    if (!rc && !(*out = oconst_tensor(c)))
+        rc = diag_error(d, (Loc){0}, "out of memory");
     if (t)
         onnx__tensor_proto__free_unpacked(t, &pa);
     arena_free(&im.arena);

@@ -139,12 +139,14 @@ static bool compare(const Graph *g, Tensor *const *got, Tensor *const *want, con
         }
         int64_t n = type_numel(&got[k]->type), bad = 0, first = -1;
         double worst = 0;
+        bool exact = got[k]->type.dtype != DT_F32; /* integers and bools */
         for (int64_t i = 0; i < n; i++)
-            if (!close_enough(got[k]->data[i], want[k]->data[i])) {
+            if (exact ? tensor_int(got[k], i) != tensor_int(want[k], i)
+                      : !close_enough(got[k]->data[i], want[k]->data[i])) {
                 if (first < 0)
                     first = i;
                 bad++;
-                double e = fabs((double)got[k]->data[i] - want[k]->data[i]);
+                double e = fabs(tensor_double(got[k], i) - tensor_double(want[k], i));
                 if (e > worst || isnan(e))
                     worst = e;
             }
@@ -152,7 +154,7 @@ static bool compare(const Graph *g, Tensor *const *got, Tensor *const *want, con
             snprintf(reason, REASON,
                      "%s: output %d: %lld of %lld elements differ (max error %.3g; [%lld] %.7g vs %.7g)",
                      target, k, (long long)bad, (long long)n, worst, (long long)first,
-                     (double)got[k]->data[first], (double)want[k]->data[first]);
+                     tensor_double(got[k], first), tensor_double(want[k], first));
             return false;
         }
     }

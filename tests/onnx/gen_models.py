@@ -47,6 +47,23 @@ class TinyCNN(nn.Module):
         return F.softmax(self.fc(h), dim=1)
 
 
+class TinyTokens(nn.Module):
+    """Token ids in (INT64), the ops of a transformer's embedding: Gather at run time
+    (two embeddings), a padding mask from Greater, Cast, CumSum (position ids from the
+    mask), Unsqueeze of bools, Where, ArgMax."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(10, 4)
+        self.positions = nn.Embedding(8, 4)
+
+    def forward(self, x):
+        mask = x > 0
+        h = self.tokens(x) + self.positions(torch.cumsum(mask.long(), dim=1))
+        h = torch.where(mask.unsqueeze(-1), h, torch.zeros(()))
+        return h + h.argmax(-1, keepdim=True).float()
+
+
 def randomize_bn(model):
     """Random running statistics, so that batch norm is not the identity."""
     for m in model.modules():
@@ -68,6 +85,19 @@ def export(model, shape, out_dir, name, opset):
     torch.onnx.export(model, x, path, input_names=["x"], output_names=["y"], opset_version=opset,
                       do_constant_folding=True)
     np.save(os.path.join(out_dir, name + "_input.npy"), x.numpy().astype("<f4"))
+    np.save(os.path.join(out_dir, name + "_expected.npy"), y.numpy().astype("<f4"))
+    print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
+
+
+def export_tokens(out_dir, name, opset):
+    torch.manual_seed(0)
+    model = TinyTokens().eval()
+    x = torch.tensor([[3, 1, 0, 7, 9, 0], [0, 2, 2, 5, 0, 4]], dtype=torch.int64)
+    with torch.no_grad():
+        y = model(x)
+    path = os.path.join(out_dir, name + ".onnx")
+    torch.onnx.export(model, x, path, input_names=["x"], output_names=["y"], opset_version=opset)
+    np.save(os.path.join(out_dir, name + "_input.npy"), x.numpy().astype("<i8"))
     np.save(os.path.join(out_dir, name + "_expected.npy"), y.numpy().astype("<f4"))
     print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
 
@@ -95,6 +125,7 @@ def main():
         t = TinyCNN()
         randomize_bn(t)
         export(t, (1, 3, 32, 32), here, f"tiny_cnn_opset{opset}", opset)
+    export_tokens(here, "tiny_tokens_opset13", 13)
 
 
 if __name__ == "__main__":
