@@ -27,12 +27,13 @@ static uint64_t node_hash(const Node *n) {
     uint64_t h = mix(1469598103934665603ull, (uint64_t)n->op);
     if (n->op == OP_CONST) {
         const Tensor *t = n->data;
+        h = mix(h, (uint64_t)t->type.dtype);
         for (int k = 0; k < t->type.rank; k++)
             h = mix(h, (uint64_t)t->type.dims[k]);
-        int64_t count = type_numel(&t->type);
+        int64_t count = type_numel(&t->type), size = dtype_size(t->type.dtype);
         for (int64_t i = 0; i < count; i++) {
-            uint32_t bits;
-            memcpy(&bits, &t->data[i], sizeof bits);
+            uint64_t bits = 0;
+            memcpy(&bits, (const char *)t->bytes + i * size, (size_t)size);
             h = mix(h, bits);
         }
         return h;
