@@ -280,8 +280,15 @@ static int get_attr(Importer *im, const char *name, int want, const Onnx__Attrib
         return 0;
     int t = a->has_type ? (int)a->type : 0;
     if (t == 0) {
-        t = a->has_f ? 1 : a->has_i ? 2 : a->has_s ? 3 : a->t ? 4 : a->n_floats ? 6 : a->n_ints ? 7 : 0;
-        if (t == 0 && (want == 6 || want == 7))
+        t = a->has_f       ? 1
+            : a->has_i     ? 2
+            : a->has_s     ? 3
+            : a->t         ? 4
+            : a->n_floats  ? 6
+            : a->n_ints    ? 7
+            : a->n_strings ? 8
+                           : 0;
+        if (t == 0 && (want == 6 || want == 7 || want == 8))
             t = want; /* an empty list */
     }
     if (t != want)
@@ -316,6 +323,26 @@ int im_attr_string(Importer *im, const char *name, const char **v) {
         if (strlen(s) != a->s.len)
             return im_error(im, "attribute '%s' holds a NUL byte", name);
         *v = s;
+    }
+    return r;
+}
+
+int im_attr_strings(Importer *im, const char *name, const char **v, int cap, int *n) {
+    const Onnx__AttributeProto *a;
+    int r = get_attr(im, name, 8, &a);
+    if (r == 1) {
+        if (a->n_strings > (size_t)cap)
+            return im_error(im, "attribute '%s' has %zu entries (at most %d)", name, a->n_strings, cap);
+        *n = (int)a->n_strings;
+        for (size_t k = 0; k < a->n_strings; k++) {
+            const ProtobufCBinaryData *b = &a->strings[k];
+            char *s = arena_strndup(&im->arena, b->data ? (const char *)b->data : "", b->len);
+            if (!s)
+                return im_error(im, "out of memory");
+            if (strlen(s) != b->len)
+                return im_error(im, "attribute '%s' holds a NUL byte", name);
+            v[k] = s;
+        }
     }
     return r;
 }
@@ -489,8 +516,8 @@ int im_binary(Importer *im, OpId op, int a, int b, int out_k) {
     return n ? im_finish(im, n, out_k) : -1;
 }
 
-int im_scalar(Importer *im, double v) {
-    Type t = type_make(0, NULL);
+int im_filled(Importer *im, int rank, const int64_t *dims, double v) {
+    Type t = type_make(rank, dims);
     Node *n = graph_add_node(im->g, OP_CONST, 0, 1, (Loc){0});
     Tensor *data = tensor_new(&t);
     const char *base = im->node->n_output ? out_name(im, 0) : "c";
@@ -502,10 +529,15 @@ int im_scalar(Importer *im, double v) {
         tensor_free(data);
         return im_error(im, "out of memory");
     }
-    data->data[0] = (float)v;
+    for (int64_t i = 0; i < type_numel(&t); i++)
+        data->data[i] = (float)v;
     n->data = data;
     im->g->values[id].type = t;
     return id;
+}
+
+int im_scalar(Importer *im, double v) {
+    return im_filled(im, 0, NULL, v);
 }
 
 int im_define_const(Importer *im, int out_k, OConst *c) {

@@ -73,6 +73,7 @@ int im_input_type(Importer *im, int k, Type *t);
 int im_attr_int(Importer *im, const char *name, int64_t *v);
 int im_attr_float(Importer *im, const char *name, double *v);
 int im_attr_string(Importer *im, const char *name, const char **v);
+int im_attr_strings(Importer *im, const char *name, const char **v, int cap, int *n);
 int im_attr_ints(Importer *im, const char *name, int64_t *v, int cap, int *n);
 int im_attr_floats(Importer *im, const char *name, double *v, int cap, int *n);
 int im_attr_tensor(Importer *im, const char *name, OConst **c);
@@ -93,8 +94,9 @@ int im_set_floats(Importer *im, Node *n, AttrId attr, const double *v, int count
 /* Shorthands: op(x) with no attributes, op(a, b). */
 int im_unary(Importer *im, OpId op, int x, int out_k);
 int im_binary(Importer *im, OpId op, int a, int b, int out_k);
-/* A scalar f32 const (for decompositions). */
+/* A scalar f32 const (for decompositions); one of the given shape, every element v. */
 int im_scalar(Importer *im, double v);
+int im_filled(Importer *im, int rank, const int64_t *dims, double v);
 /* Output k of the node as a constant (a folded computation). */
 int im_define_const(Importer *im, int out_k, OConst *c);
 /* Output k of the node as an existing value (an op that changes nothing). */
@@ -119,7 +121,7 @@ const char *onnx_dtype_name(int32_t dtype);
  * malformed file); one per unpack, never shared between threads. */
 ProtobufCAllocator onnx_allocator(bool *oom);
 
-/* ---- onnx_ops.c, onnx_ops_nn.c, onnx_ops_shape.c: the op mapping ---- */
+/* ---- onnx_ops*.c: the op mapping ---- */
 
 typedef int (*OnnxImportFn)(Importer *im);
 typedef struct {
@@ -127,7 +129,7 @@ typedef struct {
     OnnxImportFn fn;
 } OnnxOp;
 /* Each family's importers by op type, ending with a NULL op_type. */
-extern const OnnxOp onnx_ops_elementwise[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_logic[];
+extern const OnnxOp onnx_ops_elementwise[], onnx_ops_nn[], onnx_ops_shape[], onnx_ops_logic[], onnx_ops_rnn[];
 /* The importer of an op type of the default domain, or NULL. */
 OnnxImportFn onnx_find_op(const char *op_type);
 

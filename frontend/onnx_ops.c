@@ -13,7 +13,8 @@
  * This file holds what the families share, the elementwise and linear-algebra ops,
  * and the lookup over the families' tables; onnx_ops_nn.c has convolution, pooling,
  * normalizations and reductions, onnx_ops_shape.c shapes, resampling and constants,
- * onnx_ops_logic.c comparisons, logic, Where, ArgMax and CumSum. */
+ * onnx_ops_logic.c comparisons, logic, Where, ArgMax and CumSum, onnx_ops_rnn.c the
+ * recurrent layers (RNN, GRU, LSTM). */
 #include "onnx_internal.h"
 
 #include <math.h>
@@ -470,7 +471,8 @@ const OnnxOp onnx_ops_elementwise[] = {
 };
 
 OnnxImportFn onnx_find_op(const char *op_type) {
-    const OnnxOp *const tables[] = {onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape, onnx_ops_logic};
+    const OnnxOp *const tables[] = {onnx_ops_elementwise, onnx_ops_nn, onnx_ops_shape, onnx_ops_logic,
+                                    onnx_ops_rnn};
     for (size_t t = 0; t < sizeof tables / sizeof *tables; t++)
         for (const OnnxOp *o = tables[t]; o->op_type; o++)
             if (strcmp(o->op_type, op_type) == 0)

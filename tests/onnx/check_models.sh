@@ -3,21 +3,32 @@
 # on a target: run directly from the .onnx, imported with `kiln import` and run from
 # the .kiln text and its weights, and compiled from the .onnx into a shared object;
 # each output is compared with PyTorch's.
-# usage: check_models.sh KILN MODEL.onnx TARGET   (MODEL_input.npy, MODEL_expected.npy beside it)
+# usage: check_models.sh KILN MODEL.onnx TARGET
+#   beside MODEL.onnx: MODEL_expected.npy, and MODEL_input.npy (the input x) or
+#   MODEL_input_NAME.npy for each input NAME
 set -eu
 kiln=$1 model=$2 target=$3
 compare=$(dirname "$kiln")/tests/npy_compare
 base=${model%.onnx}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$kiln" run "$model" --target "$target" --input "x=${base}_input.npy" --output "y=$tmp/y.npy"
+inputs=()
+if [ -e "${base}_input.npy" ]; then
+  inputs=(--input "x=${base}_input.npy")
+else
+  for f in "${base}"_input_*.npy; do
+    name=${f#"${base}_input_"}
+    inputs+=(--input "${name%.npy}=$f")
+  done
+fi
+"$kiln" run "$model" --target "$target" "${inputs[@]}" --output "y=$tmp/y.npy"
 "$compare" "$tmp/y.npy" "${base}_expected.npy"
 "$kiln" import "$model" -o "$tmp/m.kiln" --weights-out "$tmp/m.safetensors"
-"$kiln" run "$tmp/m.kiln" --weights "$tmp/m.safetensors" --target "$target" --input "x=${base}_input.npy" \
+"$kiln" run "$tmp/m.kiln" --weights "$tmp/m.safetensors" --target "$target" "${inputs[@]}" \
   --output "y=$tmp/y2.npy"
 "$compare" "$tmp/y2.npy" "${base}_expected.npy"
 if [ "$target" = c ]; then
   "$kiln" compile "$model" -o "$tmp/m.so"
-  "$kiln" run "$tmp/m.so" --input "x=${base}_input.npy" --output "y=$tmp/y3.npy"
+  "$kiln" run "$tmp/m.so" "${inputs[@]}" --output "y=$tmp/y3.npy"
   "$compare" "$tmp/y3.npy" "${base}_expected.npy"
 fi

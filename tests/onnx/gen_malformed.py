@@ -149,6 +149,13 @@ save(model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[])],
 save(model([helper.make_node("Reshape", ["c", "c"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
            [numpy_helper.from_array(np.array([1 << 19, 1 << 19, 4], dtype=np.int64), "c")]),
      "hostile_reshape_const_shape.onnx")
+# a recurrent layer unrolled over a sequence far too long; an activation kiln lacks
+rnn_weights = [numpy_helper.from_array(np.zeros((1, 4, 2), np.float32), "w"),
+               numpy_helper.from_array(np.zeros((1, 4, 4), np.float32), "r")]
+save(model([helper.make_node("RNN", ["x", "w", "r"], ["y"], name="rnn", hidden_size=4)],
+           [f32("x", [100000, 1, 2])], [f32("y", [100000, 1, 1, 4])], rnn_weights), "hostile_rnn_steps.onnx")
+save(model([helper.make_node("RNN", ["x", "w", "r"], ["y"], name="rnn", hidden_size=4, activations=["Elu"])],
+           [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 4])], rnn_weights), "rnn_activation.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],

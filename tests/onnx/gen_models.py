@@ -11,6 +11,7 @@ no download. The small models (tests/onnx/models/) are committed and CTest runs 
 and are checked by hand (docs/onnx.md gives the commands and results). Each model M gets
 M.onnx, M_input.npy and M_expected.npy (PyTorch's output in eval mode)."""
 import argparse
+import math
 import os
 
 import numpy as np
@@ -64,6 +65,114 @@ class TinyTokens(nn.Module):
         return h + h.argmax(-1, keepdim=True).float()
 
 
+class Attention(nn.Module):
+    """Multi-head self-attention as BERT and GPT-2 write it: one projection to q, k, v,
+    softmax(q k^T / sqrt(d) + mask) v, an output projection."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = (y.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for y in self.qkv(x).split(d, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads) + mask
+        y = F.softmax(scores, dim=-1) @ v
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    """A transformer layer: BERT's (post-norm, erf GELU) or GPT-2's (pre-norm, tanh GELU)."""
+
+    def __init__(self, dim, heads, pre_norm):
+        super().__init__()
+        self.pre_norm = pre_norm
+        self.attn = Attention(dim, heads)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x, mask):
+        if self.pre_norm:
+            x = x + self.attn(self.norm1(x), mask)
+            return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
+        x = self.norm1(x + self.attn(x, mask))
+        return self.norm2(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+class Bert(nn.Module):
+    """A BERT-style encoder: int64 token ids, token types and an attention mask (1 keep,
+    0 padding) in; word, position and token-type embeddings; post-norm layers."""
+
+    def __init__(self, vocab, dim, heads, layers, max_len):
+        super().__init__()
+        self.words, self.positions = nn.Embedding(vocab, dim), nn.Embedding(max_len, dim)
+        self.types = nn.Embedding(2, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.layers = nn.ModuleList(Block(dim, heads, False) for _ in range(layers))
+
+    def forward(self, ids, types, mask):
+        positions = torch.arange(ids.shape[1]).unsqueeze(0)
+        x = self.norm(self.words(ids) + self.positions(positions) + self.types(types))
+        additive = (1.0 - mask[:, None, None, :].float()) * -10000.0
+        for layer in self.layers:
+            x = layer(x, additive)
+        return x
+
+
+class Gpt(nn.Module):
+    """A GPT-2-style decoder: int64 ids in, logits out; the causal mask a constant
+    boolean buffer applied by masked_fill (Where), pre-norm layers, a final norm."""
+
+    def __init__(self, vocab, dim, heads, layers, max_len):
+        super().__init__()
+        self.words, self.positions = nn.Embedding(vocab, dim), nn.Embedding(max_len, dim)
+        self.layers = nn.ModuleList(Block(dim, heads, True) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.register_buffer("causal", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)))
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.words(ids) + self.positions(torch.arange(t).unsqueeze(0))
+        mask = torch.zeros(t, t).masked_fill(~self.causal[:t, :t], float("-inf"))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(self.norm(x))
+
+
+class Lstm(nn.Module):
+    """Two stacked LSTM layers, batch first; the outputs of the last layer's steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+class Gru(nn.Module):
+    """A bidirectional GRU (PyTorch's GRU is ONNX's linear_before_reset = 1) and its
+    final states."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 12, bidirectional=True)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return torch.cat([y[-1], h[0], h[1]], dim=1)
+
+
+def small_vit():
+    import torchvision
+    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                                hidden_dim=32, mlp_dim=64, num_classes=10)
+
+
 def randomize_bn(model):
     """Random running statistics, so that batch norm is not the identity."""
     for m in model.modules():
@@ -89,17 +198,46 @@ def export(model, shape, out_dir, name, opset):
     print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
 
 
-def export_tokens(out_dir, name, opset):
-    torch.manual_seed(0)
-    model = TinyTokens().eval()
-    x = torch.tensor([[3, 1, 0, 7, 9, 0], [0, 2, 2, 5, 0, 4]], dtype=torch.int64)
+def export_inputs(model, inputs, out_dir, name, opset=13, grad=False):
+    """A model of several named inputs (int64 or float32): each saved as
+    NAME_input_INPUT.npy (or NAME_input.npy for a single one named x). With grad, also
+    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy."""
+    model.eval()
+    if grad:
+        x = inputs["x"].clone().requires_grad_()
+        (model(x) ** 2).sum().backward()
+        np.save(os.path.join(out_dir, name + "_grad_x.npy"), x.grad.numpy().astype("<f4"))
     with torch.no_grad():
-        y = model(x)
+        y = model(*inputs.values())
     path = os.path.join(out_dir, name + ".onnx")
-    torch.onnx.export(model, x, path, input_names=["x"], output_names=["y"], opset_version=opset)
-    np.save(os.path.join(out_dir, name + "_input.npy"), x.numpy().astype("<i8"))
+    torch.onnx.export(model, tuple(inputs.values()), path, input_names=list(inputs), output_names=["y"],
+                      opset_version=opset)
+    for key, value in inputs.items():
+        suffix = "" if list(inputs) == ["x"] else "_" + key
+        kind = "<i8" if value.dtype == torch.int64 else "<f4"
+        np.save(os.path.join(out_dir, f"{name}_input{suffix}.npy"), value.numpy().astype(kind))
     np.save(os.path.join(out_dir, name + "_expected.npy"), y.numpy().astype("<f4"))
     print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
+
+
+def export_sequence_models(out_dir):
+    torch.manual_seed(0)
+    tokens = torch.tensor([[3, 1, 0, 7, 9, 0], [0, 2, 2, 5, 0, 4]], dtype=torch.int64)
+    export_inputs(TinyTokens(), {"x": tokens}, out_dir, "tiny_tokens_opset13")
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 10))
+    types = (torch.arange(10) >= 6).long().expand(2, 10).contiguous()
+    mask = torch.ones(2, 10, dtype=torch.int64)
+    mask[1, 7:] = 0
+    export_inputs(Bert(50, 32, 4, 2, 16), {"ids": ids, "types": types, "mask": mask}, out_dir, "tiny_bert")
+    torch.manual_seed(0)
+    export_inputs(Gpt(50, 32, 4, 2, 16), {"ids": torch.randint(0, 50, (1, 12))}, out_dir, "tiny_gpt")
+    torch.manual_seed(0)
+    export_inputs(small_vit(), {"x": torch.randn(1, 3, 32, 32)}, out_dir, "tiny_vit")
+    torch.manual_seed(0)
+    export_inputs(Lstm(), {"x": torch.randn(2, 5, 8)}, out_dir, "lstm2", grad=True)
+    torch.manual_seed(0)
+    export_inputs(Gru(), {"x": torch.randn(6, 2, 8)}, out_dir, "gru_bidirectional", grad=True)
 
 
 def main():
@@ -125,7 +263,7 @@ def main():
         t = TinyCNN()
         randomize_bn(t)
         export(t, (1, 3, 32, 32), here, f"tiny_cnn_opset{opset}", opset)
-    export_tokens(here, "tiny_tokens_opset13", 13)
+    export_sequence_models(here)
 
 
 if __name__ == "__main__":
