@@ -352,6 +352,7 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d);
 int lower_matmul(Program *p, const Node *n, Diag *d);
 int lower_gemm(Program *p, const Node *n, Diag *d);
 int lower_linear(Program *p, const Node *n, Diag *d);
+int lower_attention(Program *p, const Node *n, Diag *d);
 int lower_conv(Program *p, const Node *n, Diag *d);
 int lower_conv_transpose(Program *p, const Node *n, Diag *d);
 /* Whether transpose node t is the layout pass's, to channels last, of a conv's input

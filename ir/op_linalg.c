@@ -1,11 +1,13 @@
-/* Linear algebra: matmul, gemm and linear.
+/* Linear algebra: matmul, gemm, linear and attention.
  *
- * All three are dot products of rows with columns, accumulated in double and rounded
+ * matmul, gemm and linear are dot products of rows with columns, accumulated in double and rounded
  * once per result. matmul follows numpy: a 1-D a is the row [1, K] and a 1-D b the
  * column [K, 1], the dim so added is dropped from the result, and the dims before the
  * last two broadcast. The kernels reach a row or a column through a stride, so the
  * transposes (gemm's trans_a and trans_b, linear's w) are never materialized. */
 #include "ops_impl.h"
+
+#include <math.h>
 
 /* sum_k a[k * sa] * b[k * sb], in double. */
 static double dot(const float *a, int64_t sa, const float *b, int64_t sb, int64_t len) {
@@ -125,6 +127,118 @@ int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 }
 
 /* ---- linear ---- */
+
+/* ---- attention ---- */
+
+double attention_scale(const Node *n, const Type *q) {
+    return node_has(n, ATTR_SCALE) ? node_float(n, ATTR_SCALE) : 1 / sqrt((double)q->dims[q->rank - 1]);
+}
+
+/* The scores' type: q [..., L, E] with E replaced by k's S. */
+static Type attention_scores(const Type *q, const Type *k) {
+    Type t = *q;
+    t.dims[t.rank - 1] = k->dims[k->rank - 2];
+    return t;
+}
+
+int infer_attention(Graph *g, Node *n, Diag *d) {
+    const Type *q = in_type(g, n, 0), *k = in_type(g, n, 1), *v = in_type(g, n, 2), *mask = in_type(g, n, 3);
+    const Type *qkv[3] = {q, k, v};
+    static const char *const roles[3] = {"q", "k", "v"};
+    const char *name[4];
+    for (int i = 0; i < n->n_in; i++)
+        name[i] = g->values[n->in[i]].name;
+    for (int i = 0; i < 3; i++)
+        if (qkv[i]->dtype != DT_F32)
+            return diag_error(d, n->loc, "attention: %s '%s' is %s; q, k and v must be f32", roles[i],
+                              name[i], tstr(qkv[i]));
+    int r = q->rank;
+    if (r < 2 || k->rank != r || v->rank != r)
+        return diag_error(
+            d, n->loc, "attention: q '%s' is %s, k '%s' %s, v '%s' %s; they must have one rank, at least 2",
+            name[0], tstr(q), name[1], tstr(k), name[2], tstr(v));
+    for (int i = 0; i < r - 2; i++)
+        if (k->dims[i] != q->dims[i] || v->dims[i] != q->dims[i])
+            return diag_error(d, n->loc,
+                              "attention: q '%s' is %s, k '%s' %s, v '%s' %s; their batch dims differ",
+                              name[0], tstr(q), name[1], tstr(k), name[2], tstr(v));
+    if (k->dims[r - 1] != q->dims[r - 1])
+        return diag_error(d, n->loc, "attention: q '%s' is %s, k '%s' %s; they must end in the same E",
+                          name[0], tstr(q), name[1], tstr(k));
+    if (v->dims[r - 2] != k->dims[r - 2])
+        return diag_error(d, n->loc, "attention: k '%s' is %s, v '%s' %s; they must have the same S (dim -2)",
+                          name[1], tstr(k), name[2], tstr(v));
+    Type scores = attention_scores(q, k);
+    if (mask) {
+        if (mask->dtype != DT_F32 && mask->dtype != DT_BOOL)
+            return diag_error(d, n->loc,
+                              "attention: the mask '%s' is %s; it must be f32 (added) or bool (true: attend)",
+                              name[3], tstr(mask));
+        bool fits = mask->rank <= r;
+        for (int i = 0; fits && i < mask->rank; i++) {
+            int64_t m = mask->dims[mask->rank - 1 - i];
+            fits = m == 1 || m == scores.dims[r - 1 - i];
+        }
+        if (!fits)
+            return diag_error(d, n->loc, "attention: the mask '%s' %s does not broadcast to the scores %s",
+                              name[3], tstr(mask), tstr(&scores));
+        if (node_bool(n, ATTR_IS_CAUSAL))
+            return diag_error(d, n->loc, "attention: a mask and is_causal cannot be given together");
+    }
+    Type out = *q;
+    out.dims[r - 1] = v->dims[r - 1];
+    set_out_type(g, n, 0, out);
+    return 0;
+}
+
+/* Each row of scores in double, softmax, then the weighted sum of v's rows. A row
+ * whose every position is masked gives NaN, as softmax over nothing does in torch. */
+int eval_attention(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Type *q = &in[0]->type, *k = &in[1]->type, *v = &in[2]->type;
+    const Tensor *mask = n->n_in > 3 ? in[3] : NULL;
+    int r = q->rank;
+    int64_t len = q->dims[r - 2], e_len = q->dims[r - 1], s_len = k->dims[r - 2], ev_len = v->dims[r - 1];
+    int64_t rows = type_numel(q) / e_len;
+    Type scores = attention_scores(q, k);
+    int64_t ms[KILN_MAX_RANK] = {0}, idx[KILN_MAX_RANK] = {0};
+    if (mask)
+        broadcast_strides(&mask->type, &scores, ms);
+    double scale = attention_scale(n, q);
+    bool causal = node_bool(n, ATTR_IS_CAUSAL);
+    double *s = ir_malloc(sizeof *s * (size_t)s_len);
+    if (!s)
+        return diag_error(d, n->loc, "out of memory");
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t i = row % len, item = row / len, at = 0;
+        for (int x = 0; x < r - 1; x++)
+            at += idx[x] * ms[x];
+        const float *qr = in[0]->data + row * e_len, *kb = in[1]->data + item * s_len * e_len;
+        const float *vb = in[2]->data + item * s_len * ev_len;
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < s_len; j++) {
+            double x = dot(qr, 1, kb + j * e_len, 1, e_len) * scale;
+            if (mask && mask->type.dtype == DT_BOOL)
+                x = mask->b[at + j * ms[r - 1]] ? x : -INFINITY;
+            else if (mask)
+                x += mask->data[at + j * ms[r - 1]];
+            if (causal && j > i)
+                x = -INFINITY;
+            s[j] = x;
+            max = x > max ? x : max;
+        }
+        for (int64_t j = 0; j < s_len; j++)
+            sum += s[j] = exp(s[j] - max);
+        for (int64_t c = 0; c < ev_len; c++) {
+            double acc = 0;
+            for (int64_t j = 0; j < s_len; j++)
+                acc += s[j] * vb[j * ev_len + c];
+            out[0]->data[row * ev_len + c] = (float)(acc / sum);
+        }
+        next_index(idx, scores.dims, r - 1);
+    }
+    ir_free(s);
+    return 0;
+}
 
 int infer_linear(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0), *w = in_type(g, n, 1), *b = in_type(g, n, 2);

@@ -25,6 +25,7 @@
 #define INTS(id, fill, len) {ATTR_##id, A_INTS, DEF_VALUE, fill, NULL, 0, len}
 #define INTS_REQ(id, len) {ATTR_##id, A_INTS, DEF_REQUIRED, 0, NULL, 0, len}
 #define INTS_OPT(id, shown, len) {ATTR_##id, A_INTS, DEF_NONE, 0, shown, 0, len}
+#define FLOAT_OPT(id, shown) {ATTR_##id, A_FLOAT, DEF_NONE, 0, shown, 0, LEN_ANY}
 #define FLOATS_OPT(id, shown, len) {ATTR_##id, A_FLOATS, DEF_NONE, 0, shown, 0, len}
 #define IMAGE_LAYOUT ENUM(LAYOUT, LAYOUT, NCHW)
 #define END {ATTR_COUNT, 0, 0, 0, NULL, 0, 0}
@@ -50,6 +51,7 @@ static const AttrSpec attrs_gemm[] = {FLOAT(ALPHA, 1), FLOAT(BETA, 1), BOOL(TRAN
 static const AttrSpec attrs_conv[] = {INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
                                       INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1), IMAGE_LAYOUT,
                                       END};
+static const AttrSpec attrs_attention[] = {FLOAT_OPT(SCALE, "1/sqrt(E)"), BOOL(IS_CAUSAL, 0), END};
 static const AttrSpec attrs_fused_linear[] = {STRING_REQ(EXPR), END};
 static const AttrSpec attrs_fused_conv[] = {INTS(STRIDES, 1, LEN_SPATIAL), INTS(PADS, 0, LEN_PADS),
                                             INTS(DILATIONS, 1, LEN_SPATIAL), INT(GROUPS, 1), IMAGE_LAYOUT,

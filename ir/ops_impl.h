@@ -21,6 +21,9 @@ int eval_layer_norm(const Node *n, const Tensor *const *in, Tensor **out, Diag *
 int eval_matmul(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gemm(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_attention(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+/* An attention node's scale: its `scale`, or 1 / sqrt(E) for q [..., L, E]. */
+double attention_scale(const Node *n, const Type *q);
 int eval_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_fused_conv(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_fused_linear(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

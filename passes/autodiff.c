@@ -861,9 +861,9 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_ARGMAX: return 0; /* bools and indices: no gradient reaches their inputs */
     case OP_CUMSUM: return cumsum_rule(a, n, dy);
     case OP_GATHER:
-        return diag_error(a->c->d, n->loc,
-                          "autodiff: the gradient of gather (needed for value '%s') is not built yet",
-                          a->c->g->values[n->out[0]].name);
+    case OP_ATTENTION:
+        return diag_error(a->c->d, n->loc, "autodiff: the gradient of %s (needed for value '%s') is not built yet",
+                          op_table[n->op].name, a->c->g->values[n->out[0]].name);
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:

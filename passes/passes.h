@@ -128,6 +128,7 @@ int pass_cse(PassContext *c);
 int pass_to_linear(PassContext *c);
 int pass_layout(PassContext *c);
 int pass_fold(PassContext *c);
+int pass_fuse_attention(PassContext *c);
 int pass_fuse_elementwise(PassContext *c);
 int pass_fuse_epilogue(PassContext *c);
 int pass_dce(PassContext *c);

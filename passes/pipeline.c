@@ -20,6 +20,8 @@ const Pass pass_list[] = {
     {"layout", 2, pass_layout, "compute convolutions, pools and the ops between them channels last (NHWC)"},
     {"fold", 1, pass_fold, "evaluate ops on known values; fold batch_norm into the conv before it"},
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
+    {"fuse_attention", 1, pass_fuse_attention,
+     "make softmax(q k^T scale + mask) v one attention op, whose kernel never holds the scores"},
     {"fuse_elementwise", 1, pass_fuse_elementwise, "fuse trees of elementwise ops into one kernel"},
     {"fuse_epilogue", 1, pass_fuse_epilogue,
      "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},

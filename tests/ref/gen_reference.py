@@ -25,6 +25,7 @@ Everything is deterministic (fixed seeds). Rerun after changing a battery:
 With no argument it rewrites every battery.
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -1045,10 +1046,57 @@ def gen_logic(b):
     b.case("gather bools", "gather", [("x", bools), ("i", ids[1])], np.take(bools, ids[1] % 4, axis=-1), axis=-1)
 
 
+def gen_attention(b):
+    """attention against softmax(q k^T scale + mask) v in float64 (torch 1.13 has no
+    scaled_dot_product_attention; this is its definition): shapes below and above the
+    C kernel's blocks of 16 rows and 64 keys, masks of both kinds broadcast, causal
+    masks with L < S and L = S, rows masked everywhere (NaN, as softmax over nothing),
+    NaN in q."""
+
+    def ref(q, k, v, mask=None, is_causal=False, scale=None):
+        q, k, v = T(q), T(k), T(v)
+        s = q @ k.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+        if mask is not None and mask.dtype == np.bool_:
+            s = s.masked_fill(~torch.from_numpy(mask), -math.inf)
+        elif mask is not None:
+            s = s + T(mask)
+        if is_causal:
+            rows, cols = s.shape[-2:]
+            s = s.masked_fill(~torch.ones(rows, cols, dtype=torch.bool).tril(), -math.inf)
+        return torch.softmax(s, dim=-1) @ v
+
+    def case(desc, q, k, v, mask=None, **attrs):
+        args = [("q", q), ("k", k), ("v", v)] + ([("mask", mask)] if mask is not None else [])
+        b.case(desc, "attention", args, ref(q, k, v, mask, **attrs), **attrs)
+
+    case("rank 4, one block of rows, two of keys (the last partial)", b.rand(2, 3, 16, 8), b.rand(2, 3, 70, 8),
+         b.rand(2, 3, 70, 6))
+    additive = np.where(b.rng.uniform(size=(2, 1, 1, 70)) < 0.3, -1e4, 0).astype(np.float32)
+    case("f32 mask broadcast over heads and rows (BERT's padding)", b.rand(2, 3, 20, 8), b.rand(2, 3, 70, 8),
+         b.rand(2, 3, 70, 6), additive)
+    keep = b.rng.uniform(size=(20, 70)) < 0.7
+    keep[3] = False
+    case("bool mask broadcast over the batch, one row masked everywhere", b.rand(2, 20, 8), b.rand(2, 70, 8),
+         b.rand(2, 70, 5), keep)
+    case("causal, L = S = 33", b.rand(1, 2, 33, 16), b.rand(1, 2, 33, 16), b.rand(1, 2, 33, 16), is_causal=True)
+    case("causal, L < S, an explicit scale", b.rand(3, 5, 4), b.rand(3, 9, 4), b.rand(3, 9, 7), is_causal=True,
+         scale=0.25)
+    case("rank 2, S = 130 (three blocks)", b.rand(7, 16), b.rand(130, 16), b.rand(130, 3))
+    wide = b.rand(4, 32, 128, lo=-3, hi=3)
+    wide[1, 5] = -np.inf
+    wide[2, 7, ::2] = -np.inf
+    case("f32 mask of the scores' shape with -inf, a row of it everywhere; S = 128", b.rand(4, 32, 16),
+         b.rand(4, 128, 16), b.rand(4, 128, 16), wide)
+    q = b.rand(2, 16, 8)
+    q[1, 4, 2] = np.nan
+    case("NaN in q: its row NaN", q, b.rand(2, 24, 8), b.rand(2, 24, 8))
+    case("rank 5, scale 1", b.rand(2, 1, 2, 8, 4), b.rand(2, 1, 2, 3, 4), b.rand(2, 1, 2, 3, 2), scale=1.0)
+
+
 BATTERIES = {
     "unary": gen_unary, "binary": gen_binary, "reduce": gen_reduce, "softmax": gen_softmax, "norm": gen_norm,
     "linalg": gen_linalg, "conv": gen_conv, "conv_transpose": gen_conv_transpose, "pool": gen_pool,
-    "shape": gen_shape, "fused": gen_fused, "logic": gen_logic,
+    "shape": gen_shape, "fused": gen_fused, "logic": gen_logic, "attention": gen_attention,
 }
 
 
