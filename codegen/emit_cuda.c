@@ -57,10 +57,10 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);
-    /* the C target's vectorizable exp and sigmoid (runtime/kernel_math.h); here
-       expf itself */
+    /* the C target's vectorizable exp, sigmoid and erf (runtime/kernel_math.h); here
+       CUDA's own */
     str_printf(out, "#define kiln_expf expf\n#define kiln_expf_nonpositive expf\n"
-                    "#define kiln_sigmoidf(x) (1.0f / (1.0f + expf(-(x))))\n\n");
+                    "#define kiln_sigmoidf(x) (1.0f / (1.0f + expf(-(x))))\n#define kiln_erff erff\n\n");
     for (int k = 0; k < p->n_kernels; k++)
         emit_kernel(p, &lang_cuda, &p->kernels[k], out);
     if (out->oom)

@@ -11,9 +11,10 @@
  * nothing does.
  *
  * C: up to 16 rows at a time share each block of keys, first transposed into a local
- * [E, keys] array, so that a row's scores are vector loops over the keys and the
- * output's updates vector loops over Ev. CUDA: a thread per query row, reading k
- * where it lies. */
+ * [E, keys] array, so that a row's scores are vector loops over the keys (four steps
+ * of E each) and the output's updates vector loops over Ev (four keys each), the
+ * exps a vector loop of their own. CUDA: a thread per query row, reading k where it
+ * lies. */
 #include "codegen.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@ enum {
     KEY_BLOCK = 64,
     PACK_MAX = 16384, /* floats of the transposed block of keys (on the stack) */
     ATTENTION_WORK = 16384,
+    UNROLL = 4, /* steps of E (scores) and keys (output) per vector loop, where they divide */
 };
 
 static KExpr *loop(KBuilder *b, const char *name, KExpr *count, unsigned flags) {
@@ -95,17 +97,28 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         kb_end(b);
     }
     row = loop(b, "r", k_int(b, rows), 0);
-    KExpr *qi = let_index(b, "qi", k_add(b, first, row)), *i = let_index(b, "pos", k_mod(b, qi, k_int(b, len)));
-    /* the block's dot products */
+    KExpr *qi = let_index(b, "qi", k_add(b, first, row)),
+          *i = let_index(b, "pos", k_mod(b, qi, k_int(b, len)));
+    /* the block's dot products, `unroll_e` steps of E at a time */
     KExpr *jj = loop(b, "jj", jn, K_VECTOR);
     kb_store(b, sc, jj, k_f32(b, 0));
     kb_end(b);
-    KExpr *c = loop(b, "c", k_int(b, e), 0);
-    KExpr *qc = k_var(b, kb_let(b, "qc", KT_F32, k_load(b, qs, k_madd(b, qi, e, c))));
+    int64_t unroll_e = e % UNROLL == 0 ? UNROLL : 1;
+    KExpr *c = k_var(b, kb_for(b, "c", KT_I64, k_int(b, 0), k_int(b, e), k_int(b, unroll_e), 0));
+    KExpr *qc[UNROLL];
+    for (int u = 0; u < unroll_e; u++)
+        qc[u] = k_var(b, kb_let(b, kb_name(b, "q", u), KT_F32,
+                                k_load(b, qs, k_add(b, k_madd(b, qi, e, c), k_int(b, u)))));
     jj = loop(b, "jj", jn, K_VECTOR);
-    KExpr *key =
-        pack ? k_load2(b, kt, c, jj) : k_load(b, ks, k_add(b, k_at, k_madd(b, k_add(b, j0, jj), e, c)));
-    kb_store_add(b, sc, jj, k_mul(b, qc, key));
+    KExpr *dot = NULL;
+    for (int u = 0; u < unroll_e; u++) {
+        KExpr *cu = k_add(b, c, k_int(b, u));
+        KExpr *key =
+            pack ? k_load2(b, kt, cu, jj) : k_load(b, ks, k_add(b, k_at, k_madd(b, k_add(b, j0, jj), e, cu)));
+        KExpr *term = k_mul(b, qc[u], key);
+        dot = dot ? k_add(b, dot, term) : term;
+    }
+    kb_store_add(b, sc, jj, dot);
     kb_end(b);
     kb_end(b);
     /* scaled and masked, and the block's maximum */
@@ -135,12 +148,24 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     c = loop(b, "c", k_int(b, ev), K_VECTOR);
     kb_store2(b, acc, row, c, k_mul(b, k_load2(b, acc, row, c), rescale), false);
     kb_end(b);
+    jj = loop(b, "jj", jn, K_VECTOR);
+    kb_store(b, sc, jj, exp_nonpositive(b, k_sub(b, k_load(b, sc, jj), shift)));
+    kb_end(b);
     jj = loop(b, "jj", jn, 0);
-    KExpr *pj = k_var(b, kb_let(b, "pj", KT_F32, exp_nonpositive(b, k_sub(b, k_load(b, sc, jj), shift))));
-    kb_accum(b, sum, pj);
+    kb_accum(b, sum, k_load(b, sc, jj));
+    kb_end(b);
+    /* acc += p v over the block, `unroll_keys` keys at a time */
+    int64_t unroll_keys = s % keys == 0 && keys % UNROLL == 0 ? UNROLL : 1;
+    jj = k_var(b, kb_for(b, "jj", KT_I64, k_int(b, 0), jn, k_int(b, unroll_keys), 0));
     KExpr *v_row = let_index(b, "v_row", k_add(b, v_at, k_mul(b, k_add(b, j0, jj), k_int(b, ev))));
     c = loop(b, "c", k_int(b, ev), K_VECTOR);
-    kb_store2(b, acc, row, c, k_mul(b, pj, k_load(b, vs, k_add(b, v_row, c))), true);
+    KExpr *weighted = NULL;
+    for (int u = 0; u < unroll_keys; u++) {
+        KExpr *term = k_mul(b, k_load(b, sc, k_add(b, jj, k_int(b, u))),
+                            k_load(b, vs, k_add(b, k_add(b, v_row, c), k_int(b, u * ev))));
+        weighted = weighted ? k_add(b, weighted, term) : term;
+    }
+    kb_store2(b, acc, row, c, weighted, true);
     kb_end(b);
     kb_end(b);
     kb_store(b, l, row, k_var(b, sum));

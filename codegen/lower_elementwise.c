@@ -364,9 +364,16 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
 }
 
 /* A binary op is the expression op($0, $1), so that its broadcasting runs as an
- * `elementwise` node's does: in blocks, a per-channel operand read once a block. */
+ * `elementwise` node's does: in blocks, a per-channel operand read once a block. A
+ * scalar const operand is a literal, as fuse_elementwise makes it (so that powf(x,
+ * 2.0f) compiles to x * x). */
 int lower_binary(Program *p, const Node *n, Diag *d) {
     Expr operands[2] = {{.kind = EXPR_INPUT, .input = 0}, {.kind = EXPR_INPUT, .input = 1}};
+    for (int k = 0; k < 2; k++) {
+        const Node *def = p->g->values[n->in[k]].node >= 0 ? p->g->nodes[p->g->values[n->in[k]].node] : NULL;
+        if (def && def->op == OP_CONST && def->data->type.rank == 0 && def->data->type.dtype == DT_F32)
+            operands[k] = (Expr){.kind = EXPR_NUMBER, .number = def->data->data[0]};
+    }
     Expr call = {.kind = EXPR_CALL, .call = *n, .arg = {&operands[0], &operands[1]}};
     return lower_expr(p, n, &call, NULL, d);
 }

@@ -18,6 +18,7 @@
 
 #include "../ir/ops_impl.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -741,22 +742,12 @@ static int expression_inputs(AD *a, const Node *n, int *ins, int n_ins) {
  * result may be smaller than the fused op's where an input the expression does not
  * read widened it, so dy is summed back to it first. The later passes remove what
  * no gradient reads of the forward nodes, and fuse the rest again. */
-static int fused_rule(AD *a, const Node *n, int dy) {
+/* Backpropagates dy, the adjoint of root, through the forward nodes lo .. hi - 1 that
+ * a rule built to stand for one node (a fused op's expression, attention's
+ * definition), which the graph has only now. */
+static int backprop_through(AD *a, int lo, int hi, int root, int dy) {
     Graph *g = a->c->g;
-    int first = expr_first_input(n),
-        n_ins = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
-    int *ins = ir_malloc(sizeof *ins * (size_t)n_ins);
-    /* in the graph's arena: the forward nodes keep its calls' attributes as they are */
-    Expr *e = ins ? node_expr(&g->arena, n, a->c->d) : NULL;
-    if (!e) {
-        ir_free(ins);
-        return ins ? -1 : diag_error(a->c->d, n->loc, "out of memory");
-    }
-    int lo = g->n_nodes; /* the forward nodes are appended: nodes lo .. hi - 1 */
-    int root = expression_inputs(a, n, ins, n_ins) ? -1 : build_expr(a, n, e, ins);
-    int hi = g->n_nodes;
-    ir_free(ins);
-    if (root < 0 || track_values(a))
+    if (track_values(a))
         return -1;
     for (int i = lo; i < hi; i++) { /* a forward value is wanted when an operand is */
         const Node *m = g->nodes[i];
@@ -772,6 +763,62 @@ static int fused_rule(AD *a, const Node *n, int dy) {
             return -1;
     }
     return 0;
+}
+
+static int fused_rule(AD *a, const Node *n, int dy) {
+    Graph *g = a->c->g;
+    int first = expr_first_input(n),
+        n_ins = first == 0 ? n->n_in : 1 + (n->n_in > first ? n->n_in - first : 0);
+    int *ins = ir_malloc(sizeof *ins * (size_t)n_ins);
+    /* in the graph's arena: the forward nodes keep its calls' attributes as they are */
+    Expr *e = ins ? node_expr(&g->arena, n, a->c->d) : NULL;
+    if (!e) {
+        ir_free(ins);
+        return ins ? -1 : diag_error(a->c->d, n->loc, "out of memory");
+    }
+    int lo = g->n_nodes; /* the forward nodes are appended: nodes lo .. hi - 1 */
+    int root = expression_inputs(a, n, ins, n_ins) ? -1 : build_expr(a, n, e, ins);
+    ir_free(ins);
+    return root < 0 ? -1 : backprop_through(a, lo, g->n_nodes, root, dy);
+}
+
+/* The [L, S] const of is_causal: 0 where key j <= query i, -inf above. */
+static int causal_mask(AD *a, int of, int64_t rows, int64_t cols) {
+    char base[512];
+    snprintf(base, sizeof base, "%s.causal", a->c->g->values[of].name);
+    Node *n = pass_new_node(a->c, OP_CONST, 0, NULL, base, a->loc);
+    Type t = type_make(2, (int64_t[]){rows, cols});
+    if (!n || !(n->data = tensor_new(&t)))
+        return n ? diag_error(a->c->d, a->loc, "out of memory") : -1;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            n->data->data[i * cols + j] = j > i ? -INFINITY : 0.0f;
+    a->c->g->values[n->out[0]].type = t;
+    return n->out[0];
+}
+
+/* attention: its definition written with ops, softmax(q k^T scale + mask) v (a bool
+ * mask as a where, is_causal as an added const), whose rules give the gradient. The
+ * backward graph reads the probabilities, so this forward is computed again. */
+static int attention_rule(AD *a, const Node *n, int dy) {
+    Graph *g = a->c->g;
+    int q = n->in[0], k = n->in[1], v = n->in[2], mask = n->n_in > 3 ? n->in[3] : -1, y = n->out[0];
+    Type tq = vtype(a, q);
+    int lo = g->n_nodes;
+    int s = binary(a, OP_MATMUL, y, q, transposed(a, y, k));
+    s = binary(a, OP_MUL, y, s, scalar(a, y, attention_scale(n, &tq)));
+    if (mask >= 0 && vtype(a, mask).dtype == DT_BOOL)
+        s = s < 0 ? -1 : build(a, OP_WHERE, y, 3, (int[]){mask, s, scalar(a, y, -INFINITY)});
+    else if (mask >= 0)
+        s = binary(a, OP_ADD, y, s, mask);
+    if (node_bool(n, ATTR_IS_CAUSAL))
+        s = binary(a, OP_ADD, y, s, causal_mask(a, y, tq.dims[tq.rank - 2], vtype(a, k).dims[tq.rank - 2]));
+    Node *m = s >= 0 ? start(a, OP_SOFTMAX, y, 1, &s) : NULL;
+    if (!m)
+        return -1;
+    pass_set_int(m, ATTR_AXIS, -1);
+    int root = binary(a, OP_MATMUL, y, pass_finish(a->c, m), v);
+    return root < 0 ? -1 : backprop_through(a, lo, g->n_nodes, root, dy);
 }
 
 /* where(c, a, b): dy where c picks a, zero elsewhere, and the other way round for
@@ -860,10 +907,11 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_OR:
     case OP_ARGMAX: return 0; /* bools and indices: no gradient reaches their inputs */
     case OP_CUMSUM: return cumsum_rule(a, n, dy);
+    case OP_ATTENTION: return attention_rule(a, n, dy);
     case OP_GATHER:
-    case OP_ATTENTION:
-        return diag_error(a->c->d, n->loc, "autodiff: the gradient of %s (needed for value '%s') is not built yet",
-                          op_table[n->op].name, a->c->g->values[n->out[0]].name);
+        return diag_error(a->c->d, n->loc,
+                          "autodiff: the gradient of gather (needed for value '%s') is not built yet",
+                          a->c->g->values[n->out[0]].name);
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:

@@ -3,12 +3,12 @@
 ONNX import tests.
 
     /usr/bin/python3 tests/onnx/gen_models.py            # the small committed models
-    /usr/bin/python3 tests/onnx/gen_models.py --large DIR # ResNet-18, MobileNetV2 into DIR
+    /usr/bin/python3 tests/onnx/gen_models.py --large DIR # ResNet-18, MobileNetV2, ViT-B/16 into DIR
 
 Debian's python3-torch and python3-torchvision; random weights (torch.manual_seed), so
 no download. The small models (tests/onnx/models/) are committed and CTest runs them
-(tests/onnx/check_models.sh); ResNet-18 (45 MB) and MobileNetV2 are too large to commit
-and are checked by hand (docs/onnx.md gives the commands and results). Each model M gets
+(tests/onnx/check_models.sh); ResNet-18 (45 MB), MobileNetV2 and ViT-B/16 (346 MB) are
+too large to commit and are checked by hand (docs/onnx.md gives the commands and results). Each model M gets
 M.onnx, M_input.npy and M_expected.npy (PyTorch's output in eval mode)."""
 import argparse
 import math
@@ -242,7 +242,7 @@ def export_sequence_models(out_dir):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--large", metavar="DIR", help="export ResNet-18 and MobileNetV2 into DIR")
+    ap.add_argument("--large", metavar="DIR", help="export ResNet-18, MobileNetV2 and ViT-B/16 into DIR")
     args = ap.parse_args()
     if args.large:
         import torchvision
@@ -255,6 +255,8 @@ def main():
         m = torchvision.models.mobilenet_v2()
         randomize_bn(m)
         export(m, (1, 3, 224, 224), args.large, "mobilenetv2", 13)
+        torch.manual_seed(0)
+        export(torchvision.models.vit_b_16(), (1, 3, 224, 224), args.large, "vit_b_16", 13)
         return
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     os.makedirs(here, exist_ok=True)

@@ -555,6 +555,26 @@ def gen_scans(b):
                     axis=axis, exclusive=exclusive, reverse=reverse)
 
 
+def gen_attention(b):
+    """attention's gradient (through its definition, softmax(q k^T scale + mask) v):
+    with respect to q, k, v and an f32 mask broadcast over the rows."""
+    def attention(q, k, v, mask=None, scale=None, causal=False):
+        s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        if mask is not None:
+            s = s + mask
+        if causal:
+            s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+        return torch.softmax(s, dim=-1) @ v
+    b.grad_case("attention rank 3", "attention", [("q", b.rand(2, 5, 4)), ("k", b.rand(2, 7, 4)),
+                                                  ("v", b.rand(2, 7, 3))], attention)
+    b.grad_case("attention with an f32 mask broadcast over the rows, scale 0.5", "attention",
+                [("q", b.rand(2, 5, 4)), ("k", b.rand(2, 7, 4)), ("v", b.rand(2, 7, 3)), ("mask", b.rand(2, 1, 7))],
+                lambda q, k, v, m: attention(q, k, v, m, scale=0.5), scale=0.5)
+    b.grad_case("attention causal, rank 4", "attention", [("q", b.rand(1, 2, 6, 4)), ("k", b.rand(1, 2, 6, 4)),
+                                                          ("v", b.rand(1, 2, 6, 5))],
+                lambda q, k, v: attention(q, k, v, causal=True), is_causal=True)
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
@@ -564,6 +584,7 @@ def main():
     gen_fused(b)
     gen_softplus(b)
     gen_scans(b)
+    gen_attention(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 

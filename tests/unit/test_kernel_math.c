@@ -1,5 +1,5 @@
 /* The vectorizable math of the C target's kernels (runtime/kernel_math.h), against
- * libm in double: kiln_expf, kiln_expf_nonpositive and kiln_sigmoidf within 2 units
+ * libm in double: kiln_expf, kiln_expf_nonpositive, kiln_sigmoidf and kiln_erff within 2 units
  * in the last place of the correctly rounded result, on every 97th float of their
  * ranges and the 64 at each end; and their values at the edges: 0 below -87.3,
  * infinity above 88.72283 (kiln_expf), NaN for NaN. */
@@ -71,6 +71,13 @@ static void sigmoidf_within_2_ulp(void **state) {
     within_2_ulp("kiln_sigmoidf", kiln_sigmoidf, sigmoid, 0.0f, 3.4e38f);
 }
 
+static void erff_within_2_ulp(void **state) {
+    (void)state;
+    within_2_ulp("kiln_erff", kiln_erff, erf, 0.0f, 10.0f);
+    within_2_ulp("kiln_erff", kiln_erff, erf, -0.0f, -10.0f);
+    within_2_ulp("kiln_erff", kiln_erff, erf, 1e-30f, 1e-3f);
+}
+
 static void edges(void **state) {
     (void)state;
     assert_true(isnan(kiln_expf(NAN)));
@@ -86,6 +93,9 @@ static void edges(void **state) {
     assert_true(kiln_sigmoidf(INFINITY) == 1.0f && kiln_sigmoidf(100.0f) == 1.0f);
     assert_true(kiln_sigmoidf(-INFINITY) == 0.0f && kiln_sigmoidf(-100.0f) == 0.0f);
     assert_true(kiln_sigmoidf(0.0f) == 0.5f);
+    assert_true(isnan(kiln_erff(NAN)));
+    assert_true(kiln_erff(INFINITY) == 1.0f && kiln_erff(-INFINITY) == -1.0f && kiln_erff(20.0f) == 1.0f);
+    assert_true(kiln_erff(0.0f) == 0.0f && signbit(kiln_erff(-0.0f)));
 }
 
 int main(void) {
@@ -93,6 +103,7 @@ int main(void) {
         cmocka_unit_test(expf_within_2_ulp),
         cmocka_unit_test(expf_nonpositive_within_2_ulp),
         cmocka_unit_test(sigmoidf_within_2_ulp),
+        cmocka_unit_test(erff_within_2_ulp),
         cmocka_unit_test(edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
