@@ -167,10 +167,21 @@ class Gru(nn.Module):
         return torch.cat([y[-1], h[0], h[1]], dim=1)
 
 
+def randomize_vit(model):
+    """torchvision's ViT starts with a zero head and class token, which would make its
+    output zeros whatever the layers compute: random ones instead."""
+    with torch.no_grad():
+        model.heads.head.weight.normal_(0, 0.2)
+        model.heads.head.bias.uniform_(-0.1, 0.1)
+        model.class_token.normal_(0, 0.5)
+    return model
+
+
 def small_vit():
     import torchvision
-    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
-                                                hidden_dim=32, mlp_dim=64, num_classes=10)
+    return randomize_vit(torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                              num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                              num_classes=10))
 
 
 def randomize_bn(model):
@@ -256,7 +267,7 @@ def main():
         randomize_bn(m)
         export(m, (1, 3, 224, 224), args.large, "mobilenetv2", 13)
         torch.manual_seed(0)
-        export(torchvision.models.vit_b_16(), (1, 3, 224, 224), args.large, "vit_b_16", 13)
+        export(randomize_vit(torchvision.models.vit_b_16()), (1, 3, 224, 224), args.large, "vit_b_16", 13)
         return
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
     os.makedirs(here, exist_ok=True)
