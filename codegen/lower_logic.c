@@ -88,3 +88,39 @@ int lower_gather(Program *p, const Node *n, Diag *d) {
     kb_end(b);
     return 0;
 }
+
+/* gather_grad: dx zeroed, then one iteration per element of a slice of x (o, q),
+ * adding dy's elements at that place of every gathered slice in the order of the
+ * indices, so no two iterations write one element. An index out of range was the
+ * gather's fault already; it adds nothing here. */
+int lower_gather_grad(Program *p, const Node *n, Diag *d) {
+    const Type *x = &p->g->values[n->in[1]].type, *idx = &p->g->values[n->in[2]].type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
+    int64_t outer, inner, dim = x->dims[axis], count = type_numel(idx);
+    split_at_axis(x, axis, &outer, &inner);
+    Kernel *zero = kernel_loop(p, n, "zero", type_numel(x), 16384, d);
+    if (!zero)
+        return -1;
+    kb_store(&zero->b, kb_value(&zero->b, n->out[0], true), k_var(&zero->b, zero->iter), k_f32(&zero->b, 0));
+    Kernel *k = kernel_loop(p, n, NULL, outer * inner, 16384 / (count + 1) + 1, d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    KExpr *o = let_index(b, "o", k_div(b, i, k_int(b, inner))),
+          *q = let_index(b, "q", k_mod(b, i, k_int(b, inner)));
+    int dx = kb_value(b, n->out[0], true), dy = kb_value(b, n->in[0], false);
+    KExpr *at = k_var(b, kb_for(b, "at", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0));
+    KExpr *j = k_load(b, kb_value(b, n->in[2], false), at);
+    if (j->type != KT_I64)
+        j = k_cast(b, KT_I64, j);
+    j = let_index(b, "j", j);
+    KExpr *row = let_index(b, "row", k_select(b, k_lt(b, j, k_int(b, 0)), k_add(b, j, k_int(b, dim)), j));
+    kb_if(b, k_and(b, k_bin(b, KE_GE, row, k_int(b, 0)), k_lt(b, row, k_int(b, dim))));
+    kb_store_add(
+        b, dx, k_add(b, k_mul(b, k_add(b, k_mul(b, o, k_int(b, dim)), row), k_int(b, inner)), q),
+        k_load(b, dy, k_add(b, k_mul(b, k_add(b, k_mul(b, o, k_int(b, count)), at), k_int(b, inner)), q)));
+    kb_end(b);
+    kb_end(b);
+    return 0;
+}

@@ -81,26 +81,48 @@ DType cast_dtype(const Node *n) {
     return (DType)dtype_lookup(word, strlen(word));
 }
 
-int infer_gather(Graph *g, Node *n, Diag *d) {
-    const Type *x = in_type(g, n, 0), *idx = in_type(g, n, 1);
+/* gather's result type for x and indices; -1 after a diagnostic naming `op`. */
+static int gather_type(Graph *g, Node *n, const Type *x, int indices_at, const char *op, Type *out, Diag *d) {
+    const Type *idx = in_type(g, n, indices_at);
     int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
     if (axis < 0)
-        return diag_error(d, attr_loc(n, ATTR_AXIS), "gather: axis %lld is out of range for %s",
+        return diag_error(d, attr_loc(n, ATTR_AXIS), "%s: axis %lld is out of range for %s", op,
                           (long long)node_int(n, ATTR_AXIS), tstr(x));
     if (!dtype_is_int(idx->dtype))
-        return diag_error(d, n->loc, "gather: the indices '%s' are %s; they must be i64 or i32",
-                          value_name_of(g, n, 1), tstr(idx));
+        return diag_error(d, n->loc, "%s: the indices '%s' are %s; they must be i64 or i32", op,
+                          value_name_of(g, n, indices_at), tstr(idx));
     if (x->rank - 1 + idx->rank > KILN_MAX_RANK)
-        return diag_error(d, n->loc, "gather: the result of %s at indices %s has more than %d dims", tstr(x),
+        return diag_error(d, n->loc, "%s: the result of %s at indices %s has more than %d dims", op, tstr(x),
                           tstr(idx), KILN_MAX_RANK);
-    Type out = {x->dtype, 0, {0}};
+    *out = (Type){x->dtype, 0, {0}};
     for (int k = 0; k < x->rank; k++)
         if (k != axis)
-            out.dims[out.rank++] = x->dims[k];
+            out->dims[out->rank++] = x->dims[k];
         else
             for (int j = 0; j < idx->rank; j++)
-                out.dims[out.rank++] = idx->dims[j];
+                out->dims[out->rank++] = idx->dims[j];
+    return 0;
+}
+
+int infer_gather(Graph *g, Node *n, Diag *d) {
+    Type out;
+    if (gather_type(g, n, in_type(g, n, 0), 1, "gather", &out, d))
+        return -1;
     set_out_type(g, n, 0, out);
+    return 0;
+}
+
+int infer_gather_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
+    Type y;
+    if (x->dtype != DT_F32 || dy->dtype != DT_F32)
+        return diag_error(d, n->loc, "gather_grad: dy %s and x %s must be f32", tstr(dy), tstr(x));
+    if (gather_type(g, n, x, 2, "gather_grad", &y, d))
+        return -1;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc, "gather_grad: dy must be %s, the gather's result for x %s, got %s",
+                          tstr(&y), tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
     return 0;
 }
 
@@ -235,6 +257,30 @@ int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
                                   "for a dim of size %lld",
                                   (long long)at, (long long)k, (long long)dim);
             memcpy(y + (o * count + k) * size, from + (o * dim + i) * size, (size_t)size);
+        }
+    return 0;
+}
+
+/* Each slice of dy added into the slice of x it was gathered from, in the order of
+ * the indices (so a repeated index sums its slices). */
+int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Tensor *dy = in[0], *idx = in[2];
+    const Type *x = &in[1]->type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
+    int64_t outer, inner, dim = x->dims[axis], count = type_numel(&idx->type);
+    split_at_axis(x, axis, &outer, &inner);
+    float *dx = out[0]->data;
+    memset(dx, 0, sizeof *dx * (size_t)type_numel(x));
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < count; k++) {
+            int64_t at = tensor_int(idx, k), i = at < 0 ? at + dim : at;
+            if (i < 0 || i >= dim)
+                return diag_error(d, n->loc,
+                                  "gather_grad: index %lld (element %lld of the indices) is out of range "
+                                  "for a dim of size %lld",
+                                  (long long)at, (long long)k, (long long)dim);
+            for (int64_t q = 0; q < inner; q++)
+                dx[(o * dim + i) * inner + q] += dy->data[(o * count + k) * inner + q];
         }
     return 0;
 }

@@ -51,6 +51,7 @@ int eval_compare(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_where(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_cast(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_argmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_cumsum(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

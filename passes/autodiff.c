@@ -835,6 +835,19 @@ static int where_rule(AD *a, const Node *n, int dy) {
     return zero < 0 ? -1 : 0;
 }
 
+/* gather: dy's slices summed back into the slices of x they came from (gather_grad);
+ * the indices have none. */
+static int gather_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    if (vtype(a, x).dtype != DT_F32)
+        return 0;
+    Node *m = start(a, OP_GATHER_GRAD, x, 3, (int[]){dy, x, n->in[1]});
+    if (!m)
+        return -1;
+    pass_set_int(m, ATTR_AXIS, node_int(n, ATTR_AXIS));
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
 /* Element k of cumsum's result sums x's elements up to k (or from k, reversed): so
  * x's element k gets the sum of dy's from k on, the cumsum of dy the other way. */
 static int cumsum_rule(AD *a, const Node *n, int dy) {
@@ -908,10 +921,7 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_ARGMAX: return 0; /* bools and indices: no gradient reaches their inputs */
     case OP_CUMSUM: return cumsum_rule(a, n, dy);
     case OP_ATTENTION: return attention_rule(a, n, dy);
-    case OP_GATHER:
-        return diag_error(a->c->d, n->loc,
-                          "autodiff: the gradient of gather (needed for value '%s') is not built yet",
-                          a->c->g->values[n->out[0]].name);
+    case OP_GATHER: return gather_rule(a, n, dy);
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:
@@ -921,6 +931,7 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_RESIZE_GRAD:
     case OP_INTERPOLATE_GRAD:
     case OP_PAD_GRAD:
+    case OP_GATHER_GRAD:
         return diag_error(a->c->d, n->loc,
                           "autodiff: no gradient for '%s' (needed for value '%s'): it is a gradient op, and "
                           "kiln does not take second derivatives",

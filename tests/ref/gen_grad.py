@@ -63,9 +63,11 @@ class GradBattery(Battery):
         self.lines.append(f"c{k}_l = sum(c{k}_p)")
         return r
 
-    def grad_case(self, desc, op, args, fn, smooth=True, **attrs):
+    def grad_case(self, desc, op, args, fn, smooth=True, fixed=(), **attrs):
         """args: (suffix, float32 array) pairs, all differentiated, or (suffix, None)
-        for an absent optional input (`_`, not passed to fn); fn: the op in torch."""
+        for an absent optional input (`_`, not passed to fn); fixed: (suffix, int64
+        array) inputs after them that are not (fn closes over them); fn: the op in
+        torch."""
         k = self.n_cases = getattr(self, "n_cases", 0) + 1
         self.lines.append(f"# {desc}")
         names = []
@@ -77,12 +79,18 @@ class GradBattery(Battery):
             self.lines.append(f"param {name} : f32{list(arr.shape)}")
             self.inputs[name] = np.asarray(arr, dtype=np.float32)
             names.append(name)
+        for suffix, arr in fixed:
+            name = f"c{k}_{suffix}"
+            self.lines.append(f"param {name} : i64{list(arr.shape)}")
+            self.inputs[name] = np.asarray(arr, dtype=np.int64)
+            names.append(name)
         args = [(suffix, arr) for suffix, arr in args if arr is not None]
         xs = [T(arr).requires_grad_(True) for _, arr in args]
         y = fn(*xs)
         r = self.loss(k, op, names, y.shape, attrs)
         grads = [f"c{k}_g{suffix}" for suffix, _ in args]
-        self.lines.append(f"{', '.join(grads)} = grad(c{k}_l, {', '.join(n for n in names if n != '_')})")
+        wrt = [n for n in names[:len(names) - len(fixed)] if n != "_"]
+        self.lines.append(f"{', '.join(grads)} = grad(c{k}_l, {', '.join(wrt)})")
 
         def loss(*v):
             return (fn(*v) * T(r)).sum()
@@ -575,6 +583,19 @@ def gen_attention(b):
                 lambda q, k, v: attention(q, k, v, causal=True), is_causal=True)
 
 
+def gen_gather(b):
+    """gather's gradient: dy's slices summed into the ones they came from, repeated and
+    negative indices included (an embedding's backward)."""
+    table = b.rand(6, 4)
+    ids = np.array([[1, 5, 1], [0, -1, 1]], dtype=np.int64)
+    b.grad_case("gather rows (an embedding), repeated and negative ids", "gather", [("x", table)],
+                lambda x: x[torch.from_numpy(ids % 6)], fixed=[("i", ids)])
+    x = b.rand(2, 5, 3)
+    cols = np.array([4, 0, 4, -2], dtype=np.int64)
+    b.grad_case("gather along axis 1 of a rank-3 tensor", "gather", [("x", x)],
+                lambda v: v.index_select(1, torch.from_numpy(cols % 5)), fixed=[("i", cols)], axis=1)
+
+
 def main():
     b = GradBattery("grad", zlib.crc32(b"grad"))
     gen(b)
@@ -585,6 +606,7 @@ def main():
     gen_softplus(b)
     gen_scans(b)
     gen_attention(b)
+    gen_gather(b)
     b.write()
     print(f"grad: {len(b.expected)} gradients")
 
