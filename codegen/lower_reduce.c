@@ -294,9 +294,9 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d) {
 /* ---- argmax, cumsum: one iteration per line along the axis ---- */
 
 /* argmax keeps the first largest (a NaN, once met, stays the largest), as
- * torch.argmax; cumsum adds in double for f32 (rounding each running sum once, as
- * the interpreter does) and in the integer type otherwise, storing before the add
- * when exclusive. */
+ * torch.argmax, or with select_last the first from the end; cumsum adds in double for f32 (rounding each
+ * running sum once, as the interpreter does) and in the integer type otherwise, storing before the add when
+ * exclusive. */
 int lower_scan(Program *p, const Node *n, Diag *d) {
     const Type *x = &p->g->values[n->in[0]].type;
     int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank > 0 ? x->rank : 1);
@@ -313,9 +313,14 @@ int lower_scan(Program *p, const Node *n, Diag *d) {
                                         k_mod(b, i, k_int(b, inner)))));
     int xb = kb_value(b, n->in[0], false), yb = kb_value(b, n->out[0], true);
     if (n->op == OP_ARGMAX) {
-        int best = kb_decl(b, "best", KT_F32, k_load(b, xb, base)),
-            at = kb_decl(b, "at", KT_I64, k_int(b, 0));
+        /* select_last: the same scan from the end */
+        bool last = node_bool(n, ATTR_SELECT_LAST);
+        int64_t first = last ? dim - 1 : 0;
+        int best = kb_decl(b, "best", KT_F32, k_load(b, xb, k_add(b, base, k_int(b, first * inner)))),
+            at = kb_decl(b, "at", KT_I64, k_int(b, first));
         KExpr *s = k_var(b, kb_for(b, "s", KT_I64, k_int(b, 1), k_int(b, dim), NULL, 0));
+        if (last)
+            s = k_var(b, kb_let(b, "r", KT_I64, k_sub(b, k_int(b, dim - 1), s)));
         KExpr *v =
             k_var(b, kb_let(b, "v", KT_F32, k_load(b, xb, k_add(b, base, k_mul(b, s, k_int(b, inner))))));
         KExpr *best_is_nan = k_bin(b, KE_NE, k_var(b, best), k_var(b, best));

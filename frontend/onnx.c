@@ -243,9 +243,10 @@ int im_input_type(Importer *im, int k, Type *t) {
     Sym *s = input_sym(im, k);
     if (!s)
         return im_error(im, "input %d is required", k + 1);
-    if (s->c)
+    if (s->c) {
         *t = type_make(s->c->rank, s->c->dims);
-    else
+        t->dtype = s->c->dtype;
+    } else
         *t = im->g->values[s->value].type;
     return 0;
 }

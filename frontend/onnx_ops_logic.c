@@ -135,17 +135,41 @@ static int imp_where(Importer *im) {
     return same_op(im, OP_WHERE);
 }
 
+/* Xor of bools: not(equal(a, b)), folded when both are constants. */
+static int imp_xor(Importer *im) {
+    Type t[2];
+    if (im_n_inputs(im) != 2)
+        return im_error(im, "needs 2 inputs");
+    if (im_input_type(im, 0, &t[0]) || im_input_type(im, 1, &t[1]))
+        return -1;
+    if (t[0].dtype != DT_BOOL || t[1].dtype != DT_BOOL)
+        return im_error(im, "Xor takes bool inputs");
+    if (im_all_const(im)) {
+        if (fold(im, OP_EQUAL))
+            return -1;
+        OConst *c = im_sym(im, im->node->output[0])->c;
+        for (int64_t i = 0; i < c->numel; i++)
+            c->f[i] = (float)(c->ints[i] = !c->ints[i]);
+        return 0;
+    }
+    int in[2], eq;
+    if (im_input(im, 0, &in[0]) || im_input(im, 1, &in[1]))
+        return -1;
+    Node *n = im_node(im, OP_EQUAL, 2, in);
+    if (!n || (eq = im_finish(im, n, -1)) < 0)
+        return -1;
+    return im_unary(im, OP_NOT, eq, 0) < 0 ? -1 : 0;
+}
+
 static int imp_argmax(Importer *im) {
     int64_t axis = 0, keepdims = 1, last = 0;
     int x;
     if (im_attr_int(im, "axis", &axis) < 0 || im_attr_int(im, "keepdims", &keepdims) < 0 ||
         im_attr_int(im, "select_last_index", &last) < 0 || im_input(im, 0, &x))
         return -1;
-    if (last)
-        return im_error(im, "select_last_index=1 is not supported (kiln's argmax keeps the first of ties)");
     Node *n = im_node(im, OP_ARGMAX, 1, &x);
     return n && !im_set_int(im, n, ATTR_AXIS, axis) && !im_set_int(im, n, ATTR_KEEPDIMS, keepdims != 0) &&
-                   im_finish(im, n, 0) >= 0
+                   !im_set_int(im, n, ATTR_SELECT_LAST, last != 0) && im_finish(im, n, 0) >= 0
                ? 0
                : -1;
 }
@@ -168,10 +192,17 @@ static int imp_cumsum(Importer *im) {
 
 /* Comparisons, logic, selection and scans, by ONNX op type. */
 const OnnxOp onnx_ops_logic[] = {
-    {"And", imp_and},         {"ArgMax", imp_argmax},
-    {"CumSum", imp_cumsum},   {"Equal", imp_equal},
-    {"Greater", imp_greater}, {"GreaterOrEqual", imp_greater_or_equal},
-    {"Less", imp_less},       {"LessOrEqual", imp_less_or_equal},
-    {"Not", imp_not},         {"Or", imp_or},
-    {"Where", imp_where},     {NULL, NULL},
+    {"And", imp_and},
+    {"ArgMax", imp_argmax},
+    {"CumSum", imp_cumsum},
+    {"Equal", imp_equal},
+    {"Greater", imp_greater},
+    {"GreaterOrEqual", imp_greater_or_equal},
+    {"Less", imp_less},
+    {"LessOrEqual", imp_less_or_equal},
+    {"Not", imp_not},
+    {"Or", imp_or},
+    {"Where", imp_where},
+    {"Xor", imp_xor},
+    {NULL, NULL},
 };

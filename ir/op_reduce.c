@@ -283,9 +283,11 @@ int eval_argmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
         split_at_axis(x, axis, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
+            /* the first largest along the axis read forwards, or backwards for the last */
             const float *v = in[0]->data + o * dim * inner + i;
-            int64_t best = 0;
-            for (int64_t k = 1; k < dim && !isnan(v[best * inner]); k++)
+            bool last = node_bool(n, ATTR_SELECT_LAST);
+            int64_t best = last ? dim - 1 : 0, step = last ? -1 : 1;
+            for (int64_t k = best + step; k >= 0 && k < dim && !isnan(v[best * inner]); k += step)
                 if (isnan(v[k * inner]) || v[k * inner] > v[best * inner])
                     best = k;
             out[0]->i64[o * inner + i] = best;

@@ -85,7 +85,7 @@ save(model([helper.make_node("Relu", ["b"], ["a"], name="first"), helper.make_no
 save(model([helper.make_node("Relu", ["nope"], ["y"], name="r")], [f32("x", [2])], [f32("y", [2])]), "undefined.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r1"), helper.make_node("Relu", ["x"], ["y"], name="r2")],
            [f32("x", [2])], [f32("y", [2])]), "defined_twice.onnx")
-save(model([helper.make_node("Xor", ["x", "x"], ["a"], name="xor"),
+save(model([helper.make_node("Mod", ["x", "x"], ["a"], name="mod"),
             helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top"),
             helper.make_node("Relu", ["x"], ["r"], name="ok"),
             helper.make_node("FancyOp", ["x"], ["y"], name="custom", domain="com.example")],

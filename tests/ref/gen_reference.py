@@ -1044,6 +1044,11 @@ def gen_logic(b):
     b.case("cumsum i32 (position ids from a mask)", "cumsum", [("x", bools.astype(np.int32))],
            np.cumsum(bools.astype(np.int32), axis=1, dtype=np.int32), axis=1)
     b.case("gather bools", "gather", [("x", bools), ("i", ids[1])], np.take(bools, ids[1] % 4, axis=-1), axis=-1)
+    # argmax with select_last (ONNX's select_last_index): ONNX's reference flips the axis
+    for axis, keep in ((0, False), (1, True)):
+        first = torch.argmax(T(np.flip(ties, axis).copy()), dim=axis, keepdim=keep)
+        b.case(f"argmax select_last axis={axis} keepdims={keep}", "argmax", [("x", ties)],
+               ties.shape[axis] - 1 - first, axis=axis, keepdims=keep, select_last=True)
 
 
 def gen_attention(b):
