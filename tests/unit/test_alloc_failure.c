@@ -229,6 +229,12 @@ static void test_hostile_alloc_failure_kiln_jit(void **state) {
     injection_points += n - 1;
 }
 
+/* The recurrent layers' import: a bidirectional GRU unrolled into kiln ops. */
+static void test_hostile_alloc_failure_onnx_recurrent(void **state) {
+    (void)state;
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/onnx/models/gru_bidirectional.onnx", NULL, false) > 100);
+}
+
 static int disarm(void **state) {
     (void)state;
     ir_fail_alloc_after(-1);
@@ -241,19 +247,34 @@ static void test_hostile_alloc_failure_check(void **state) {
     assert_true(sweep(NULL, NULL, true) > 100);
 }
 
-/* A battery of tests/ref with its weights from safetensors. */
+/* Batteries of tests/ref with their weights from safetensors. */
 static void test_hostile_alloc_failure_softmax_battery(void **state) {
     (void)state;
     assert_true(sweep(KILN_SOURCE_DIR "/tests/ref/softmax.kiln",
                       KILN_SOURCE_DIR "/tests/ref/softmax.safetensors", false) > 100);
 }
 
+static void test_hostile_alloc_failure_attention_battery(void **state) {
+    (void)state;
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/ref/attention.kiln",
+                      KILN_SOURCE_DIR "/tests/ref/attention.safetensors", false) > 100);
+}
+
+/* fuse_attention making attention ops from matmul and softmax. */
+static void test_hostile_alloc_failure_fuse_attention(void **state) {
+    (void)state;
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/text/pass_fuse_attention.kiln", NULL, false) > 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_alloc_failure_text_model, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_onnx_import, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_onnx_recurrent, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_kiln_jit, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_softmax_battery, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_attention_battery, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_fuse_attention, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_check, disarm),
     };
     int failed = cmocka_run_group_tests_name("alloc_failure", tests, NULL, NULL);
