@@ -10,10 +10,11 @@
  *     to the scores without widening them
  *   ->  attention(q, k, v, mask?, scale)
  * where c is a known scalar and k is kt with its last two dims swapped back (one
- * transpose, composed with kt's own when kt is a transpose, or none). Every value from the first matmul to
- * the softmax must be read by the next op alone, and q, k and v must have the shapes attention takes ([...,
- * L, E], [..., S, E], [..., S, Ev], one batch). The attention takes over the last matmul's value, so names
- * and outputs stay.
+ * transpose, composed with kt's own when kt is a transpose, or none). Every value
+ * from the first matmul to the softmax must be read by the next op alone, and q, k
+ * and v must have the shapes attention takes ([..., L, E], [..., S, E], [..., S,
+ * Ev], one batch). The attention takes over the last matmul's value, so names and
+ * outputs stay.
  *
  * Why it is correct: attention(q, k, v, mask, scale) is defined as softmax(q k^T
  * scale + mask) v along the last axis; the pattern computes exactly that, except
@@ -171,15 +172,8 @@ int pass_fuse_attention(PassContext *c) {
         if (g->nodes[i]->op == OP_MATMUL && !dead[i] && match(c, g->nodes[i], uses, &m, &rc) && rc == 0)
             rc = fuse(c, i, &m, uses, dead);
     }
-    bool *all = rc == 0 ? ir_calloc((size_t)g->n_nodes + 1, 1) : NULL;
-    if (rc == 0 && !all)
-        rc = diag_error(c->d, (Loc){0}, "out of memory");
-    if (rc == 0) {
-        memcpy(all, dead, (size_t)n_nodes);
-        graph_remove_nodes(g, all);
-        if (graph_sort(g))
-            rc = diag_error(c->d, (Loc){0}, "out of memory");
-    }
-    ir_free(uses), ir_free(dead), ir_free(all);
+    if (rc == 0)
+        rc = pass_remove_dead(c, dead, n_nodes);
+    ir_free(uses), ir_free(dead);
     return rc;
 }

@@ -8,6 +8,16 @@ Node *pass_definer(const Graph *g, int v) {
     return node >= 0 ? g->nodes[node] : NULL;
 }
 
+int pass_remove_dead(PassContext *c, const bool *dead, int n_nodes) {
+    bool *all = ir_calloc((size_t)c->g->n_nodes + 1, 1);
+    if (!all)
+        return diag_error(c->d, (Loc){0}, "out of memory");
+    memcpy(all, dead, (size_t)n_nodes);
+    graph_remove_nodes(c->g, all);
+    ir_free(all);
+    return graph_sort(c->g) ? diag_error(c->d, (Loc){0}, "out of memory") : 0;
+}
+
 int pass_known_value(PassContext *c, int v, Tensor **out) {
     Node *n = pass_definer(c->g, v);
     *out = NULL;

@@ -70,6 +70,10 @@ int pass_known_value(PassContext *c, int v, Tensor **out);
 int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
 /* The node defining value v (NULL for an orphan). */
 Node *pass_definer(const Graph *g, int v);
+/* Removes the nodes that dead marks among the first n_nodes (those the pass began
+ * with; the nodes it added after them stay) and restores dependency order; -1 after
+ * a diagnostic. */
+int pass_remove_dead(PassContext *c, const bool *dead, int n_nodes);
 
 /* Building nodes: pass_new_node makes an op node with one result, a fresh value
  * named from base; the pass_set_* calls set its attributes; pass_finish normalizes

@@ -16,8 +16,6 @@
  * matmul of x [..., K] and a 2-D W is x W over the last dim, as linear is. */
 #include "passes.h"
 
-#include <string.h>
-
 /* A bias of type [n] as it is, or [1, n] reshaped to [n]; -1 when v is neither, -2
  * after a diagnostic. */
 static int as_bias(PassContext *c, int v, int64_t n, Loc loc) {
@@ -127,15 +125,8 @@ int pass_to_linear(PassContext *c) {
         else if (op == OP_ADD)
             rc = from_matmul_add(c, i, uses, t, dead);
     }
-    bool *all = rc == 0 ? ir_calloc((size_t)g->n_nodes + 1, 1) : NULL;
-    if (rc == 0 && !all)
-        rc = diag_error(c->d, (Loc){0}, "out of memory");
-    if (rc == 0) {
-        memcpy(all, dead, (size_t)n_nodes);
-        graph_remove_nodes(g, all);
-        if (graph_sort(g))
-            rc = diag_error(c->d, (Loc){0}, "out of memory");
-    }
-    ir_free(uses), ir_free(t), ir_free(dead), ir_free(all);
+    if (rc == 0)
+        rc = pass_remove_dead(c, dead, n_nodes);
+    ir_free(uses), ir_free(t), ir_free(dead);
     return rc;
 }
