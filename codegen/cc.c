@@ -27,9 +27,16 @@
 extern char **environ;
 
 /* -fno-trapping-math: no code reads the floating-point exception flags, and without
- * it GCC does not turn the selects of clamps (clip, relu6) into vector blends. */
-const char *const cc_flags[] = {
-    "-O3", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno", "-std=gnu11", "-fno-trapping-math"};
+ * it GCC does not turn the selects of clamps (clip, relu6) into vector blends.
+ * -fwrapv: integer arithmetic wraps around, as the interpreter's does. */
+const char *const cc_flags[] = {"-O3",
+                                "-fPIC",
+                                "-shared",
+                                "-fvisibility=hidden",
+                                "-fno-math-errno",
+                                "-std=gnu11",
+                                "-fno-trapping-math",
+                                "-fwrapv"};
 
 const char *const cc_cpus[] = {"native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", NULL};
 

@@ -490,7 +490,7 @@ void c_comment(Str *out, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* ---- Compilers ---- */
 
 /* The flags kiln gives the C compiler, also part of the compile cache's key. */
-extern const char *const cc_flags[7];
+extern const char *const cc_flags[8];
 /* The CPUs code may be built for (-march=CPU), NULL-terminated; "native" is this
  * machine's, the default. */
 extern const char *const cc_cpus[];

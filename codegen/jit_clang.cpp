@@ -135,6 +135,7 @@ std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const ch
                           march.c_str(),
                           "-fPIC",
                           "-fno-math-errno",
+                          "-fwrapv",
                           "-std=gnu11",
                           "-DKILN_WEIGHTS_EXTERN",
                           unroll ? "-funroll-loops" : "-fno-unroll-loops",

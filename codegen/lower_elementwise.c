@@ -95,7 +95,39 @@ void unary_derivative_formula(OpId op, const Node *n, char *e, size_t cap) {
     row_formula(text, p, unary_operand, e, cap);
 }
 
+/* The integer ops (op_takes_ints) over x[0] and, for a binary op, x[1], as the
+ * interpreter computes them; the C target compiles with -fwrapv, so a sum or
+ * product wraps around. */
+static KExpr *int_of(KBuilder *b, KType t, int64_t v) {
+    return t == KT_I32 ? k_i32(b, v) : k_int(b, v);
+}
+
+static KExpr *int_element(KBuilder *b, KExpr *const *x, const void *ctx) {
+    const Node *n = ctx;
+    KExpr *a = x[0], *c = op_has(n->op, F_BINARY) ? x[1] : NULL;
+    switch (n->op) {
+    case OP_ADD: return k_add(b, a, c);
+    case OP_SUB: return k_sub(b, a, c);
+    case OP_MUL: return k_mul(b, a, c);
+    case OP_DIV: {
+        /* by zero: 0; by -1: the negation (INT_MIN / -1 is undefined in C) */
+        KExpr *zero = int_of(b, a->type, 0);
+        KExpr *quotient =
+            k_select(b, k_bin(b, KE_EQ, c, int_of(b, a->type, -1)), k_neg(b, a), k_div(b, a, c));
+        return k_select(b, k_bin(b, KE_EQ, c, zero), zero, quotient);
+    }
+    case OP_MAX: return k_select(b, k_bin(b, KE_GT, a, c), a, c);
+    case OP_MIN: return k_select(b, k_lt(b, a, c), a, c);
+    case OP_NEG: return k_neg(b, a);
+    case OP_ABS: return k_select(b, k_lt(b, a, int_of(b, a->type, 0)), k_neg(b, a), a);
+    default: KILN_ASSERT(!"not an integer op");
+    }
+    return NULL;
+}
+
 int lower_unary(Program *p, const Node *n, Diag *d) {
+    if (dtype_is_int(p->g->values[n->out[0]].type.dtype))
+        return lower_broadcast(p, n, (const bool[]){true}, int_element, n, NULL, d);
     Kernel *k = loop_over_output(p, n, d);
     if (!k)
         return -1;
@@ -368,6 +400,8 @@ int lower_elementwise(Program *p, const Node *n, Diag *d) {
  * scalar const operand is a literal, as fuse_elementwise makes it (so that powf(x,
  * 2.0f) compiles to x * x). */
 int lower_binary(Program *p, const Node *n, Diag *d) {
+    if (dtype_is_int(p->g->values[n->out[0]].type.dtype))
+        return lower_broadcast(p, n, (const bool[]){true, true}, int_element, n, NULL, d);
     Expr operands[2] = {{.kind = EXPR_INPUT, .input = 0}, {.kind = EXPR_INPUT, .input = 1}};
     for (int k = 0; k < 2; k++) {
         const Node *def = p->g->values[n->in[k]].node >= 0 ? p->g->nodes[p->g->values[n->in[k]].node] : NULL;

@@ -260,10 +260,12 @@ const Update *graph_update_of(const Graph *g, int v) {
 }
 
 /* An op given inputs of a dtype it does not take (f32, or for F_ANY_DTYPE the first
- * input's): every input and its type named. */
+ * input's, or for an op that takes integers too an integer first input's): every
+ * input and its type named. */
 static int check_dtypes(const Graph *g, const Node *n, Diag *d) {
-    bool any = op_has(n->op, F_ANY_DTYPE), same = true;
-    DType want = any && n->n_in > 0 ? g->values[n->in[0]].type.dtype : DT_F32;
+    DType first = n->n_in > 0 ? g->values[n->in[0]].type.dtype : DT_F32;
+    bool any = op_has(n->op, F_ANY_DTYPE) || (op_takes_ints(n->op) && dtype_is_int(first)), same = true;
+    DType want = any ? first : DT_F32;
     for (int k = 0; k < n->n_in; k++)
         same &= n->in[k] < 0 || g->values[n->in[k]].type.dtype == want;
     if (same)

@@ -340,6 +340,9 @@ bool op_input_optional(OpId op, int i);
 bool op_is_decl(OpId op);
 /* Whether op has every flag in `flags`. */
 bool op_has(OpId op, unsigned flags);
+/* The elementwise ops that also take i64 and i32 (both inputs of one dtype): add,
+ * sub, mul, div, max, min, neg and abs, wrapping around as two's complement. */
+bool op_takes_ints(OpId op);
 /* "conv(x, w, b?, strides: ints = 1, ...)" into buf. */
 void op_signature(OpId op, char *buf, size_t n);
 

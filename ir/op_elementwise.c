@@ -38,8 +38,42 @@ static double unary(OpId op, const double *p, double x) {
     return 0;
 }
 
+/* x wrapped to the integer dtype t (two's complement). */
+static int64_t wrap(DType t, uint64_t x) {
+    return t == DT_I32 ? (int64_t)(int32_t)(uint32_t)x : (int64_t)x;
+}
+
+static void store_int(Tensor *t, int64_t i, int64_t v) {
+    if (t->type.dtype == DT_I32)
+        t->i32[i] = (int32_t)v;
+    else
+        t->i64[i] = v;
+}
+
+/* The integer ops (op_takes_ints), wrapping as two's complement: a division truncates
+ * toward zero, by zero gives 0, and INT_MIN / -1 wraps to INT_MIN. */
+static int64_t int_op(OpId op, DType t, int64_t a, int64_t b) {
+    switch (op) {
+    case OP_ADD: return wrap(t, (uint64_t)a + (uint64_t)b);
+    case OP_SUB: return wrap(t, (uint64_t)a - (uint64_t)b);
+    case OP_MUL: return wrap(t, (uint64_t)a * (uint64_t)b);
+    case OP_DIV: return b == 0 ? 0 : b == -1 ? wrap(t, 0 - (uint64_t)a) : a / b;
+    case OP_MAX: return a > b ? a : b;
+    case OP_MIN: return a < b ? a : b;
+    case OP_NEG: return wrap(t, 0 - (uint64_t)a);
+    case OP_ABS: return a < 0 ? wrap(t, 0 - (uint64_t)a) : a;
+    default: KILN_ASSERT(!"not an integer op");
+    }
+    return 0;
+}
+
 int eval_unary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     (void)d;
+    if (dtype_is_int(in[0]->type.dtype)) {
+        for (int64_t i = 0; i < type_numel(&in[0]->type); i++)
+            store_int(out[0], i, int_op(n->op, in[0]->type.dtype, tensor_int(in[0], i), 0));
+        return 0;
+    }
     double p[UNARY_MAX_PARAMS];
     unary_params(n->op, n, p);
     int64_t count = type_numel(&in[0]->type);
@@ -77,7 +111,10 @@ int eval_binary(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
             ia += idx[k] * sa[k];
             ib += idx[k] * sb[k];
         }
-        out[0]->data[i] = (float)binary(n->op, in[0]->data[ia], in[1]->data[ib]);
+        if (dtype_is_int(to->dtype))
+            store_int(out[0], i, int_op(n->op, to->dtype, tensor_int(in[0], ia), tensor_int(in[1], ib)));
+        else
+            out[0]->data[i] = (float)binary(n->op, in[0]->data[ia], in[1]->data[ib]);
         next_index(idx, to->dims, to->rank);
     }
     return 0;

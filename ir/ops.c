@@ -259,6 +259,20 @@ void op_signature(OpId op, char *buf, size_t n) {
         snprintf(buf + len, n - len, ")");
 }
 
+bool op_takes_ints(OpId op) {
+    switch (op) {
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_MAX:
+    case OP_MIN:
+    case OP_NEG:
+    case OP_ABS: return true;
+    default: return false;
+    }
+}
+
 /* ---- Attribute access ---- */
 
 int op_attr_index(OpId op, AttrId id) {

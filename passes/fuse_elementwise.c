@@ -42,8 +42,9 @@ typedef struct {
     Arena arena;        /* its expressions */
 } Fuser;
 
-static bool fusable(const Node *n) {
-    return op_has(n->op, F_ELEMENTWISE);
+/* An expression computes in f32: integer arithmetic keeps kernels of its own. */
+static bool fusable(const Graph *g, const Node *n) {
+    return op_has(n->op, F_ELEMENTWISE) && g->values[n->out[0]].type.dtype == DT_F32;
 }
 
 /* An `elementwise` node's expression, parsed (it was checked by inference). */
@@ -88,7 +89,7 @@ static Expr *build(Fuser *f, Node *n);
 static Expr *operand(Fuser *f, int v, bool once) {
     Graph *g = f->c->g;
     Node *def = pass_definer(g, v);
-    if (!once || !def || !fusable(def) || f->uses[v] != 1 || f->is_output[v] ||
+    if (!once || !def || !fusable(g, def) || f->uses[v] != 1 || f->is_output[v] ||
         type_numel(&g->values[v].type) < f->root_numel)
         return leaf(f, v);
     int cost = 1;
@@ -201,7 +202,7 @@ int pass_fuse_elementwise(PassContext *c) {
     /* consumers before producers: a node's tree is final when the walk reaches it */
     for (int i = n_nodes - 1; rc == 0 && i >= 0; i--) {
         Node *n = g->nodes[i];
-        if (f.taken[i] || !fusable(n))
+        if (f.taken[i] || !fusable(g, n))
             continue;
         f.taken[i] = true;
         f.n_tree = 0;

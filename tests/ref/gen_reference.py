@@ -1050,6 +1050,34 @@ def gen_logic(b):
         b.case(f"argmax select_last axis={axis} keepdims={keep}", "argmax", [("x", ties)],
                ties.shape[axis] - 1 - first, axis=axis, keepdims=keep, select_last=True)
 
+    # integer arithmetic wraps around (two's complement); a division truncates toward
+    # zero, by zero gives 0 and INT_MIN / -1 wraps to INT_MIN (numpy wraps the others)
+    def int_div(a, c, dtype):
+        """Truncating division as kiln defines it, wrapped to dtype."""
+        bits = np.iinfo(dtype).bits
+        out = []
+        for x, y in zip(a.tolist(), c.tolist()):
+            q = 0 if y == 0 else abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+            out.append((q + 2 ** (bits - 1)) % 2 ** bits - 2 ** (bits - 1))
+        return np.array(out, dtype=dtype)
+
+    with np.errstate(over="ignore"):
+        for op, fn in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply)):
+            b.case(f"{op} i64 extremes wrap", op, [("a", extremes), ("b", extremes2)], fn(extremes, extremes2))
+            b.case(f"{op} i64 broadcast", op, [("a", ints), ("b", ints2)], fn(ints, ints2))
+            b.case(f"{op} i32 extremes wrap", op, [("a", extremes.astype(np.int32)), ("b", extremes2.astype(np.int32))],
+                   fn(extremes.astype(np.int32), extremes2.astype(np.int32)))
+        b.case("neg i64 extremes", "neg", [("x", extremes)], -extremes)
+        b.case("abs i64 extremes", "abs", [("x", extremes)], np.abs(extremes))
+    for op, fn in (("max", np.maximum), ("min", np.minimum)):
+        b.case(f"{op} i64 broadcast", op, [("a", ints), ("b", ints2)], fn(ints, ints2))
+    den = np.array([2, 2, -2, -2, 3, -1, 0, 0], dtype=np.int64)
+    for dtype in (np.int64, np.int32):
+        low = np.iinfo(dtype).min
+        num = np.array([7, -7, 7, -7, 0, low, low, 5], dtype=dtype)
+        b.case(f"div {np.dtype(dtype).name}: truncation, by -1, by zero", "div",
+               [("a", num), ("b", den.astype(dtype))], int_div(num, den.astype(dtype), dtype))
+
 
 def gen_attention(b):
     """attention against softmax(q k^T scale + mask) v in float64 (torch 1.13 has no
