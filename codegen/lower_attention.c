@@ -23,6 +23,7 @@ enum {
     C_ROWS = 16,
     KEY_BLOCK = 64,
     PACK_MAX = 16384, /* floats of the transposed block of keys (on the stack) */
+    ACC_MAX = 16384,  /* floats of the outputs a step accumulates (on the stack) */
     ATTENTION_WORK = 16384,
     UNROLL = 4, /* steps of E (scores) and keys (output) per vector loop, where they divide */
 };
@@ -44,8 +45,12 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     int64_t items = type_numel(q) / (len * e);
     bool cuda = p->target == TARGET_CUDA;
     int64_t rows = 1, keys = s < KEY_BLOCK ? s : KEY_BLOCK;
+    if (ev > ACC_MAX)
+        return diag_error(d, n->loc,
+                          "attention: v's last dim is %lld; the kernel accumulates at most %d values a query",
+                          (long long)ev, ACC_MAX);
     for (int64_t c = C_ROWS; !cuda && c > 1 && rows == 1; c /= 2)
-        rows = len % c == 0 ? c : 1;
+        rows = len % c == 0 && c * ev <= ACC_MAX ? c : 1;
     bool pack = !cuda && e * keys <= PACK_MAX;
     int64_t blocks = len / rows, work = rows * s * (e + ev);
     Kernel *kn =
