@@ -11,7 +11,10 @@
  * that large inputs neither overflow nor cancel. batch_norm is elementwise: each
  * element finds its channel and computes that channel's scale / sqrt(var + eps)
  * from the params. Sums accumulate in double, as the interpreter does (each float
- * converted before it is added); everything else is float. */
+ * converted before it is added); everything else is float. A sum along a contiguous
+ * row keeps eight partial sums, element j in sum j % 8, added pairwise at the end:
+ * one chain of dependent adds would be 8 times slower, and the C compiler may not
+ * reorder it itself. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
@@ -37,6 +40,43 @@ static KExpr *step(KBuilder *b, KExpr *base, KExpr *var, int64_t stride) {
 /* (double)x, as C converts a float added to a double. */
 static KExpr *widen(KBuilder *b, KExpr *x) {
     return k_cast(b, KT_F64, x);
+}
+
+enum { SUM_LANES = 8 };
+
+/* The double sum of the `count` elements of xs from `row` on, each widened, or of
+ * their squared distances from `center` when it is given: in SUM_LANES partial sums
+ * (the array lanes_name), the elements after the last whole group of lanes added
+ * last. The sum is the variable `name`. */
+static KExpr *row_sum(KBuilder *b, const char *name, const char *lanes_name, int xs, KExpr *row,
+                      int64_t count, KExpr *center) {
+    int64_t whole = count >= 2 * SUM_LANES ? count / SUM_LANES * SUM_LANES : 0;
+    KExpr *total = k_f64(b, 0);
+    if (whole > 0) {
+        int lanes = kb_array(b, lanes_name, KT_F64, SUM_LANES, 0, false, true);
+        KExpr *group = k_var(b, kb_for(b, "j", KT_I64, k_int(b, 0), k_int(b, whole), k_int(b, SUM_LANES), 0));
+        KExpr *lane = open_loop(b, "l", SUM_LANES);
+        kb_unroll(b, SUM_LANES);
+        KExpr *x = widen(b, k_load(b, xs, k_add(b, row, k_add(b, group, lane))));
+        kb_store_add(b, lanes, lane, center ? k_mul(b, k_sub(b, x, center), k_sub(b, x, center)) : x);
+        kb_end(b);
+        kb_end(b);
+        KExpr *part[SUM_LANES];
+        for (int l = 0; l < SUM_LANES; l++)
+            part[l] = k_load(b, lanes, k_int(b, l));
+        for (int width = SUM_LANES / 2; width >= 1; width /= 2)
+            for (int l = 0; l < width; l++)
+                part[l] = k_add(b, part[l], part[l + width]);
+        total = part[0];
+    }
+    int sum = kb_decl(b, name, KT_F64, total);
+    if (whole < count) {
+        KExpr *j = k_var(b, kb_for(b, "j", KT_I64, k_int(b, whole), k_int(b, count), NULL, 0));
+        KExpr *x = widen(b, k_load(b, xs, k_add(b, row, j)));
+        kb_accum(b, sum, center ? k_mul(b, k_sub(b, x, center), k_sub(b, x, center)) : x);
+        kb_end(b);
+    }
+    return k_var(b, sum);
 }
 
 /* ---- sum, mean, reduce_max ---- */
@@ -107,6 +147,15 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
     }
     KExpr *start = first->kind == KE_INT ? first : k_var(b, kb_let(b, "first", KT_I64, first));
     bool is_max = n->op == OP_REDUCE_MAX;
+    int xs = kb_value(b, n->in[0], false), ys = kb_value(b, n->out[0], true);
+    if (!is_max && n_runs > 0 && runs[n_runs - 1].reduced && runs[n_runs - 1].stride == 1 &&
+        group == runs[n_runs - 1].size) {
+        /* one contiguous run */
+        KExpr *sum = row_sum(b, "acc", "acc_lanes", xs, start, group, NULL);
+        KExpr *result = n->op == OP_MEAN ? k_div(b, sum, k_f64(b, (double)group)) : sum;
+        kb_store(b, ys, i, k_cast(b, KT_F32, result));
+        return 0;
+    }
     int acc =
         is_max ? kb_decl(b, "acc", KT_F32, k_f32(b, -INFINITY)) : kb_decl(b, "acc", KT_F64, k_f64(b, 0));
     /* one loop per reduced run, r0 outermost */
@@ -118,7 +167,7 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
         at = step(b, at, open_loop(b, run_vars[depth], runs[r].size), runs[r].stride);
         depth++;
     }
-    KExpr *element = k_load(b, kb_value(b, n->in[0], false), at);
+    KExpr *element = k_load(b, xs, at);
     KExpr *result;
     if (is_max) {
         /* NaN wins, as in the reference: once acc is NaN nothing is greater */
@@ -135,7 +184,7 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
     }
     while (depth-- > 0)
         kb_end(b);
-    kb_store(b, kb_value(b, n->out[0], true), i, k_cast(b, KT_F32, result));
+    kb_store(b, ys, i, k_cast(b, KT_F32, result));
     return 0;
 }
 
@@ -261,18 +310,12 @@ int lower_layer_norm(Program *p, const Node *n, Diag *d) {
     KBuilder *b = &k->b;
     int xs = kb_value(b, n->in[0], false);
     KExpr *row = k_var(b, kb_let(b, "row", KT_I64, k_mul(b, k_var(b, k->iter), k_int(b, size))));
-    int mean = kb_decl(b, "mean", KT_F64, k_f64(b, 0)), var = kb_decl(b, "var", KT_F64, k_f64(b, 0));
-    KExpr *xj = k_load(b, xs, k_add(b, row, open_loop(b, "j", size)));
-    kb_accum(b, mean, widen(b, xj));
-    kb_end(b);
     KExpr *count = k_f64(b, (double)size);
-    kb_assign(b, mean, k_div(b, k_var(b, mean), count));
-    xj = k_load(b, xs, k_add(b, row, open_loop(b, "j", size)));
-    KExpr *dev = k_sub(b, widen(b, xj), k_var(b, mean));
-    kb_accum(b, var, k_mul(b, dev, dev));
-    kb_end(b);
-    KExpr *m = k_var(b, kb_let(b, "m", KT_F32, k_cast(b, KT_F32, k_var(b, mean))));
-    KExpr *spread = k_add(b, k_div(b, k_var(b, var), count), k_f64(b, node_float(n, ATTR_EPSILON)));
+    KExpr *mean = k_var(
+        b, kb_let(b, "mean", KT_F64, k_div(b, row_sum(b, "sum", "sum_lanes", xs, row, size, NULL), count)));
+    KExpr *var = row_sum(b, "var", "var_lanes", xs, row, size, mean);
+    KExpr *m = k_var(b, kb_let(b, "m", KT_F32, k_cast(b, KT_F32, mean)));
+    KExpr *spread = k_add(b, k_div(b, var, count), k_f64(b, node_float(n, ATTR_EPSILON)));
     KExpr *rstd =
         k_var(b, kb_let(b, "rstd", KT_F32,
                         k_cast(b, KT_F32, k_div(b, k_f64(b, 1), k_call(b, KT_F64, "sqrt", 1, &spread)))));

@@ -24,32 +24,12 @@
 
 #include <string.h>
 
-/* The scalar value of v when it is a known single element; false otherwise. */
-static bool known_scalar(PassContext *c, int v, double *out, int *rc) {
-    if (type_numel(&c->g->values[v].type) != 1 || c->g->values[v].type.dtype != DT_F32)
-        return false;
-    Tensor *t = NULL;
-    int known = pass_known_value(c, v, &t);
-    if (known < 0)
-        *rc = -1;
-    if (known == 1)
-        *out = t->data[0];
-    tensor_free(t);
-    return known == 1;
-}
-
 /* What the pattern found, from the last matmul back. */
 typedef struct {
     int q, kt, v, mask;
     double scale;
     int dead[5], n_dead; /* the nodes it replaces, besides the last matmul */
 } Match;
-
-/* The node defining v when v is read once and is its op's; NULL otherwise. */
-static Node *single_use(const Graph *g, const int *uses, int v, OpId op) {
-    Node *n = pass_definer(g, v);
-    return n && n->op == op && uses[v] == 1 ? n : NULL;
-}
 
 /* s = [mul or div by a known scalar of] matmul(q, kt), each value read once. */
 static bool match_scores(PassContext *c, int s, const int *uses, Match *m, int *rc) {
@@ -58,15 +38,15 @@ static bool match_scores(PassContext *c, int s, const int *uses, Match *m, int *
     if (scale && uses[s] == 1 && (scale->op == OP_MUL || scale->op == OP_DIV)) {
         int k = 0;
         double value;
-        if (scale->op == OP_MUL && known_scalar(c, scale->in[0], &value, rc))
+        if (scale->op == OP_MUL && pass_known_scalar(c, scale->in[0], &value, rc))
             k = 1;
-        else if (*rc || !known_scalar(c, scale->in[1], &value, rc))
+        else if (*rc || !pass_known_scalar(c, scale->in[1], &value, rc))
             return false;
         m->scale = scale->op == OP_DIV ? 1 / value : value;
         m->dead[m->n_dead++] = g->values[s].node;
         s = scale->in[k];
     }
-    Node *mm = single_use(g, uses, s, OP_MATMUL);
+    Node *mm = pass_single_use(g, uses, s, OP_MATMUL);
     if (!mm)
         return false;
     m->dead[m->n_dead++] = g->values[s].node;
@@ -76,14 +56,14 @@ static bool match_scores(PassContext *c, int s, const int *uses, Match *m, int *
 
 static bool match(PassContext *c, const Node *last, const int *uses, Match *m, int *rc) {
     Graph *g = c->g;
-    Node *sm = single_use(g, uses, last->in[0], OP_SOFTMAX);
+    Node *sm = pass_single_use(g, uses, last->in[0], OP_SOFTMAX);
     int rank = g->values[last->in[0]].type.rank;
     if (!sm || (node_int(sm, ATTR_AXIS) != -1 && node_int(sm, ATTR_AXIS) != rank - 1))
         return false;
     *m = (Match){.v = last->in[1], .mask = -1, .scale = 1};
     m->dead[m->n_dead++] = g->values[sm->out[0]].node;
     int s = sm->in[0];
-    Node *add = single_use(g, uses, s, OP_ADD);
+    Node *add = pass_single_use(g, uses, s, OP_ADD);
     bool found = false;
     for (int k = 0; add && k < 2 && !found && !*rc; k++) {
         const Type *mask = &g->values[add->in[1 - k]].type;

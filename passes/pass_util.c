@@ -8,6 +8,11 @@ Node *pass_definer(const Graph *g, int v) {
     return node >= 0 ? g->nodes[node] : NULL;
 }
 
+Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op) {
+    Node *n = pass_definer(g, v);
+    return n && n->op == op && uses[v] == 1 ? n : NULL;
+}
+
 int pass_remove_dead(PassContext *c, const bool *dead, int n_nodes) {
     bool *all = ir_calloc((size_t)c->g->n_nodes + 1, 1);
     if (!all)
@@ -31,6 +36,19 @@ int pass_known_value(PassContext *c, int v, Tensor **out) {
         (n->init.kind == INIT_NONE && !tensors_find(c->weights, c->g->values[v].name)))
         return 0;
     return param_value(c->g, n, c->weights, out, c->d) ? -1 : 1;
+}
+
+bool pass_known_scalar(PassContext *c, int v, double *out, int *rc) {
+    if (type_numel(&c->g->values[v].type) != 1 || c->g->values[v].type.dtype != DT_F32)
+        return false;
+    Tensor *t = NULL;
+    int known = pass_known_value(c, v, &t);
+    if (known < 0)
+        *rc = -1;
+    if (known == 1)
+        *out = t->data[0];
+    tensor_free(t);
+    return known == 1;
 }
 
 static bool weight_named(const char *name, void *weights) {

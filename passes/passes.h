@@ -64,12 +64,18 @@ bool pipeline_selects(const PipelineOptions *o, const char *name);
  * weight or an initializer. 1 with a new tensor in *out, 0 when not known, -1
  * after a diagnostic. */
 int pass_known_value(PassContext *c, int v, Tensor **out);
+/* The value of v when it is a known f32 scalar (one element): true with it in *out;
+ * false when not known, with *rc set to -1 after a diagnostic. */
+bool pass_known_scalar(PassContext *c, int v, double *out, int *rc);
 /* A new param holding t (ownership passes to the weights), named from `base` so
  * that no value or weight has the name yet; appended to the graph (the pipeline
  * restores order). Its value id, or -1 after a diagnostic. */
 int pass_add_param(PassContext *c, const char *base, Tensor *t, Loc loc);
 /* The node defining value v (NULL for an orphan). */
 Node *pass_definer(const Graph *g, int v);
+/* The node defining v when v is read once (uses: graph_count_uses) and the node
+ * is an `op`; NULL otherwise. */
+Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op);
 /* Removes the nodes that dead marks among the first n_nodes (those the pass began
  * with; the nodes it added after them stay) and restores dependency order; -1 after
  * a diagnostic. */
@@ -133,6 +139,7 @@ int pass_to_linear(PassContext *c);
 int pass_layout(PassContext *c);
 int pass_fold(PassContext *c);
 int pass_fuse_attention(PassContext *c);
+int pass_fuse_layer_norm(PassContext *c);
 int pass_fuse_elementwise(PassContext *c);
 int pass_fuse_epilogue(PassContext *c);
 int pass_dce(PassContext *c);

@@ -22,6 +22,8 @@ const Pass pass_list[] = {
     {"dce", 1, pass_dce, "remove nodes whose results reach no output"},
     {"fuse_attention", 1, pass_fuse_attention,
      "make softmax(q k^T scale + mask) v one attention op, whose kernel never holds the scores"},
+    {"fuse_layer_norm", 1, pass_fuse_layer_norm,
+     "make (x - mean) / sqrt(mean of squares + eps) * scale + bias one layer_norm op"},
     {"fuse_elementwise", 1, pass_fuse_elementwise, "fuse trees of elementwise ops into one kernel"},
     {"fuse_epilogue", 1, pass_fuse_epilogue,
      "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},

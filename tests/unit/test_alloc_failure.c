@@ -260,10 +260,16 @@ static void test_hostile_alloc_failure_attention_battery(void **state) {
                       KILN_SOURCE_DIR "/tests/ref/attention.safetensors", false) > 100);
 }
 
-/* fuse_attention making attention ops from matmul and softmax. */
+/* fuse_attention making attention ops from matmul and softmax, fuse_layer_norm
+ * layer_norm ops from their parts. */
 static void test_hostile_alloc_failure_fuse_attention(void **state) {
     (void)state;
     assert_true(sweep(KILN_SOURCE_DIR "/tests/text/pass_fuse_attention.kiln", NULL, false) > 100);
+}
+
+static void test_hostile_alloc_failure_fuse_layer_norm(void **state) {
+    (void)state;
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/text/pass_fuse_layer_norm.kiln", NULL, false) > 100);
 }
 
 int main(void) {
@@ -275,6 +281,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_alloc_failure_softmax_battery, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_attention_battery, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_fuse_attention, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_fuse_layer_norm, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_check, disarm),
     };
     int failed = cmocka_run_group_tests_name("alloc_failure", tests, NULL, NULL);
