@@ -10,17 +10,22 @@
  * giving 0, so a row masked everywhere ends as 0 / 0 = NaN, as torch's softmax over
  * nothing does.
  *
- * C: up to 16 rows at a time share each block of keys, first transposed into a local
- * [E, keys] array, so that a row's scores are vector loops over the keys (four steps
- * of E each) and the output's updates vector loops over Ev (four keys each), the
- * exps a vector loop of their own. CUDA: a thread per query row, reading k where it
- * lies. */
+ * C: up to 64 rows at a time (fewer where that leaves too few iterations for the
+ * threads; the last of a batch item's may be shorter) share each block of keys, first
+ * transposed into a local [E, keys] array, so that a row's scores are vector loops
+ * over the keys (four steps of E each) and the output's updates vector loops over Ev
+ * (four keys each), the exps a vector loop of their own. A block's maximum and sum
+ * keep LANES partial results, element j in lane j % LANES, so that they vectorize
+ * too. CUDA: a thread per query row, reading k where it lies. */
 #include "codegen.h"
 
 #include <math.h>
 
 enum {
-    C_ROWS = 16,
+    C_ROWS = 64,
+    MIN_ITERATIONS = 8, /* for the threads to share: fewer rows to reach it, */
+    MIN_ROWS = 16,      /* but no fewer than this */
+    LANES = 16,
     KEY_BLOCK = 64,
     PACK_MAX = 16384, /* floats of the transposed block of keys (on the stack) */
     ACC_MAX = 16384,  /* floats of the outputs a step accumulates (on the stack) */
@@ -49,10 +54,15 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         return diag_error(d, n->loc,
                           "attention: v's last dim is %lld; the kernel accumulates at most %d values a query",
                           (long long)ev, ACC_MAX);
-    for (int64_t c = C_ROWS; !cuda && c > 1 && rows == 1; c /= 2)
-        rows = len % c == 0 && c * ev <= ACC_MAX ? c : 1;
+    /* a block of keys transposed serves every row of the iteration */
+    if (!cuda) {
+        rows = len < C_ROWS ? len : C_ROWS;
+        while (rows > 1 && (rows * ev > ACC_MAX ||
+                            (rows > MIN_ROWS && items * ((len + rows - 1) / rows) < MIN_ITERATIONS)))
+            rows /= 2;
+    }
     bool pack = !cuda && e * keys <= PACK_MAX;
-    int64_t blocks = len / rows, work = rows * s * (e + ev);
+    int64_t blocks = (len + rows - 1) / rows, work = rows * s * (e + ev);
     Kernel *kn =
         kernel_loop(p, n, NULL, items * blocks, work >= ATTENTION_WORK ? 1 : ATTENTION_WORK / work, d);
     if (!kn)
@@ -67,9 +77,13 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     int ms = mask ? kb_value(b, n->in[3], false) : -1, ys = kb_value(b, n->out[0], true);
     KExpr *it = k_var(b, kn->iter);
     KExpr *item = let_index(b, "item", k_div(b, it, k_int(b, blocks)));
-    KExpr *first = let_index(
-        b, "first",
-        k_add(b, k_mul(b, item, k_int(b, len)), k_mul(b, k_mod(b, it, k_int(b, blocks)), k_int(b, rows))));
+    KExpr *block_row = k_mul(b, k_mod(b, it, k_int(b, blocks)), k_int(b, rows));
+    KExpr *first = let_index(b, "first", k_add(b, k_mul(b, item, k_int(b, len)), block_row));
+    KExpr *rn = k_int(b, rows); /* rows this iteration */
+    if (len % rows != 0) {
+        KExpr *left = k_sub(b, k_int(b, len), block_row);
+        rn = let_index(b, "rn", k_select(b, k_lt(b, left, k_int(b, rows)), left, k_int(b, rows)));
+    }
     KExpr *k_at = let_index(b, "k_at", k_mul(b, item, k_int(b, s * e)));
     KExpr *v_at = let_index(b, "v_at", k_mul(b, item, k_int(b, s * ev)));
     KExpr *idx[KILN_MAX_RANK] = {0};
@@ -86,7 +100,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     int acc = kb_array(b, "acc", KT_F32, rows, ev, false, true),
         sc = kb_array(b, "sc", KT_F32, keys, 0, false, false);
     int kt = pack ? kb_array(b, "kt", KT_F32, e, keys, false, false) : -1;
-    KExpr *row = loop(b, "r", k_int(b, rows), 0);
+    KExpr *row = loop(b, "r", rn, 0);
     kb_store(b, m, row, minus_inf);
     kb_end(b);
 
@@ -101,7 +115,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         kb_end(b);
         kb_end(b);
     }
-    row = loop(b, "r", k_int(b, rows), 0);
+    row = loop(b, "r", rn, 0);
     KExpr *qi = let_index(b, "qi", k_add(b, first, row)),
           *i = let_index(b, "pos", k_mod(b, qi, k_int(b, len)));
     /* the block's dot products, `unroll_e` steps of E at a time */
@@ -126,9 +140,23 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     kb_store_add(b, sc, jj, dot);
     kb_end(b);
     kb_end(b);
-    /* scaled and masked, and the block's maximum */
-    int top = kb_decl(b, "top", KT_F32, k_load(b, m, row));
-    jj = loop(b, "jj", jn, 0);
+    /* scaled and masked, and the block's maximum: in LANES partial maxima where the
+       blocks of keys are whole groups of lanes */
+    bool lanes = s % keys == 0 && keys % LANES == 0;
+    int top = kb_decl(b, "top", KT_F32, k_load(b, m, row)), tops = -1;
+    KExpr *lane = NULL;
+    if (lanes) {
+        tops = kb_array(b, "tops", KT_F32, LANES, 0, false, false);
+        lane = loop(b, "u", k_int(b, LANES), 0);
+        kb_store(b, tops, lane, k_var(b, top));
+        kb_end(b);
+        KExpr *group = k_var(b, kb_for(b, "jl", KT_I64, k_int(b, 0), jn, k_int(b, LANES), 0));
+        lane = loop(b, "u", k_int(b, LANES), 0);
+        kb_unroll(b, LANES);
+        jj = let_index(b, "jj", k_add(b, group, lane));
+    } else {
+        jj = loop(b, "jj", jn, 0);
+    }
     KExpr *j = let_index(b, "j", k_add(b, j0, jj));
     KExpr *x = k_mul(b, k_load(b, sc, jj), scale);
     if (mask) {
@@ -140,7 +168,17 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         x = k_select(b, k_bin(b, KE_GT, j, i), minus_inf, x);
     KExpr *xv = k_var(b, kb_let(b, "x", KT_F32, x));
     kb_store(b, sc, jj, xv);
-    kb_assign(b, top, k_select(b, k_bin(b, KE_GT, xv, k_var(b, top)), xv, k_var(b, top)));
+    if (lanes) {
+        KExpr *was = k_load(b, tops, lane);
+        kb_store(b, tops, lane, k_select(b, k_bin(b, KE_GT, xv, was), xv, was));
+        kb_end(b);
+        kb_end(b);
+        lane = loop(b, "u", k_int(b, LANES), 0);
+        KExpr *t = k_load(b, tops, lane);
+        kb_assign(b, top, k_select(b, k_bin(b, KE_GT, t, k_var(b, top)), t, k_var(b, top)));
+    } else {
+        kb_assign(b, top, k_select(b, k_bin(b, KE_GT, xv, k_var(b, top)), xv, k_var(b, top)));
+    }
     kb_end(b);
     /* rescale what came before, then add the block */
     KExpr *shift =
@@ -156,8 +194,20 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     jj = loop(b, "jj", jn, K_VECTOR);
     kb_store(b, sc, jj, exp_nonpositive(b, k_sub(b, k_load(b, sc, jj), shift)));
     kb_end(b);
-    jj = loop(b, "jj", jn, 0);
-    kb_accum(b, sum, k_load(b, sc, jj));
+    if (lanes) {
+        int sums = kb_array(b, "sums", KT_F32, LANES, 0, false, true);
+        KExpr *group = k_var(b, kb_for(b, "jl", KT_I64, k_int(b, 0), jn, k_int(b, LANES), 0));
+        lane = loop(b, "u", k_int(b, LANES), 0);
+        kb_unroll(b, LANES);
+        kb_store_add(b, sums, lane, k_load(b, sc, k_add(b, group, lane)));
+        kb_end(b);
+        kb_end(b);
+        lane = loop(b, "u", k_int(b, LANES), 0);
+        kb_accum(b, sum, k_load(b, sums, lane));
+    } else {
+        jj = loop(b, "jj", jn, 0);
+        kb_accum(b, sum, k_load(b, sc, jj));
+    }
     kb_end(b);
     /* acc += p v over the block, `unroll_keys` keys at a time */
     int64_t unroll_keys = s % keys == 0 && keys % UNROLL == 0 ? UNROLL : 1;
@@ -177,7 +227,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     kb_end(b); /* rows */
     kb_end(b); /* blocks of keys */
 
-    row = loop(b, "r", k_int(b, rows), 0);
+    row = loop(b, "r", rn, 0);
     KExpr *y_row = let_index(b, "y_row", k_mul(b, k_add(b, first, row), k_int(b, ev)));
     c = loop(b, "c", k_int(b, ev), K_VECTOR);
     kb_store(b, ys, k_add(b, y_row, c), k_div(b, k_load2(b, acc, row, c), k_load(b, l, row)));

@@ -1082,9 +1082,9 @@ def gen_logic(b):
 def gen_attention(b):
     """attention against softmax(q k^T scale + mask) v in float64 (torch 1.13 has no
     scaled_dot_product_attention; this is its definition): shapes below and above the
-    C kernel's blocks of 16 rows and 64 keys, masks of both kinds broadcast, causal
+    C kernel's blocks of rows and 64 keys, masks of both kinds broadcast, causal
     masks with L < S and L = S, rows masked everywhere (NaN, as softmax over nothing),
-    NaN in q."""
+    NaN in q, a last block of rows shorter than the others."""
 
     def ref(q, k, v, mask=None, is_causal=False, scale=None):
         q, k, v = T(q), T(k), T(v)
@@ -1124,6 +1124,10 @@ def gen_attention(b):
     q[1, 4, 2] = np.nan
     case("NaN in q: its row NaN", q, b.rand(2, 24, 8), b.rand(2, 24, 8))
     case("rank 5, scale 1", b.rand(2, 1, 2, 8, 4), b.rand(2, 1, 2, 3, 4), b.rand(2, 1, 2, 3, 2), scale=1.0)
+    case("L = 100: blocks of rows with a shorter last; S = 64 in lanes; causal", b.rand(2, 100, 8),
+         b.rand(2, 64, 8), b.rand(2, 64, 5), is_causal=True)
+    case("L = 150, S = 32: a shorter last block of rows, keys in two groups of lanes", b.rand(1, 150, 16),
+         b.rand(1, 32, 16), b.rand(1, 32, 16))
 
 
 BATTERIES = {
