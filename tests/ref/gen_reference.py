@@ -1128,6 +1128,12 @@ def gen_attention(b):
          b.rand(2, 64, 8), b.rand(2, 64, 5), is_causal=True)
     case("L = 150, S = 32: a shorter last block of rows, keys in two groups of lanes", b.rand(1, 150, 16),
          b.rand(1, 32, 16), b.rand(1, 32, 16))
+    keep = b.rng.uniform(size=(40, 64)) < 0.6
+    keep[0] = False
+    case("bool mask in register tiles, a row masked everywhere: L = 40, S = 64, Ev = 32", b.rand(2, 40, 8),
+         b.rand(2, 64, 8), b.rand(2, 64, 32), keep)
+    case("causal in register tiles, L = S = 128", b.rand(1, 128, 8), b.rand(1, 128, 8), b.rand(1, 128, 16),
+         is_causal=True)
 
 
 BATTERIES = {
