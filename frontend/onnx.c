@@ -517,24 +517,28 @@ int im_binary(Importer *im, OpId op, int a, int b, int out_k) {
     return n ? im_finish(im, n, out_k) : -1;
 }
 
-int im_filled(Importer *im, int rank, const int64_t *dims, double v) {
-    Type t = type_make(rank, dims);
-    Node *n = graph_add_node(im->g, OP_CONST, 0, 1, (Loc){0});
-    Tensor *data = tensor_new(&t);
+int im_const_tensor(Importer *im, Tensor *data) {
+    Node *n = data ? graph_add_node(im->g, OP_CONST, 0, 1, (Loc){0}) : NULL;
     const char *base = im->node->n_output ? out_name(im, 0) : "c";
     char buf[512];
     snprintf(buf, sizeof buf, "%s.c", *base ? base : "c");
     const char *name = graph_fresh_name(im->g, buf, onnx_taken, im);
-    int id = n && data && name ? graph_define(im->g, name, n, 0) : -1;
+    int id = n && name ? graph_define(im->g, name, n, 0) : -1;
     if (id < 0) {
         tensor_free(data);
         return im_error(im, "out of memory");
     }
-    for (int64_t i = 0; i < type_numel(&t); i++)
-        data->data[i] = (float)v;
     n->data = data;
-    im->g->values[id].type = t;
+    im->g->values[id].type = data->type;
     return id;
+}
+
+int im_filled(Importer *im, int rank, const int64_t *dims, double v) {
+    Type t = type_make(rank, dims);
+    Tensor *data = tensor_new(&t);
+    for (int64_t i = 0; data && i < type_numel(&t); i++)
+        data->data[i] = (float)v;
+    return im_const_tensor(im, data);
 }
 
 int im_scalar(Importer *im, double v) {

@@ -97,6 +97,8 @@ int im_binary(Importer *im, OpId op, int a, int b, int out_k);
 /* A scalar f32 const (for decompositions); one of the given shape, every element v. */
 int im_scalar(Importer *im, double v);
 int im_filled(Importer *im, int rank, const int64_t *dims, double v);
+/* A const holding data (owned from here on, freed on failure; NULL: out of memory). */
+int im_const_tensor(Importer *im, Tensor *data);
 /* Output k of the node as a constant (a folded computation). */
 int im_define_const(Importer *im, int out_k, OConst *c);
 /* Output k of the node as an existing value (an op that changes nothing). */

@@ -4,8 +4,10 @@
  * slices for the gates, their activations and the elementwise state update. Being
  * ordinary ops, the unrolled graph runs on every target and has gradients, so a
  * recurrent model trains too. Layouts 0 ([seq, batch, ...]) and 1 ([batch, seq, ...]),
- * all directions, initial states, peepholes, clip, GRU's linear_before_reset and
- * the activations kiln has ops for. */
+ * all directions, initial states, peepholes, clip, GRU's linear_before_reset, the
+ * activations kiln has ops for, and constant sequence_lens: a step past a sequence's
+ * end leaves its state as it was and outputs zeros there (a `where` on the batch),
+ * so the final state is that of its last step, and a reverse pass starts there. */
 #include "onnx_internal.h"
 
 #include <string.h>
@@ -219,6 +221,33 @@ static int step_lstm(Importer *im, const Recurrent *r, const Direction *dir, int
     return o < 0 || hc < 0 ? -1 : im_binary(im, OP_MUL, o, hc, -1);
 }
 
+enum { ALL_ACTIVE = -2, NONE_ACTIVE = -3 };
+
+/* Which of the batch's sequences have a step t (t < lens[b]): ALL_ACTIVE, NONE_ACTIVE,
+ * or a bool const [1, batch, 1] telling each (-1 after an error). */
+static int step_active(Importer *im, const int64_t *lens, int64_t batch, int64_t t) {
+    int64_t count = 0;
+    for (int64_t k = 0; k < batch; k++)
+        count += t < lens[k];
+    if (count == batch || count == 0)
+        return count ? ALL_ACTIVE : NONE_ACTIVE;
+    Type type = type_make(3, (const int64_t[]){1, batch, 1});
+    type.dtype = DT_BOOL;
+    Tensor *mask = tensor_new(&type);
+    for (int64_t k = 0; mask && k < batch; k++)
+        mask->b[k] = t < lens[k];
+    return im_const_tensor(im, mask);
+}
+
+/* where(cond, a, b); -1 when an operand is */
+static int where(Importer *im, int cond, int a, int b) {
+    if (a < 0 || b < 0)
+        return -1;
+    const int in[] = {cond, a, b};
+    Node *n = im_node(im, OP_WHERE, 3, in);
+    return n ? im_finish(im, n, -1) : -1;
+}
+
 /* Checks input k against [dims]; 0 when absent (then *value is -1). */
 static int optional_input(Importer *im, int k, const char *what, const int64_t *dims, int rank, int *value) {
     *value = -1;
@@ -296,17 +325,20 @@ static int imp_recurrent(Importer *im, Cell cell) {
     if (layout == 1 && ((h0 >= 0 && (h0 = transpose(im, h0, perm3, 3, -1)) < 0) ||
                         (c0 >= 0 && (c0 = transpose(im, c0, perm3, 3, -1)) < 0)))
         return -1;
+    int64_t lens[ONNX_MAXL];
+    bool partial = false; /* some sequence shorter than seq */
     if (im_has_input(im, 4)) {
-        int64_t lens[ONNX_MAXL];
         int n_lens;
         if (im_input_ints(im, 4, "sequence_lens", lens, &n_lens) < 0)
             return -1;
-        for (int k = 0; k < n_lens; k++)
-            if (lens[k] != seq)
-                return im_error(im,
-                                "sequence_lens[%d] is %lld; kiln supports only sequences of the full "
-                                "length %lld",
-                                k, (long long)lens[k], (long long)seq);
+        if (n_lens != batch)
+            return im_error(im, "sequence_lens has %d entries; the batch is %lld", n_lens, (long long)batch);
+        for (int k = 0; k < n_lens; k++) {
+            if (lens[k] < 1 || lens[k] > seq)
+                return im_error(im, "sequence_lens[%d] is %lld; expected 1 to the sequence's %lld steps", k,
+                                (long long)lens[k], (long long)seq);
+            partial = partial || lens[k] < seq;
+        }
     }
 
     const int64_t state_dims[] = {1, batch, hs};
@@ -350,15 +382,31 @@ static int imp_recurrent(Importer *im, Cell cell) {
             return im_error(im, "out of memory");
         for (int64_t s = 0; s < seq; s++) {
             int64_t t = reverse ? seq - 1 - s : s;
-            int xt = slice_axis(im, dir.xw, 0, t, t + 1);
+            int active = partial ? step_active(im, lens, batch, t) : ALL_ACTIVE;
+            if (active == -1)
+                return -1;
+            if (active == NONE_ACTIVE) {
+                if ((steps[t] = im_filled(im, 3, state_dims, 0)) < 0)
+                    return -1;
+                continue;
+            }
+            int xt = slice_axis(im, dir.xw, 0, t, t + 1), h_new, c_new = c;
             if (xt < 0)
                 return -1;
-            h = cell == CELL_RNN   ? step_rnn(im, &r, &dir, d, xt, h)
-                : cell == CELL_GRU ? step_gru(im, &r, &dir, d, xt, h)
-                                   : step_lstm(im, &r, &dir, d, xt, h, &c);
-            if (h < 0)
+            h_new = cell == CELL_RNN   ? step_rnn(im, &r, &dir, d, xt, h)
+                    : cell == CELL_GRU ? step_gru(im, &r, &dir, d, xt, h)
+                                       : step_lstm(im, &r, &dir, d, xt, h, &c_new);
+            if (h_new < 0)
                 return -1;
-            steps[t] = h;
+            if (active == ALL_ACTIVE) {
+                h = steps[t] = h_new, c = c_new;
+                continue;
+            }
+            /* the batch's sequences that ended keep their state, and output zeros */
+            if ((h = where(im, active, h_new, h)) < 0 ||
+                (cell == CELL_LSTM && (c = where(im, active, c_new, c)) < 0) ||
+                (steps[t] = where(im, active, h_new, im_scalar(im, 0))) < 0)
+                return -1;
         }
         const int64_t y_dims[] = {seq, 1, batch, hs};
         if ((ys[d] = seq > 1 ? concat(im, steps, (int)seq, 0, -1) : steps[0]) < 0 ||

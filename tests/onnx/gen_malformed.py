@@ -156,6 +156,16 @@ save(model([helper.make_node("RNN", ["x", "w", "r"], ["y"], name="rnn", hidden_s
            [f32("x", [100000, 1, 2])], [f32("y", [100000, 1, 1, 4])], rnn_weights), "hostile_rnn_steps.onnx")
 save(model([helper.make_node("RNN", ["x", "w", "r"], ["y"], name="rnn", hidden_size=4, activations=["Elu"])],
            [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 4])], rnn_weights), "rnn_activation.onnx")
+# sequence_lens not one a batch entry, or outside 1 to the sequence's length; W absent;
+# LSTM's input_forget
+for name, lens in [("rnn_seq_lens_count.onnx", [3, 3]), ("rnn_seq_lens_range.onnx", [0])]:
+    save(model([helper.make_node("RNN", ["x", "w", "r", "", "lens"], ["y"], name="rnn", hidden_size=4)],
+               [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 4])],
+               rnn_weights + [numpy_helper.from_array(np.array(lens, np.int32), "lens")]), name)
+save(model([helper.make_node("RNN", ["x", "", "r"], ["y"], name="rnn", hidden_size=4)],
+           [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 4])], rnn_weights[1:]), "rnn_no_w.onnx")
+save(model([helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="lstm", hidden_size=1, input_forget=1)],
+           [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 1])], rnn_weights), "lstm_input_forget.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],

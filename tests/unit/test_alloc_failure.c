@@ -229,10 +229,12 @@ static void test_hostile_alloc_failure_kiln_jit(void **state) {
     injection_points += n - 1;
 }
 
-/* The recurrent layers' import: a bidirectional GRU unrolled into kiln ops. */
+/* The recurrent layers' import: a bidirectional GRU unrolled into kiln ops, and an
+ * LSTM whose sequences end early (the steps' masks). */
 static void test_hostile_alloc_failure_onnx_recurrent(void **state) {
     (void)state;
     assert_true(sweep(KILN_SOURCE_DIR "/tests/onnx/models/gru_bidirectional.onnx", NULL, false) > 100);
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/onnx/models/lstm_seq_lens.onnx", NULL, false) > 100);
 }
 
 static int disarm(void **state) {
