@@ -6,8 +6,10 @@
  *       matmul(q, kt)                   scale 1
  *       mul(matmul(q, kt), c)           scale c   (either operand order)
  *       div(matmul(q, kt), c)           scale 1 / c
- *     each optionally followed by add(., mask) (either order), mask f32 broadcasting
- *     to the scores without widening them
+ *     each optionally followed by add(., mask) (either order), mask f32, or by
+ *     where(mask, ., fill), mask bool, broadcasting to the scores without widening
+ *     them, and fill -inf or, where mask is a known constant with a true in every
+ *     row, a known scalar at most -1e30 (PyTorch's masked_fill with finfo.min)
  *   ->  attention(q, k, v, mask?, scale)
  * where c is a known scalar and k is kt with its last two dims swapped back (one
  * transpose, composed with kt's own when kt is a transpose, or none). Every value
@@ -17,11 +19,15 @@
  * outputs stay.
  *
  * Why it is correct: attention(q, k, v, mask, scale) is defined as softmax(q k^T
- * scale + mask) v along the last axis; the pattern computes exactly that, except
- * that a division by c becomes a product by 1 / c (within a rounding of the
- * scores). */
+ * scale + mask) v along the last axis, a bool mask standing for 0 where true and
+ * -inf where false; the pattern computes exactly that, except that a division by c
+ * becomes a product by 1 / c (within a rounding of the scores). A finite fill gives
+ * the masked scores exp(fill - max) = 0 (as -inf does) unless every kept score of a
+ * row is below -1e30 + 88, and no row is masked everywhere (where a fill would give
+ * uniform weights and -inf NaN). */
 #include "passes.h"
 
+#include <math.h>
 #include <string.h>
 
 /* What the pattern found, from the last matmul back. */
@@ -54,6 +60,49 @@ static bool match_scores(PassContext *c, int s, const int *uses, Match *m, int *
     return true;
 }
 
+/* Whether where(mask, s, fill) masks the scores s as attention's bool mask does:
+ * fill -inf, or at most -1e30 with mask a known constant that keeps a score in every
+ * row. */
+static bool masks_as_attention(PassContext *c, int mask, int fill_value, int *rc) {
+    double fill;
+    if (!pass_known_scalar(c, fill_value, &fill, rc) || fill > -1e30)
+        return false;
+    if (fill == -INFINITY)
+        return true;
+    Tensor *t = NULL;
+    int known = pass_known_value(c, mask, &t);
+    if (known < 0)
+        *rc = -1;
+    bool kept_everywhere = known == 1 && t->type.rank > 0;
+    int64_t len = kept_everywhere ? t->type.dims[t->type.rank - 1] : 1;
+    int64_t numel = kept_everywhere ? type_numel(&t->type) : 0;
+    for (int64_t row = 0; kept_everywhere && row < numel; row += len) {
+        bool kept = false;
+        for (int64_t j = 0; j < len && !kept; j++)
+            kept = t->b[row + j] != 0;
+        kept_everywhere = kept;
+    }
+    tensor_free(t);
+    return kept_everywhere;
+}
+
+/* s = where(mask, scores, fill) as a bool mask of attention's: the scores' match. */
+static bool match_where(PassContext *c, int s, const int *uses, Match *m, int *rc) {
+    Graph *g = c->g;
+    Node *where = pass_single_use(g, uses, s, OP_WHERE);
+    if (!where || g->values[where->in[0]].type.dtype != DT_BOOL ||
+        !type_equal(&g->values[where->in[1]].type, &g->values[s].type) ||
+        !masks_as_attention(c, where->in[0], where->in[2], rc))
+        return false;
+    Match with_mask = *m;
+    with_mask.dead[with_mask.n_dead++] = g->values[s].node;
+    with_mask.mask = where->in[0];
+    if (!match_scores(c, where->in[1], uses, &with_mask, rc))
+        return false;
+    *m = with_mask;
+    return true;
+}
+
 static bool match(PassContext *c, const Node *last, const int *uses, Match *m, int *rc) {
     Graph *g = c->g;
     Node *sm = pass_single_use(g, uses, last->in[0], OP_SOFTMAX);
@@ -74,7 +123,8 @@ static bool match(PassContext *c, const Node *last, const int *uses, Match *m, i
             match_scores(c, add->in[k], uses, &with_mask, rc))
             *m = with_mask, found = true;
     }
-    if (!add && !(found = match_scores(c, s, uses, m, rc)))
+    if (!add && !(found = match_where(c, s, uses, m, rc)) && !*rc &&
+        !(found = match_scores(c, s, uses, m, rc)))
         return false;
     if (!found || *rc)
         return false;
