@@ -9,6 +9,17 @@ Run it from anywhere; it writes into the folder it lives in:
   train_y.npy                f32[256, 4]: their classes, one-hot
   train_cnn_init.safetensors the small CNN's initial weights (torch's default init, seed 0)
   train_cnn_loss.npy         f32[300]: the loss of each of 300 training steps in PyTorch
+  train_cnn_adam.kiln, train_cnn_adamw.kiln
+                             the same step with Adam and with AdamW (written here from
+                             ADAM_TEMPLATE: the forward pass, then per weight the update)
+  train_cnn_adam_loss.npy, train_cnn_adamw_loss.npy
+                             f32[100]: their losses over 100 steps of torch.optim.Adam
+                             (lr 0.003) and torch.optim.AdamW (lr 0.003, weight decay 0.01)
+
+Adam's learning rate is 0.003, not 0.01: at 0.01 this network's Adam curve hangs on
+the last bit, two float32 orderings of torch's own update (addcdiv or p - (m / d) lr)
+parting by 6e-4 over 100 steps; at 0.003 they agree within 2e-7, as float32 and
+float64 do, so the curves compare what was computed, not how it was rounded.
 
 The data: each image is a bar of 5 to 9 pixels, horizontal (class 0), vertical (1),
 diagonal top-left to bottom-right (2) or anti-diagonal (3), of brightness 1.5 to 2.5
@@ -88,11 +99,12 @@ def batch_indices(step):
     return (step * BATCH + np.arange(BATCH)) % N
 
 
-def train(net, xt, labels):
-    """The losses of STEPS steps of SGD with momentum, each computed before its update."""
-    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
-    losses = np.zeros(STEPS)
-    for s in range(STEPS):
+def train(net, xt, labels, make_opt=None, steps=STEPS):
+    """The losses of `steps` steps (SGD with momentum unless make_opt makes another
+    optimizer of the params), each computed before its update."""
+    opt = (make_opt or (lambda p: torch.optim.SGD(p, lr=LR, momentum=MOMENTUM)))(net.parameters())
+    losses = np.zeros(steps)
+    for s in range(steps):
         idx = torch.from_numpy(batch_indices(s))
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(net(xt[idx]), labels[idx])
@@ -100,6 +112,95 @@ def train(net, xt, labels):
         opt.step()
         losses[s] = loss.item()
     return losses
+
+
+ADAM_STEPS, ADAM_LR, ADAMW_DECAY = 100, 0.003, 0.01
+WEIGHTS = ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"]
+SHAPES = {"conv1.weight": [8, 1, 3, 3], "conv1.bias": [8], "conv2.weight": [16, 8, 3, 3], "conv2.bias": [16],
+          "fc.weight": [4, 256], "fc.bias": [4]}
+
+ADAM_TEMPLATE = """model train_cnn_{kind}
+# train_cnn.kiln's step with {title} in place of SGD, as torch.optim.{title}
+# computes it (lr {lr}, betas (0.9, 0.999), eps 1e-8{decay_note}). At the t-th
+# step (t = 1 first), per weight w with its gradient g:
+#
+#{decay_line}   m = 0.9 m + 0.1 g            (the first moment, a param)
+#   v = 0.999 v + 0.001 g * g    (the second moment, a param)
+#   w = w - lr / (1 - 0.9^t) * m / (sqrt(v) / sqrt(1 - 0.999^t) + eps)
+#
+# Written by examples/gen_train.py, which also writes the losses PyTorch gives over
+# {steps} steps from the same weights and data (train_cnn_{kind}_loss.npy):
+#
+#   kiln compile examples/train_cnn_{kind}.kiln --weights examples/train_cnn_init.safetensors -o {kind}.so
+#   ./train_cnn {kind}.so examples/train_x.npy examples/train_y.npy {steps} --expect examples/train_cnn_{kind}_loss.npy
+input x : f32[32, 1, 16, 16]
+input y : f32[32, 4]
+{params}# The bias corrections 1 - beta^t, params updated as (1 - beta) + beta (1 - beta^(t-1))
+# from 0. Not 1 - pow(beta, t): 0.999 is 0.99900001 in f32, and 1 - 0.99900001^t is
+# 1.3e-5 off the 1 - 0.999^t torch computes in double, enough to move the losses by
+# 4e-4 over 100 steps.
+param correction1 : f32[] = zeros
+param correction2 : f32[] = zeros
+const lr : f32[] = {lr}
+const beta1 : f32[] = 0.9
+const beta2 : f32[] = 0.999
+const one_minus_beta1 : f32[] = 0.1
+const one_minus_beta2 : f32[] = 0.001
+const eps : f32[] = 1e-8
+const minus_batch : f32[] = -32
+{decay_const}# the forward pass and the loss, as in train_cnn.kiln
+conv1 = conv(x, conv1.weight, conv1.bias, pads=[1, 1, 1, 1])
+relu1 = relu(conv1)
+pool1 = max_pool(relu1, kernel=[2, 2], strides=[2, 2])
+conv2 = conv(pool1, conv2.weight, conv2.bias, pads=[1, 1, 1, 1])
+relu2 = relu(conv2)
+pool2 = max_pool(relu2, kernel=[2, 2], strides=[2, 2])
+flatten = flatten(pool2)
+logits = linear(flatten, fc.weight, fc.bias)
+lsm = log_softmax(logits, axis=1)
+picked = mul(lsm, y)
+total = sum(picked)
+loss = div(total, minus_batch)
+{grads} = grad(loss, {weights})
+# this step's bias corrections and step size, shared by every weight
+old_correction1 = mul(correction1, beta1)
+old_correction2 = mul(correction2, beta2)
+new_correction1 = add(old_correction1, one_minus_beta1)
+new_correction2 = add(old_correction2, one_minus_beta2)
+step_size = div(lr, new_correction1)
+root2 = sqrt(new_correction2)
+{updates}update correction1 = new_correction1
+update correction2 = new_correction2
+output loss
+"""
+
+
+def adam_text(kind):
+    """train_cnn_{kind}.kiln's text: kind 'adam' or 'adamw'."""
+    decoupled = kind == "adamw"
+    params, updates = "", ""
+    for w in WEIGHTS:
+        shape = ", ".join(map(str, SHAPES[w]))
+        params += "param %s : f32[%s]\n" % (w, shape)
+        params += "param %s.m : f32[%s] = zeros\nparam %s.v : f32[%s] = zeros\n" % (w, shape, w, shape)
+    for w in WEIGHTS:
+        base = "decayed.%s" % w if decoupled else w
+        if decoupled:
+            updates += "decayed.%s = mul(%s, keep)\n" % (w, w)
+        updates += ("old_m.{w} = mul({w}.m, beta1)\nnew_g.{w} = mul(g.{w}, one_minus_beta1)\n"
+                    "m.{w} = add(old_m.{w}, new_g.{w})\n"
+                    "old_v.{w} = mul({w}.v, beta2)\nsquare.{w} = mul(g.{w}, g.{w})\n"
+                    "new_square.{w} = mul(square.{w}, one_minus_beta2)\nv.{w} = add(old_v.{w}, new_square.{w})\n"
+                    "root.{w} = sqrt(v.{w})\nscaled.{w} = div(root.{w}, root2)\ndenom.{w} = add(scaled.{w}, eps)\n"
+                    "ratio.{w} = div(m.{w}, denom.{w})\nstep.{w} = mul(ratio.{w}, step_size)\n"
+                    "new.{w} = sub({base}, step.{w})\n"
+                    "update {w}.m = m.{w}\nupdate {w}.v = v.{w}\nupdate {w} = new.{w}\n").format(w=w, base=base)
+    return ADAM_TEMPLATE.format(
+        kind=kind, title="AdamW" if decoupled else "Adam", lr=ADAM_LR, steps=ADAM_STEPS, params=params,
+        decay_note=", weight decay %g" % ADAMW_DECAY if decoupled else "",
+        decay_line="   w = (1 - lr * %g) w          (the decoupled weight decay)\n#" % ADAMW_DECAY if decoupled else "",
+        decay_const="const keep : f32[] = %r\n" % (1 - ADAM_LR * ADAMW_DECAY) if decoupled else "",
+        grads=", ".join("g." + w for w in WEIGHTS), weights=", ".join(WEIGHTS), updates=updates)
 
 
 def main():
@@ -124,6 +225,20 @@ def main():
 
     with torch.no_grad():
         acc = (net(xt).argmax(1) == labels).float().mean().item()
+    optimizers = {"adam": lambda p: torch.optim.Adam(p, lr=ADAM_LR),
+                  "adamw": lambda p: torch.optim.AdamW(p, lr=ADAM_LR, weight_decay=ADAMW_DECAY)}
+    for kind, make_opt in optimizers.items():
+        with open(os.path.join(HERE, "train_cnn_%s.kiln" % kind), "w") as f:
+            f.write(adam_text(kind))
+        curves = []
+        for dtype in (torch.float32, torch.float64):
+            fresh = TrainCNN().to(dtype)
+            fresh.load_state_dict({k: torch.from_numpy(v).to(dtype) for k, v in init.items()})
+            curves.append(train(fresh, xt.to(dtype), labels, make_opt, ADAM_STEPS))
+        np.save(os.path.join(HERE, "train_cnn_%s_loss.npy" % kind), curves[0].astype(np.float32))
+        apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
+        print("%s: loss step 0 %.6f, step %d %.6f; float64 differs by at most %.3g * max(1, |loss|) (step %d)"
+              % (kind, curves[0][0], ADAM_STEPS - 1, curves[0][-1], apart.max(), apart.argmax()))
     print("wrote train_x.npy %s, train_y.npy %s, train_cnn_init.safetensors (%s), train_cnn_loss.npy in %s"
           % (list(x.shape), list(y.shape), ", ".join(init), HERE))
     print("loss: step 0 %.6f, step %d %.6f (mean of the last 8 steps %.6f); accuracy after training %.1f%%"

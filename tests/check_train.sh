@@ -2,7 +2,8 @@
 # The training example end to end: every pass of the training step checked in the
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
-# curve PyTorch gives from the same weights (examples/gen_train.py). Bad data files
+# curve PyTorch gives from the same weights (examples/gen_train.py); the same for
+# the Adam and AdamW steps over 100 steps. Bad data files
 # are errors naming the file, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
@@ -13,6 +14,13 @@ trap 'rm -rf "$tmp"' EXIT
 "$kiln" compile "$dir/train_cnn.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/train_cnn.so"
 "$driver" "$tmp/train_cnn.so" "$dir/train_x.npy" "$dir/train_y.npy" 300 --expect "$dir/train_cnn_loss.npy" |
   tail -n 2
+# Adam and AdamW: 100 steps, each loss within 1e-5 of torch.optim's
+for opt in adam adamw; do
+  "$kiln" opt "$dir/train_cnn_$opt.kiln" --weights "$dir/train_cnn_init.safetensors" --check > /dev/null
+  "$kiln" compile "$dir/train_cnn_$opt.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/$opt.so"
+  "$driver" "$tmp/$opt.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_${opt}_loss.npy" \
+    --tol 1e-5 | tail -n 1
+done
 head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
 expect_error() {
   status=0
