@@ -16,6 +16,12 @@ Run it from anywhere; it writes into the folder it lives in:
                              f32[100]: their losses over 100 steps of torch.optim.Adam
                              (lr 0.003) and torch.optim.AdamW (lr 0.003, weight decay 0.01)
 
+  train_cnn_clip.kiln, train_cnn_clip_loss.npy
+                             the step with the gradients clipped to global norm 0.5
+                             (torch.nn.utils.clip_grad_norm_; most steps clip), then SGD
+                             with momentum 0.9 and weight decay 5e-4, and its losses
+                             over 100 steps
+
 Adam's learning rate is 0.003, not 0.01: at 0.01 this network's Adam curve hangs on
 the last bit, two float32 orderings of torch's own update (addcdiv or p - (m / d) lr)
 parting by 6e-4 over 100 steps; at 0.003 they agree within 2e-7, as float32 and
@@ -99,25 +105,45 @@ def batch_indices(step):
     return (step * BATCH + np.arange(BATCH)) % N
 
 
-def train(net, xt, labels, make_opt=None, steps=STEPS):
+def train(net, xt, labels, make_opt=None, steps=STEPS, clip=None):
     """The losses of `steps` steps (SGD with momentum unless make_opt makes another
-    optimizer of the params), each computed before its update."""
+    optimizer of the params; the gradients clipped to the global norm `clip` when
+    given), each computed before its update, and which steps clipped."""
     opt = (make_opt or (lambda p: torch.optim.SGD(p, lr=LR, momentum=MOMENTUM)))(net.parameters())
-    losses = np.zeros(steps)
+    losses, clipped = np.zeros(steps), np.zeros(steps, bool)
     for s in range(steps):
         idx = torch.from_numpy(batch_indices(s))
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(net(xt[idx]), labels[idx])
         loss.backward()
+        if clip:
+            clipped[s] = nn.utils.clip_grad_norm_(net.parameters(), clip) > clip
         opt.step()
         losses[s] = loss.item()
-    return losses
+    return losses, clipped
 
 
 ADAM_STEPS, ADAM_LR, ADAMW_DECAY = 100, 0.003, 0.01
 WEIGHTS = ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc.weight", "fc.bias"]
 SHAPES = {"conv1.weight": [8, 1, 3, 3], "conv1.bias": [8], "conv2.weight": [16, 8, 3, 3], "conv2.bias": [16],
           "fc.weight": [4, 256], "fc.bias": [4]}
+
+FORWARD = """const minus_batch : f32[] = -32
+# the forward pass and the loss, as in train_cnn.kiln
+conv1 = conv(x, conv1.weight, conv1.bias, pads=[1, 1, 1, 1])
+relu1 = relu(conv1)
+pool1 = max_pool(relu1, kernel=[2, 2], strides=[2, 2])
+conv2 = conv(pool1, conv2.weight, conv2.bias, pads=[1, 1, 1, 1])
+relu2 = relu(conv2)
+pool2 = max_pool(relu2, kernel=[2, 2], strides=[2, 2])
+flatten = flatten(pool2)
+logits = linear(flatten, fc.weight, fc.bias)
+lsm = log_softmax(logits, axis=1)
+picked = mul(lsm, y)
+total = sum(picked)
+loss = div(total, minus_batch)
+%s = grad(loss, %s)
+""" % (", ".join("g." + w for w in WEIGHTS), ", ".join(WEIGHTS))
 
 ADAM_TEMPLATE = """model train_cnn_{kind}
 # train_cnn.kiln's step with {title} in place of SGD, as torch.optim.{title}
@@ -147,22 +173,7 @@ const beta2 : f32[] = 0.999
 const one_minus_beta1 : f32[] = 0.1
 const one_minus_beta2 : f32[] = 0.001
 const eps : f32[] = 1e-8
-const minus_batch : f32[] = -32
-{decay_const}# the forward pass and the loss, as in train_cnn.kiln
-conv1 = conv(x, conv1.weight, conv1.bias, pads=[1, 1, 1, 1])
-relu1 = relu(conv1)
-pool1 = max_pool(relu1, kernel=[2, 2], strides=[2, 2])
-conv2 = conv(pool1, conv2.weight, conv2.bias, pads=[1, 1, 1, 1])
-relu2 = relu(conv2)
-pool2 = max_pool(relu2, kernel=[2, 2], strides=[2, 2])
-flatten = flatten(pool2)
-logits = linear(flatten, fc.weight, fc.bias)
-lsm = log_softmax(logits, axis=1)
-picked = mul(lsm, y)
-total = sum(picked)
-loss = div(total, minus_batch)
-{grads} = grad(loss, {weights})
-# this step's bias corrections and step size, shared by every weight
+{decay_const}{forward}# this step's bias corrections and step size, shared by every weight
 old_correction1 = mul(correction1, beta1)
 old_correction2 = mul(correction2, beta2)
 new_correction1 = add(old_correction1, one_minus_beta1)
@@ -200,7 +211,57 @@ def adam_text(kind):
         decay_note=", weight decay %g" % ADAMW_DECAY if decoupled else "",
         decay_line="   w = (1 - lr * %g) w          (the decoupled weight decay)\n#" % ADAMW_DECAY if decoupled else "",
         decay_const="const keep : f32[] = %r\n" % (1 - ADAM_LR * ADAMW_DECAY) if decoupled else "",
-        grads=", ".join("g." + w for w in WEIGHTS), weights=", ".join(WEIGHTS), updates=updates)
+        forward=FORWARD, updates=updates)
+
+
+CLIP_STEPS, CLIP_MAX_NORM, CLIP_DECAY = 100, 0.5, 5e-4
+
+CLIP_TEMPLATE = """model train_cnn_clip
+# train_cnn.kiln's step with the gradients clipped by their global norm, as
+# torch.nn.utils.clip_grad_norm_(params, {max_norm}) does, then SGD with momentum 0.9,
+# weight decay {decay} and lr {lr} as torch.optim.SGD computes it. Per weight w, with
+# its gradient g and n the 2-norm of all the gradients together:
+#
+#   g = g * min(1, {max_norm} / (n + 1e-6))
+#   v = 0.9 v + (g + {decay} w)       (v, the momentum, a param)
+#   w = w - lr v
+#
+# Written by examples/gen_train.py, which also writes the losses PyTorch gives over
+# {steps} steps from the same weights and data (train_cnn_clip_loss.npy).
+input x : f32[32, 1, 16, 16]
+input y : f32[32, 4]
+{params}const lr : f32[] = {lr}
+const momentum : f32[] = 0.9
+const weight_decay : f32[] = {decay}
+const max_norm : f32[] = {max_norm}
+const tiny : f32[] = 1e-6
+const one : f32[] = 1
+{forward}# the gradients' global norm, and the factor that brings it down to max_norm
+{norm}norm = sqrt(squares)
+norm_tiny = add(norm, tiny)
+ratio = div(max_norm, norm_tiny)
+clip = min(ratio, one)
+{updates}output loss
+"""
+
+
+def clip_text():
+    """train_cnn_clip.kiln's text."""
+    params, norm, updates = "", "", ""
+    for k, w in enumerate(WEIGHTS):
+        shape = ", ".join(map(str, SHAPES[w]))
+        params += "param %s : f32[%s]\nparam %s.momentum : f32[%s] = zeros\n" % (w, shape, w, shape)
+        norm += "square.{w} = mul(g.{w}, g.{w})\nsum.{w} = sum(square.{w})\n".format(w=w)
+        if k:
+            total = "squares" if k == len(WEIGHTS) - 1 else "squares%d" % k
+            before = "sum." + WEIGHTS[0] if k == 1 else "squares%d" % (k - 1)
+            norm += "%s = add(%s, sum.%s)\n" % (total, before, w)
+        updates += ("clipped.{w} = mul(g.{w}, clip)\ndecay.{w} = mul({w}, weight_decay)\n"
+                    "d.{w} = add(clipped.{w}, decay.{w})\nmv.{w} = mul({w}.momentum, momentum)\n"
+                    "v.{w} = add(mv.{w}, d.{w})\nstep.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
+                    "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w)
+    return CLIP_TEMPLATE.format(max_norm=CLIP_MAX_NORM, decay=CLIP_DECAY, lr=LR, steps=CLIP_STEPS, params=params,
+                                forward=FORWARD, norm=norm, updates=updates)
 
 
 def main():
@@ -218,10 +279,10 @@ def main():
     xt, labels = torch.from_numpy(x), torch.from_numpy(y.argmax(1))
     net64 = TrainCNN().double()
     net64.load_state_dict({k: torch.from_numpy(v).double() for k, v in init.items()})
-    losses = train(net, xt, labels).astype(np.float32)
+    losses = train(net, xt, labels)[0].astype(np.float32)
     np.save(os.path.join(HERE, "train_cnn_loss.npy"), losses)
     # the same training in float64: how far float32's rounding moves the curve
-    drift = np.abs(losses - train(net64, xt.double(), labels)) / np.maximum(1, np.abs(losses))
+    drift = np.abs(losses - train(net64, xt.double(), labels)[0]) / np.maximum(1, np.abs(losses))
 
     with torch.no_grad():
         acc = (net(xt).argmax(1) == labels).float().mean().item()
@@ -234,11 +295,26 @@ def main():
         for dtype in (torch.float32, torch.float64):
             fresh = TrainCNN().to(dtype)
             fresh.load_state_dict({k: torch.from_numpy(v).to(dtype) for k, v in init.items()})
-            curves.append(train(fresh, xt.to(dtype), labels, make_opt, ADAM_STEPS))
+            curves.append(train(fresh, xt.to(dtype), labels, make_opt, ADAM_STEPS)[0])
         np.save(os.path.join(HERE, "train_cnn_%s_loss.npy" % kind), curves[0].astype(np.float32))
         apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
         print("%s: loss step 0 %.6f, step %d %.6f; float64 differs by at most %.3g * max(1, |loss|) (step %d)"
               % (kind, curves[0][0], ADAM_STEPS - 1, curves[0][-1], apart.max(), apart.argmax()))
+    with open(os.path.join(HERE, "train_cnn_clip.kiln"), "w") as f:
+        f.write(clip_text())
+    curves = []
+    for dtype in (torch.float32, torch.float64):
+        fresh = TrainCNN().to(dtype)
+        fresh.load_state_dict({k: torch.from_numpy(v).to(dtype) for k, v in init.items()})
+        decayed = lambda p: torch.optim.SGD(p, lr=LR, momentum=MOMENTUM, weight_decay=CLIP_DECAY)  # noqa: E731
+        losses_d, clipped = train(fresh, xt.to(dtype), labels, decayed, CLIP_STEPS, CLIP_MAX_NORM)
+        curves.append(losses_d)
+        if dtype == torch.float32:
+            n_clipped = int(clipped.sum())
+    np.save(os.path.join(HERE, "train_cnn_clip_loss.npy"), curves[0].astype(np.float32))
+    apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
+    print("clip: loss step 0 %.6f, step %d %.6f; %d of %d steps clipped; float64 differs by at most %.3g"
+          % (curves[0][0], CLIP_STEPS - 1, curves[0][-1], n_clipped, CLIP_STEPS, apart.max()))
     print("wrote train_x.npy %s, train_y.npy %s, train_cnn_init.safetensors (%s), train_cnn_loss.npy in %s"
           % (list(x.shape), list(y.shape), ", ".join(init), HERE))
     print("loss: step 0 %.6f, step %d %.6f (mean of the last 8 steps %.6f); accuracy after training %.1f%%"

@@ -3,7 +3,7 @@
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
 # curve PyTorch gives from the same weights (examples/gen_train.py); the same for
-# the Adam and AdamW steps over 100 steps. Bad data files
+# the Adam, AdamW and clipped SGD steps over 100 steps. Bad data files
 # are errors naming the file, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
@@ -14,8 +14,9 @@ trap 'rm -rf "$tmp"' EXIT
 "$kiln" compile "$dir/train_cnn.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/train_cnn.so"
 "$driver" "$tmp/train_cnn.so" "$dir/train_x.npy" "$dir/train_y.npy" 300 --expect "$dir/train_cnn_loss.npy" |
   tail -n 2
-# Adam and AdamW: 100 steps, each loss within 1e-5 of torch.optim's
-for opt in adam adamw; do
+# Adam, AdamW, and SGD with weight decay after clipping the gradients' global norm:
+# 100 steps, each loss within 1e-5 of torch's
+for opt in adam adamw clip; do
   "$kiln" opt "$dir/train_cnn_$opt.kiln" --weights "$dir/train_cnn_init.safetensors" --check > /dev/null
   "$kiln" compile "$dir/train_cnn_$opt.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/$opt.so"
   "$driver" "$tmp/$opt.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_${opt}_loss.npy" \
