@@ -64,7 +64,7 @@ typedef struct {
     KExpr *j0, *jn;            /* the block of keys: its first, and how many */
     KExpr *first, *rn;         /* the iteration's first row of q, and its count of rows */
     bool past_last;            /* a tile may reach past the iteration's last row */
-    KExpr *v_at;
+    KExpr *k_at, *v_at;        /* the batch item's first element of k and of v */
 } Att;
 
 /* The row of q that row `row` of the iteration reads: past the last row, the last
@@ -156,7 +156,7 @@ static void block_softmax(Att *a, KExpr *row, KExpr *at, KExpr *pos) {
 
 /* The block's scores of the row at qi of q, into sc[0..jn): vector loops over the
  * keys, `unroll_e` steps of E each. */
-static void row_scores(Att *a, KExpr *qi, KExpr *k_at) {
+static void row_scores(Att *a, KExpr *qi) {
     KBuilder *b = a->b;
     KExpr *jj = loop(b, "jj", a->jn, K_VECTOR);
     kb_store(b, a->sc, jj, k_f32(b, 0));
@@ -171,8 +171,9 @@ static void row_scores(Att *a, KExpr *qi, KExpr *k_at) {
     KExpr *dot = NULL;
     for (int u = 0; u < unroll_e; u++) {
         KExpr *cu = k_add(b, c, k_int(b, u));
-        KExpr *key = a->kt >= 0 ? k_load(b, a->kt, k_madd(b, cu, a->keys, jj))
-                                : k_load(b, a->ks, k_add(b, k_at, k_madd(b, k_add(b, a->j0, jj), a->e, cu)));
+        KExpr *key = a->kt >= 0
+                         ? k_load(b, a->kt, k_madd(b, cu, a->keys, jj))
+                         : k_load(b, a->ks, k_add(b, a->k_at, k_madd(b, k_add(b, a->j0, jj), a->e, cu)));
         KExpr *term = k_mul(b, qc[u], key);
         dot = dot ? k_add(b, dot, term) : term;
     }
@@ -335,7 +336,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         KExpr *left = k_sub(b, k_int(b, len), block_row);
         a.rn = let_index(b, "rn", k_select(b, k_lt(b, left, k_int(b, rows)), left, k_int(b, rows)));
     }
-    KExpr *k_at = let_index(b, "k_at", k_mul(b, item, k_int(b, s * e)));
+    a.k_at = let_index(b, "k_at", k_mul(b, item, k_int(b, s * e)));
     a.v_at = let_index(b, "v_at", k_mul(b, item, k_int(b, s * ev)));
     if (mask) {
         Type batch = type_make(r - 2, q->dims), scores = *q;
@@ -360,7 +361,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     if (pack) {
         KExpr *jj = loop(b, "jj", a.jn, 0), *c = loop(b, "c", k_int(b, e), 0);
         kb_store(b, a.kt, k_madd(b, c, keys, jj),
-                 k_load(b, a.ks, k_add(b, k_at, k_madd(b, k_add(b, a.j0, jj), e, c))));
+                 k_load(b, a.ks, k_add(b, a.k_at, k_madd(b, k_add(b, a.j0, jj), e, c))));
         kb_end(b);
         kb_end(b);
     }
@@ -370,7 +371,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     } else {
         row = loop(b, "r", a.rn, 0);
         KExpr *qi = let_index(b, "qi", k_add(b, a.first, row));
-        row_scores(&a, qi, k_at);
+        row_scores(&a, qi);
         block_softmax(&a, row, k_int(b, 0), let_index(b, "pos", k_mod(b, qi, k_int(b, len))));
         row_update(&a, row, s % keys == 0 && keys % UNROLL == 0 ? UNROLL : 1);
     }

@@ -166,21 +166,14 @@ static int fuse(PassContext *c, const Match *m, bool *dead) {
     return 0;
 }
 
-int pass_fuse_layer_norm(PassContext *c) {
-    Graph *g = c->g;
-    int n_nodes = g->n_nodes;
-    int *uses = ir_calloc((size_t)g->n_values + 1, sizeof *uses);
-    bool *dead = ir_calloc((size_t)n_nodes + 1, 1);
-    int rc = uses && dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
-    if (rc == 0)
-        graph_count_uses(g, uses);
-    for (int i = 0; rc == 0 && i < n_nodes; i++) {
-        Match m;
-        if (g->nodes[i]->op == OP_DIV && !dead[i] && match(c, i, uses, &m, &rc) && rc == 0)
-            rc = fuse(c, &m, dead);
-    }
-    if (rc == 0)
-        rc = pass_remove_dead(c, dead, n_nodes);
-    ir_free(uses), ir_free(dead);
+static int fuse_at(PassContext *c, int node, const int *uses, bool *dead) {
+    Match m;
+    int rc = 0;
+    if (match(c, node, uses, &m, &rc) && rc == 0)
+        rc = fuse(c, &m, dead);
     return rc;
+}
+
+int pass_fuse_layer_norm(PassContext *c) {
+    return pass_fuse_each(c, OP_DIV, fuse_at);
 }

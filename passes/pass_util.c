@@ -13,6 +13,23 @@ Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op) {
     return n && n->op == op && uses[v] == 1 ? n : NULL;
 }
 
+int pass_fuse_each(PassContext *c, OpId op, PassFuseAt fuse_at) {
+    Graph *g = c->g;
+    int n_nodes = g->n_nodes;
+    int *uses = ir_calloc((size_t)g->n_values + 1, sizeof *uses);
+    bool *dead = ir_calloc((size_t)n_nodes + 1, 1);
+    int rc = uses && dead ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
+    if (rc == 0)
+        graph_count_uses(g, uses);
+    for (int i = 0; rc == 0 && i < n_nodes; i++)
+        if (g->nodes[i]->op == op && !dead[i])
+            rc = fuse_at(c, i, uses, dead);
+    if (rc == 0)
+        rc = pass_remove_dead(c, dead, n_nodes);
+    ir_free(uses), ir_free(dead);
+    return rc;
+}
+
 int pass_remove_dead(PassContext *c, const bool *dead, int n_nodes) {
     bool *all = ir_calloc((size_t)c->g->n_nodes + 1, 1);
     if (!all)

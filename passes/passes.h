@@ -76,6 +76,13 @@ Node *pass_definer(const Graph *g, int v);
 /* The node defining v when v is read once (uses: graph_count_uses) and the node
  * is an `op`; NULL otherwise. */
 Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op);
+/* A pattern rewrite from node `node` (an op of pass_fuse_each's): marks in dead the
+ * nodes it replaces (uses: graph_count_uses of the graph the pass began with);
+ * 0 when it rewrote or did not match, -1 after a diagnostic. */
+typedef int (*PassFuseAt)(PassContext *c, int node, const int *uses, bool *dead);
+/* Calls fuse_at on every node of op that no rewrite has marked dead, in order, then
+ * removes the dead ones (pass_remove_dead). */
+int pass_fuse_each(PassContext *c, OpId op, PassFuseAt fuse_at);
 /* Removes the nodes that dead marks among the first n_nodes (those the pass began
  * with; the nodes it added after them stay) and restores dependency order; -1 after
  * a diagnostic. */
