@@ -240,6 +240,18 @@ int eval_cast(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     return 0;
 }
 
+/* The position along the axis that element k of the indices names (a negative one
+ * counts from the end); -1 after an error naming node n's op when it is out of range. */
+static int64_t gathered(const Node *n, const Tensor *idx, int64_t k, int64_t dim, Diag *d) {
+    int64_t at = tensor_int(idx, k), i = at < 0 ? at + dim : at;
+    if (i >= 0 && i < dim)
+        return i;
+    diag_error(d, n->loc,
+               "%s: index %lld (element %lld of the indices) is out of range for a dim of size %lld",
+               op_table[n->op].name, (long long)at, (long long)k, (long long)dim);
+    return -1;
+}
+
 int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Tensor *x = in[0], *idx = in[1];
     int axis = norm_axis(node_int(n, ATTR_AXIS), x->type.rank);
@@ -250,12 +262,9 @@ int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const char *from = x->bytes;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++) {
-            int64_t at = tensor_int(idx, k), i = at < 0 ? at + dim : at;
-            if (i < 0 || i >= dim)
-                return diag_error(d, n->loc,
-                                  "gather: index %lld (element %lld of the indices) is out of range "
-                                  "for a dim of size %lld",
-                                  (long long)at, (long long)k, (long long)dim);
+            int64_t i = gathered(n, idx, k, dim, d);
+            if (i < 0)
+                return -1;
             memcpy(y + (o * count + k) * size, from + (o * dim + i) * size, (size_t)size);
         }
     return 0;
@@ -273,12 +282,9 @@ int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag 
     memset(dx, 0, sizeof *dx * (size_t)type_numel(x));
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++) {
-            int64_t at = tensor_int(idx, k), i = at < 0 ? at + dim : at;
-            if (i < 0 || i >= dim)
-                return diag_error(d, n->loc,
-                                  "gather_grad: index %lld (element %lld of the indices) is out of range "
-                                  "for a dim of size %lld",
-                                  (long long)at, (long long)k, (long long)dim);
+            int64_t i = gathered(n, idx, k, dim, d);
+            if (i < 0)
+                return -1;
             for (int64_t q = 0; q < inner; q++)
                 dx[(o * dim + i) * inner + q] += dy->data[(o * count + k) * inner + q];
         }
