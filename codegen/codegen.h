@@ -471,8 +471,10 @@ void emit_runtime(Str *out, const char *runtime);
 /* The weights blob, linked in with `.incbin` (or, with KILN_WEIGHTS_EXTERN, defined
  * by the host of an in-process JIT). */
 void emit_weights_blob(const Program *p, Str *out);
-/* The tensor infos, the kiln_model_def (with a model_create defined before) and kiln_model. */
-void emit_model_def(const Program *p, Str *out, const char *run, const char *destroy);
+/* The tensor infos, the kiln_model_def (with a model_create defined before) and
+ * kiln_model; rt is the runtime's prefix: its _run, _destroy, _read_state and
+ * _write_state. */
+void emit_model_def(const Program *p, Str *out, const char *rt);
 /* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
 void emit_profile_tables(const Program *p, Str *out);
 void indent_lines(Str *out, const char *text, int indent);

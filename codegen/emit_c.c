@@ -272,19 +272,58 @@ void emit_weights_blob(const Program *p, Str *out) {
         "#endif\n\n");
 }
 
-void emit_model_def(const Program *p, Str *out, const char *run, const char *destroy) {
+/* The params an update changes, in the order of their place in the state. */
+static int state_params(const Program *p, int *ids) {
+    int n = 0;
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        const Node *nd = p->g->nodes[i];
+        if (nd->op == OP_PARAM && p->buf[nd->out[0]].kind == BUF_STATE)
+            ids[n++] = nd->out[0];
+    }
+    return n;
+}
+
+void emit_model_def(const Program *p, Str *out, const char *rt) {
+    int *params = ir_calloc((size_t)p->g->n_nodes + 1, sizeof *params);
+    if (!params) {
+        out->oom = true;
+        return;
+    }
+    int n_params = state_params(p, params);
     emit_infos(p, out, "inputs", p->inputs, p->n_inputs);
     emit_infos(p, out, "outputs", p->g->outputs, p->g->n_outputs);
-    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, \"");
+    emit_infos(p, out, "params", params, n_params);
+    /* each param's place in the state and its size in bytes */
+    str_printf(out, "static const int64_t model_param_at[][2] = {\n");
+    for (int i = 0; i < n_params; i++) {
+        const Type *t = &p->g->values[params[i]].type;
+        str_printf(out, "    {%lld, %lld},\n", (long long)p->buf[params[i]].offset,
+                   (long long)(type_numel(t) * dtype_size(t->dtype)));
+    }
+    str_printf(
+        out,
+        "%s};\n\n"
+        "static int model_read_param(void *instance, int32_t i, void *dst) {\n"
+        "    return i < 0 || i >= %d || %s_read_state(instance, model_param_at[i][0], model_param_at[i][1], "
+        "dst);\n"
+        "}\n"
+        "static int model_write_param(void *instance, int32_t i, const void *src) {\n"
+        "    return i < 0 || i >= %d || %s_write_state(instance, model_param_at[i][0], "
+        "model_param_at[i][1], src);\n"
+        "}\n",
+        n_params ? "" : "    {0, 0}\n", n_params, rt, n_params, rt);
+    ir_free(params);
+    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS, \"");
     c_string(out, p->g->name);
     str_printf(out,
                "\", %d, %d, model_inputs, model_outputs,\n"
-               "    model_create, %s, %s,\n"
+               "    model_create, %s_run, %s_destroy,\n"
+               "    %d, model_params, model_read_param, model_write_param,\n"
                "};\n\n"
                "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
                "    return &model_def;\n"
                "}\n",
-               p->n_inputs, p->g->n_outputs, run, destroy);
+               p->n_inputs, p->g->n_outputs, rt, rt, n_params);
     /* what run's nonzero results mean (docs/abi.md): not exported from a .so (the
        contract's one symbol is kiln_model), but found by the in-process JIT */
     str_printf(out, "\nstatic const char *const kiln_faults[] = {\n");
@@ -416,7 +455,7 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
                "}\n",
                (long long)p->workspace_bytes, (long long)p->state_bytes,
                uses_blas(p) ? "openblas_set_num_threads" : "NULL");
-    emit_model_def(p, out, "kiln_rt_run", "kiln_rt_destroy");
+    emit_model_def(p, out, "kiln_rt");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");
     return 0;

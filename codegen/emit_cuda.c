@@ -171,7 +171,7 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
                p->n_kernels, emulated ? "kiln_emulated" : "NULL", (long long)p->workspace_bytes,
                (long long)p->state_bytes, (long long)p->weights_bytes, p->n_inputs, p->g->n_outputs,
                p->profile ? "kiln_prof_seconds" : "NULL");
-    emit_model_def(p, out, "kiln_cuda_run", "kiln_cuda_destroy");
+    emit_model_def(p, out, "kiln_cuda");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating the CUDA model");
     return 0;

@@ -718,3 +718,33 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     return fault;
 }
 #endif
+
+/* A param's bytes in the state, copied out or in between runs (kiln_model_def's
+   read_param and write_param). */
+#ifdef KILN_CUDA_EMULATE
+static int kiln_cuda_read_state(void *instance, int64_t offset, int64_t bytes, void *dst) {
+    const KilnCudaInstance *in = instance;
+    memcpy(dst, (const void *)(uintptr_t)(in->st + (CUdeviceptr)offset), (size_t)bytes);
+    return 0;
+}
+#else
+static int kiln_cuda_read_state(void *instance, int64_t offset, int64_t bytes, void *dst) {
+    KilnCudaInstance *in = instance;
+    const KilnCudaApi *api = &in->api;
+    CUresult rc = api->cuCtxSetCurrent(in->ctx);
+    if (rc == 0 && bytes)
+        rc = api->cuMemcpyDtoHAsync(dst, in->st + (CUdeviceptr)offset, (size_t)bytes, in->stream);
+    if (rc == 0)
+        rc = api->cuStreamSynchronize(in->stream);
+    return rc != 0 ? kiln_cuda_run_failed(in, "copying a param from the device", rc) : 0;
+}
+#endif
+
+static int kiln_cuda_write_state(void *instance, int64_t offset, int64_t bytes, const void *src) {
+    KilnCudaInstance *in = instance;
+#ifndef KILN_CUDA_EMULATE
+    if (in->api.cuCtxSetCurrent(in->ctx) != 0)
+        return 1;
+#endif
+    return kiln_cuda_upload(in, in->st + (CUdeviceptr)offset, src, (size_t)bytes);
+}

@@ -24,6 +24,9 @@ static const OptionSpec options[] = {
     OPT_DUMP_DIR,
     OPT_CHECK,
     {"--steps", "N", "run N times, each run starting from the params the last one updated (a training step)"},
+    {"--save-weights", "FILE.safetensors",
+     "write every param of the model, with the values the last run left, to FILE (a checkpoint; --weights "
+     "FILE resumes from it)"},
     OPT_QUIET,
     OPT_HELP,
     {NULL, NULL, NULL},
@@ -33,10 +36,11 @@ static const Command command = {
     "run",
     "MODEL [options] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...",
     "Runs MODEL (a .kiln or .onnx file, or a .so made by kiln compile) once, or N times\n"
-    "with --steps (the outputs are the last run's). Without --output, prints each\n"
-    "output's name, type and first values. --check also compares the target's outputs\n"
-    "with the interpreter's. Output files are written only once the whole run succeeded,\n"
-    "all together; an output that names a file the command reads is refused.\n",
+    "with --steps (the outputs are the last run's; --save-weights writes the params it\n"
+    "leaves). Without --output, prints each output's name, type and first values.\n"
+    "--check also compares the target's outputs with the interpreter's. Output files\n"
+    "are written only once the whole run succeeded, all together; an output that names\n"
+    "a file the command reads is refused.\n",
     options,
 };
 
@@ -151,8 +155,108 @@ static void print_output(const char *name, const Tensor *t) {
     printf("\n");
 }
 
-/* Every --output file, in outs (registered in the same order), all or none. */
-static int write_outputs(const Signature *s, const Options *o, Tensor **out, Outputs *outs, Diag *d) {
+/* Every param of the model as it starts, in declaration order: the values --save-weights
+ * writes, once the updated ones are copied in after the runs. */
+static int source_params(const Graph *g, const TensorList *weights, TensorList *saved, Diag *d) {
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        Tensor *t = NULL;
+        if (n->op != OP_PARAM)
+            continue;
+        if (param_value(g, n, weights, &t, d))
+            return -1;
+        if (tensors_add(saved, g->values[n->out[0]].name, t))
+            return diag_error(d, (Loc){0}, "out of memory");
+    }
+    return 0;
+}
+
+static int64_t tensor_bytes(const Tensor *t) {
+    return type_numel(&t->type) * dtype_size(t->type.dtype);
+}
+
+/* The params the interpreter's runs updated, into saved. */
+static void interp_updated_params(const TensorList *weights, TensorList *saved) {
+    for (int i = 0; i < saved->n; i++) {
+        Tensor *t = saved->items[i].tensor, *now = tensors_find(weights, saved->items[i].name);
+        if (now && type_equal(&now->type, &t->type))
+            memcpy(t->bytes, now->bytes, (size_t)tensor_bytes(t));
+    }
+}
+
+/* Whether the compiled model describes its updated params; if not, an error saying
+ * what needs them. */
+static bool describes_params(const char *model, const kiln_module *m, const char *need, Diag *d) {
+    if (kiln_def(m)->extensions & KILN_EXT_PARAMS)
+        return true;
+    diag_error(d, (Loc){0},
+               "'%s' was compiled by a kiln that did not describe its params; compile it again %s", model,
+               need);
+    return false;
+}
+
+/* --weights for a .so: the values of params its runs update, written into its
+ * instance (a checkpoint resumed); its other params are compiled in. */
+static int write_updated_params(const Options *o, kiln_module *m, Diag *d) {
+    TensorList given = {0};
+    int rc = describes_params(o->model, m, "to give it weights", d) ? 0 : -1;
+    for (int i = 0; !rc && i < o->n_weights; i++)
+        rc = safetensors_read(o->weights[i], &given, d);
+    const kiln_model_def *def = kiln_def(m);
+    for (int i = 0; !rc && i < given.n; i++) {
+        const NamedTensor *w = &given.items[i];
+        int k = 0;
+        while (k < def->n_params && strcmp(def->params[k].name, w->name) != 0)
+            k++;
+        Type type;
+        char a[160], b[160];
+        if (k == def->n_params) {
+            diag_warning(d, (Loc){0},
+                         "weight '%s' is not a param that '%s' updates; ignored (the others are "
+                         "compiled in)",
+                         w->name, o->model);
+        } else if (!(rc = tensor_info_type(o->model, &def->params[k], &type, d)) &&
+                   !type_equal(&type, &w->tensor->type)) {
+            rc = diag_error(d, (Loc){0}, "weight '%s' has type %s, but '%s' declares it %s", w->name,
+                            type_str(&w->tensor->type, a, sizeof a), o->model, type_str(&type, b, sizeof b));
+        } else if (!rc) {
+            kiln_error err = {.message = ""};
+            if (kiln_write_param(m, w->name, w->tensor->bytes, (size_t)tensor_bytes(w->tensor), &err))
+                rc = diag_relay_error(d, &err);
+        }
+    }
+    tensors_free(&given);
+    return rc;
+}
+
+/* The params the compiled model's runs updated, into saved (added there for a .so,
+ * whose other params kiln cannot see). */
+static int compiled_updated_params(const char *model, kiln_module *m, TensorList *saved, Diag *d) {
+    if (!describes_params(model, m, "to save its weights", d))
+        return -1;
+    const kiln_model_def *def = kiln_def(m);
+    for (int i = 0; i < def->n_params; i++) {
+        const char *name = def->params[i].name;
+        Type type;
+        if (tensor_info_type(model, &def->params[i], &type, d))
+            return -1;
+        Tensor *t = tensors_find(saved, name);
+        if (!t && (!(t = tensor_new(&type)) || tensors_add(saved, name, t)))
+            return diag_error(d, (Loc){0}, "out of memory");
+        if (!type_equal(&t->type, &type))
+            return diag_internal(d, (Loc){0},
+                                 "the compiled model's param '%s' changed its type (a bug in kiln)", name);
+        kiln_error err = {.message = ""};
+        if (kiln_read_param(m, name, t->bytes, (size_t)tensor_bytes(t), &err))
+            return diag_relay_error(d, &err);
+    }
+    return 0;
+}
+
+/* Every --output file, in outs (registered in the same order), then the
+ * --save-weights file, all or none. */
+static int write_outputs(const Signature *s, const Options *o, Tensor **out, const TensorList *saved,
+                         Outputs *outs, Diag *d) {
     int rc = 0;
     for (int i = 0; i < o->n_outputs && !rc; i++) {
         int k = 0;
@@ -166,6 +270,15 @@ static int write_outputs(const Signature *s, const Options *o, Tensor **out, Out
             rc = outputs_write(outs, i, buf, len, d);
         ir_free(buf);
     }
+    if (!rc && o->save_weights) {
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        if (safetensors_encode(saved, &buf, &len))
+            rc = diag_error(d, (Loc){0}, "out of memory writing '%s'", o->save_weights);
+        else
+            rc = outputs_write(outs, o->n_outputs, buf, len, d);
+        ir_free(buf);
+    }
     if (!rc)
         rc = outputs_commit(outs, d);
     else
@@ -174,10 +287,11 @@ static int write_outputs(const Signature *s, const Options *o, Tensor **out, Out
 }
 
 /* Whether a run of the C target can come from the model cache, as kiln_jit_file's
- * does: the -O level's whole pipeline, nothing dumped or checked, no --bind. */
+ * does: the -O level's whole pipeline, nothing dumped or checked, no --bind, and no
+ * --save-weights (which needs the model's params). */
 static bool model_cache_applies(const Options *o) {
     return (!o->target || strcmp(o->target, "c") == 0) && !o->pipeline.only && !o->pipeline.n_disabled &&
-           !o->pipeline.dump_dir && !o->pipeline.check && !o->n_binds;
+           !o->pipeline.dump_dir && !o->pipeline.check && !o->n_binds && !o->save_weights;
 }
 
 /* Runs the model once: in the interpreter, or compiled (JIT, from the model cache,
@@ -185,7 +299,7 @@ static bool model_cache_applies(const Options *o) {
 static int run_model(const Options *o, Outputs *outs, Diag *d) {
     ModelInput file = {0};
     Graph *g = NULL;
-    TensorList weights = {0};
+    TensorList weights = {0}, saved = {0};
     kiln_module *m = NULL;
     kiln_error err = {.message = ""};
     Signature *sig = ir_calloc(1, sizeof *sig);
@@ -203,7 +317,8 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         else if (!(m = kiln_load(o->model, &err)))
             rc = diag_relay_error(d, &err);
         else
-            rc = compiled_signature(o->model, kiln_def(m), sig, d);
+            rc = compiled_signature(o->model, kiln_def(m), sig, d) ||
+                 (o->n_weights && write_updated_params(o, m, d));
     } else {
         /* --check runs the unoptimized model on the given inputs, so they are read
            before the passes, against its signature */
@@ -227,6 +342,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
                 jit_keep_model(&file, o->pipeline.level, &jo, key);
             rc = rc || parse_read_model(o, &file, true, d, &g, &weights);
             progress_stage("optimizing");
+            rc = rc || (o->save_weights && source_params(g, &weights, &saved, d));
             if (!rc && pipeline.check && !(rc = graph_signature(g, sig, d) || read_inputs(sig, o, in, d))) {
                 pipeline.check_inputs = (const Tensor *const *)in;
                 inputs_read = true;
@@ -274,6 +390,12 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         ir_free(inputs);
         ir_free(outputs);
     }
+    if (!rc && o->save_weights) {
+        if (interp)
+            interp_updated_params(&weights, &saved);
+        else
+            rc = compiled_updated_params(o->model, m, &saved, d);
+    }
     if (!rc && o->pipeline.check) {
         char name[64], what[64];
         const char *target = o->target ? o->target : "c";
@@ -281,8 +403,8 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
         snprintf(what, sizeof what, "target '%s'", target);
         rc = check_outputs(&check, g, out, name, what, d);
     }
-    if (!rc && o->n_outputs > 0)
-        rc = write_outputs(sig, o, out, outs, d);
+    if (!rc && (o->n_outputs > 0 || o->save_weights))
+        rc = write_outputs(sig, o, out, &saved, outs, d);
     if (!rc && o->n_outputs == 0)
         for (int k = 0; k < sig->n_out; k++)
             print_output(sig->out[k].name, out[k]);
@@ -296,6 +418,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     check_free(&check);
     kiln_free(m);
     tensors_free(&weights);
+    tensors_free(&saved);
     graph_free(g);
     model_input_free(&file);
     return rc ? EXIT_USER : 0;
@@ -316,6 +439,8 @@ int cmd_run(int argc, char **argv) {
     outputs_init(&outs);
     for (int i = 0; i < o.n_outputs; i++)
         outputs_add(&outs, o.outputs[i].file, "--output");
+    if (o.save_weights)
+        outputs_add(&outs, o.save_weights, "--save-weights");
     if (outputs_check(&outs, &o, &d))
         return EXIT_USER;
     return exit_status(run_model(&o, &outs, &d), &d);

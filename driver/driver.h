@@ -83,7 +83,8 @@ typedef struct {
     int n_inputs, n_outputs;
     Binding binds[MAX_FILES]; /* --bind: ONNX graph inputs made constants */
     int n_binds;
-    const char *weights_out; /* --weights-out (kiln import) */
+    const char *weights_out;  /* --weights-out (kiln import) */
+    const char *save_weights; /* --save-weights (kiln run) */
     PipelineOptions pipeline;
     const char *disabled[MAX_FILES];
     bool list_passes;

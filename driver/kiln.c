@@ -182,6 +182,8 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
         return parse_binding(cmd, value, &o->binds[o->n_binds++]);
     else if (strcmp(key, "--weights-out") == 0)
         o->weights_out = value;
+    else if (strcmp(key, "--save-weights") == 0)
+        o->save_weights = value;
     else if (strcmp(key, "--target") == 0) {
         if (strcmp(value, "interp") && strcmp(value, "c") && strcmp(value, "cuda"))
             return usage_error(cmd, "unknown target '%s' (interp, c or cuda)", value);

@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +74,11 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
         unload(handle);
         return NULL;
     }
+    bool params = def->extensions & KILN_EXT_PARAMS;
     if (!def->create || !def->run || !def->destroy || def->n_inputs < 0 || def->n_outputs < 0 ||
-        (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs)) {
+        (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs) ||
+        (params &&
+         (def->n_params < 0 || (def->n_params && !def->params) || !def->read_param || !def->write_param))) {
         kiln_set_error(err, "'%s' is a malformed kiln model (its kiln_model_def lacks a function or table)",
                        shown_as);
         unload(handle);
@@ -139,6 +143,67 @@ int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, ki
 
 const kiln_model_def *kiln_def(const kiln_module *m) {
     return m ? m->def : NULL;
+}
+
+/* The bytes of a tensor the model describes; 0 for a dtype or shape it cannot have. */
+static size_t info_bytes(const kiln_tensor_info *t) {
+    static const size_t dtype_bytes[] = {
+        [KILN_F32] = 4, [KILN_F16] = 2, [KILN_BF16] = 2, [KILN_I64] = 8, [KILN_I32] = 4, [KILN_BOOL] = 1};
+    if (t->dtype < KILN_F32 || t->dtype > KILN_BOOL || t->rank < 0 || (t->rank && !t->shape))
+        return 0;
+    size_t n = dtype_bytes[t->dtype];
+    for (int k = 0; k < t->rank; k++)
+        if (t->shape[k] < 0 || __builtin_mul_overflow(n, (size_t)t->shape[k], &n))
+            return 0;
+    return n;
+}
+
+/* The index of the updated param `name`, checked against a buffer of `bytes`; -1 with err set. */
+static int find_param(const kiln_module *m, const char *name, size_t bytes, const char *fn, kiln_error *err) {
+    if (!m || !name)
+        return kiln_set_error(err, "%s: no %s", fn, m ? "name" : "module");
+    const kiln_model_def *def = m->def;
+    if (!(def->extensions & KILN_EXT_PARAMS))
+        return kiln_set_error(err,
+                              "%s: the model '%s' was compiled by a kiln that did not describe its params; "
+                              "compile it again",
+                              fn, def->name);
+    for (int i = 0; i < def->n_params; i++) {
+        const kiln_tensor_info *t = &def->params[i];
+        if (!t->name || strcmp(t->name, name) != 0)
+            continue;
+        size_t need = info_bytes(t);
+        if (need != bytes)
+            return kiln_set_error(err, "%s: the param '%s' of '%s' is %zu bytes, but the buffer is %zu", fn,
+                                  name, def->name, need, bytes);
+        return i;
+    }
+    return kiln_set_error(err, "%s: the model '%s' has no param '%s' that its runs update", fn, def->name,
+                          name);
+}
+
+int kiln_read_param(kiln_module *m, const char *name, void *dst, size_t bytes, kiln_error *err) {
+    int i = find_param(m, name, bytes, "kiln_read_param", err);
+    if (i < 0)
+        return -1;
+    if (!dst)
+        return kiln_set_error(err, "kiln_read_param: the buffer for '%s' is NULL", name);
+    if (m->def->read_param(m->instance, i, dst))
+        return kiln_set_error(err, "kiln_read_param: the model '%s' could not copy out '%s'", m->def->name,
+                              name);
+    return 0;
+}
+
+int kiln_write_param(kiln_module *m, const char *name, const void *src, size_t bytes, kiln_error *err) {
+    int i = find_param(m, name, bytes, "kiln_write_param", err);
+    if (i < 0)
+        return -1;
+    if (!src)
+        return kiln_set_error(err, "kiln_write_param: the buffer for '%s' is NULL", name);
+    if (m->def->write_param(m->instance, i, src))
+        return kiln_set_error(err, "kiln_write_param: the model '%s' could not copy in '%s'", m->def->name,
+                              name);
+    return 0;
 }
 
 void kiln_free(kiln_module *m) {

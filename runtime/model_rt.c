@@ -349,6 +349,20 @@ static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, s
     return 0;
 }
 
+/* A param's bytes in the state, copied out or in between runs (kiln_model_def's
+   read_param and write_param). */
+static int kiln_rt_read_state(void *instance, int64_t offset, int64_t bytes, void *dst) {
+    const KilnInstance *in = instance;
+    memcpy(dst, (const char *)in->st + offset, (size_t)bytes);
+    return 0;
+}
+
+static int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const void *src) {
+    KilnInstance *in = instance;
+    memcpy((char *)in->st + offset, src, (size_t)bytes);
+    return 0;
+}
+
 static int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
     int fault = 0;

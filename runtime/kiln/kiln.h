@@ -3,6 +3,7 @@
  *   kiln_module *m = kiln_jit_file("model.kiln", NULL, &err);   // or kiln_load("model.so", &err)
  *   const kiln_model_def *def = kiln_def(m);                     // names and shapes
  *   kiln_run(m, inputs, outputs, &err);                          // as often as wanted
+ *   kiln_read_param(m, "fc.weight", buf, sizeof buf, &err);      // a training step's params
  *   kiln_free(m);
  *
  * Every function that can fail takes a kiln_error and returns NULL or nonzero with
@@ -90,6 +91,12 @@ KILN_API kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, 
 /* Runs the model once on dense, C-order float buffers of the sizes kiln_def gives. */
 KILN_API int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err);
 KILN_API const kiln_model_def *kiln_def(const kiln_module *m);
+/* Copies the param `name` that the model's runs update (one of kiln_def(m)->params,
+ * docs/abi.md) out of the instance into dst, or from src into it, between runs;
+ * bytes is the buffer's size, which must be the param's. */
+KILN_API int kiln_read_param(kiln_module *m, const char *name, void *dst, size_t bytes, kiln_error *err);
+KILN_API int kiln_write_param(kiln_module *m, const char *name, const void *src, size_t bytes,
+                              kiln_error *err);
 KILN_API void kiln_free(kiln_module *m);
 
 #ifdef __cplusplus

@@ -15,6 +15,8 @@ extern "C" {
 #endif
 
 enum { KILN_ABI_VERSION = 1 };
+/* kiln_model_def.extensions: which fields past `destroy` the description has */
+enum { KILN_EXT_PARAMS = 1 };
 enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4, KILN_I32 = 5, KILN_BOOL = 6 };
 
 typedef struct {
@@ -26,6 +28,7 @@ typedef struct {
 
 typedef struct kiln_model_def {
     uint32_t abi_version;        /* KILN_ABI_VERSION */
+    uint32_t extensions;         /* KILN_EXT_*; 0 in a model made before them (it was padding) */
     const char *name;            /* the model's name */
     int32_t n_inputs, n_outputs; /* inputs in declaration order, outputs in `output` order */
     const kiln_tensor_info *inputs, *outputs;
@@ -37,6 +40,14 @@ typedef struct kiln_model_def {
        across instances; one instance runs one call at a time. */
     int (*run)(void *instance, const void *const *inputs, void *const *outputs);
     void (*destroy)(void *instance);
+    /* With KILN_EXT_PARAMS: the params the model's runs update (a training step's
+       weights, optimizer state and counters), which read_param and write_param copy
+       out of and into an instance between runs, dense and in C order, as params[i]
+       describes. Each returns 0, or nonzero for an i out of range or a failed copy. */
+    int32_t n_params;
+    const kiln_tensor_info *params;
+    int (*read_param)(void *instance, int32_t i, void *dst);
+    int (*write_param)(void *instance, int32_t i, const void *src);
 } kiln_model_def;
 
 /* The one symbol a compiled model exports. */

@@ -9,6 +9,9 @@
  *   - Errors come back as NULL and a clear message, never a crash: model text that
  *     does not parse (the message gives the position), a shared object that is not
  *     a kiln model, one whose kiln_model reports ABI version 2, a missing file.
+ *   - A model of the contract's version 1 (tests/abi/v1_model.c) loads and runs.
+ *   - A training step's params, read and written between runs (C and emulated
+ *     CUDA), and the errors of kiln_read_param and kiln_write_param.
  *   - Each error has its kind: the input's (a bad model, an unknown setting), out
  *     of memory (an allocation failed, ir_fail_alloc_after), or kiln's own: a
  *     failed internal assertion (provoked with ir_fail_assert_after) makes kiln_jit
@@ -26,9 +29,9 @@
  *     values gives the new values, and a model with external data has no entry.
  *
  * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
- * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so, with the kiln
- * command (to compile the small CNN) and the two shared objects that CMake builds
- * from tests/abi/not_a_model.c and tests/abi/wrong_abi.c. */
+ * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so,
+ * with the kiln command (to compile the small CNN) and the three shared objects
+ * that CMake builds from tests/abi/not_a_model.c, wrong_abi.c and v1_model.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,7 +52,7 @@
 #define KILN_SOURCE_DIR "."
 #endif
 
-static const char *kiln_command, *not_a_model_so, *wrong_abi_so;
+static const char *kiln_command, *not_a_model_so, *wrong_abi_so, *v1_model_so;
 
 /* The spec's example. */
 static const char autograd_text[] = "model autograd_example\n"
@@ -235,6 +238,80 @@ static void test_load_wrong_abi(void **state) {
 static void test_load_missing(void **state) {
     (void)state;
     expect_load_error("/nonexistent/model.so", "No such file");
+}
+
+/* A model of contract version 1 still loads and runs; it has no params to read. */
+static void test_load_version_1(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_load(v1_model_so, &err);
+    if (!m)
+        fail_msg("kiln_load: %s", err.message);
+    assert_int_equal(kiln_def(m)->extensions, 0);
+    float x = 3, y = 0;
+    const void *inputs[] = {&x};
+    void *outputs[] = {&y};
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(y == 6);
+    assert_int_not_equal(kiln_read_param(m, "w", &x, sizeof x, &err), 0);
+    assert_non_null(
+        strstr(err.message, "'version_1' was compiled by a kiln that did not describe its params"));
+    kiln_free(m);
+}
+
+/* A step that updates its params: each run adds x to w and counts itself in n. */
+static const char step_text[] = "model step\n"
+                                "input x : f32[2]\n"
+                                "param w : f32[2] = fill(1.0)\n"
+                                "param n : f32[] = zeros\n"
+                                "const one : f32[] = 1\n"
+                                "y = add(x, w)\n"
+                                "n1 = add(n, one)\n"
+                                "update w = y\n"
+                                "update n = n1\n"
+                                "output y\n";
+
+static void test_params(void **state) {
+    (void)state;
+    for (int cuda = 0; cuda < 2; cuda++) {
+        kiln_options o = kiln_options_from_env();
+        o.target = cuda ? "cuda" : "c";
+        o.cuda = "emulate";
+        kiln_error err = {.message = ""};
+        kiln_module *m = kiln_jit(step_text, &o, &err);
+        if (!m)
+            fail_msg("kiln_jit: %s", err.message);
+        const kiln_model_def *def = kiln_def(m);
+        assert_true(def->extensions & KILN_EXT_PARAMS);
+        assert_int_equal(def->n_params, 2);
+        assert_string_equal(def->params[0].name, "w");
+        assert_string_equal(def->params[1].name, "n");
+        float x[2] = {1, 2}, y[2], w[2], n = -1;
+        const void *inputs[] = {x};
+        void *outputs[] = {y};
+        assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+        assert_int_equal(kiln_read_param(m, "w", w, sizeof w, &err), 0);
+        assert_int_equal(kiln_read_param(m, "n", &n, sizeof n, &err), 0);
+        assert_true(w[0] == 2 && w[1] == 3 && n == 1);
+        const float w2[2] = {10, 20};
+        assert_int_equal(kiln_write_param(m, "w", w2, sizeof w2, &err), 0);
+        assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+        assert_true(y[0] == 11 && y[1] == 22);
+        assert_int_equal(kiln_read_param(m, "n", &n, sizeof n, &err), 0);
+        assert_true(n == 2);
+
+        assert_int_not_equal(kiln_read_param(m, "x", w, sizeof w, &err), 0);
+        assert_non_null(strstr(err.message, "the model 'step' has no param 'x' that its runs update"));
+        assert_int_not_equal(kiln_write_param(m, "w", w, sizeof w[0], &err), 0);
+        assert_non_null(strstr(err.message, "the param 'w' of 'step' is 8 bytes, but the buffer is 4"));
+        assert_int_not_equal(kiln_read_param(m, "w", NULL, sizeof w, &err), 0);
+        assert_non_null(strstr(err.message, "the buffer for 'w' is NULL"));
+        assert_int_not_equal(kiln_read_param(NULL, "w", w, sizeof w, &err), 0);
+        assert_int_not_equal(kiln_read_param(m, NULL, w, sizeof w, &err), 0);
+        assert_int_equal(def->read_param(NULL, 2, w), 1); /* out of range: the instance is not touched */
+        assert_int_equal(def->write_param(NULL, -1, w), 1);
+        kiln_free(m);
+    }
 }
 
 static const char relu_text[] = "input x : f32[2]\ny = relu(x)\noutput y\n";
@@ -491,21 +568,30 @@ static void test_hostile_load_null(void **state) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so\n");
         return 1;
     }
     kiln_command = argv[1];
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
+    v1_model_so = argv[4];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_error_kinds),       cmocka_unit_test(test_settings),
-        cmocka_unit_test(test_model_cache),       cmocka_unit_test(test_model_cache_inputs),
-        cmocka_unit_test(test_jit_autograd),      cmocka_unit_test(test_jit_matches_load),
-        cmocka_unit_test(test_jit_bad_text),      cmocka_unit_test(test_load_not_a_model),
-        cmocka_unit_test(test_jit_onnx),          cmocka_unit_test(test_load_wrong_abi),
-        cmocka_unit_test(test_load_missing),      cmocka_unit_test(test_jit_cpu),
+        cmocka_unit_test(test_error_kinds),
+        cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_model_cache),
+        cmocka_unit_test(test_model_cache_inputs),
+        cmocka_unit_test(test_jit_autograd),
+        cmocka_unit_test(test_jit_matches_load),
+        cmocka_unit_test(test_jit_bad_text),
+        cmocka_unit_test(test_load_not_a_model),
+        cmocka_unit_test(test_jit_onnx),
+        cmocka_unit_test(test_load_wrong_abi),
+        cmocka_unit_test(test_load_missing),
+        cmocka_unit_test(test_jit_cpu),
         cmocka_unit_test(test_hostile_load_null),
+        cmocka_unit_test(test_load_version_1),
+        cmocka_unit_test(test_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,13 +119,32 @@ static void loops_after_sleep(void **state) {
     kiln_rt_destroy(in);
 }
 
+/* The state starts as the weights' first state_bytes; a param written in is read back
+   out, and its neighbours are left alone. */
+static void state_read_and_write(void **unused) {
+    (void)unused;
+    static const float weights[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    static const KilnProgram stateful = {0, sizeof weights, (const unsigned char *)weights, NULL, NULL};
+    setenv("KILN_NUM_THREADS", "1", 1);
+    void *in = NULL;
+    char err[128];
+    assert_int_equal(kiln_rt_create(&stateful, &in, err, sizeof err), 0);
+    float got[8], put[2] = {-1, -2};
+    assert_int_equal(kiln_rt_read_state(in, 0, sizeof got, got), 0);
+    assert_memory_equal(got, weights, sizeof got);
+    assert_int_equal(kiln_rt_write_state(in, 3 * sizeof(float), sizeof put, put), 0);
+    assert_int_equal(kiln_rt_read_state(in, 0, sizeof got, got), 0);
+    const float want[8] = {1, 2, 3, -1, -2, 6, 7, 8};
+    assert_memory_equal(got, want, sizeof got);
+    kiln_rt_destroy(in);
+}
+
 int main(void) {
     (void)kiln_rt_run; /* what a model's definition points at; unused here */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(every_count_and_grain),
-        cmocka_unit_test(many_loops_in_a_row),
-        cmocka_unit_test(late_worker),
-        cmocka_unit_test(loops_after_sleep),
+        cmocka_unit_test(every_count_and_grain), cmocka_unit_test(many_loops_in_a_row),
+        cmocka_unit_test(late_worker),           cmocka_unit_test(loops_after_sleep),
+        cmocka_unit_test(state_read_and_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
