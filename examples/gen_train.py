@@ -21,6 +21,12 @@ Run it from anywhere; it writes into the folder it lives in:
                              (torch.nn.utils.clip_grad_norm_; most steps clip), then SGD
                              with momentum 0.9 and weight decay 5e-4, and its losses
                              over 100 steps
+  train_cnn_bn.kiln, train_cnn_bn_init.safetensors, train_cnn_bn_loss.npy,
+  train_cnn_bn_stats.npy     the network with a batch norm after each conv (the convs
+                             without bias), in training mode, trained with SGD
+                             (momentum 0.9, weight decay 5e-4) from torch's init (seed
+                             0); its losses over 100 steps, and the batch norms' running
+                             means and variances after them, bn1's then bn2's, concatenated
 
 Adam's learning rate is 0.003, not 0.01: at 0.01 this network's Adam curve hangs on
 the last bit, two float32 orderings of torch's own update (addcdiv or p - (m / d) lr)
@@ -98,6 +104,21 @@ class TrainCNN(nn.Module):
     def forward(self, x):
         x = F.max_pool2d(torch.relu(self.conv1(x)), 2, 2)
         x = F.max_pool2d(torch.relu(self.conv2(x)), 2, 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+class TrainBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * (SIZE // 4) ** 2, CLASSES)
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2, 2)
+        x = F.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2, 2)
         return self.fc(torch.flatten(x, 1))
 
 
@@ -264,6 +285,132 @@ def clip_text():
                                 forward=FORWARD, norm=norm, updates=updates)
 
 
+BN_STEPS, BN_DECAY = 100, 5e-4
+BN_WEIGHTS = ["conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight", "bn2.bias", "fc.weight",
+              "fc.bias"]
+BN_SHAPES = {"conv1.weight": [8, 1, 3, 3], "bn1.weight": [8], "bn1.bias": [8], "conv2.weight": [16, 8, 3, 3],
+             "bn2.weight": [16], "bn2.bias": [16], "fc.weight": [4, 256], "fc.bias": [4]}
+BN_STATS = ["bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"]
+
+BN_TEMPLATE = """model train_cnn_bn
+# A training step of the small CNN with a batch norm after each conv, in training
+# mode as torch's nn.BatchNorm2d computes it in train(): each normalizes with its
+# batch's statistics over (N, H, W), the mean and the biased variance, and the
+# gradients flow through them (batch_norm is differentiable in its mean and var);
+# the running mean and variance move by momentum 0.1 towards the batch's mean and
+# unbiased variance (n / (n - 1) times the biased one, n the values per channel),
+# and num_batches_tracked counts the steps, all as `update`s. Then SGD with momentum
+# 0.9, weight decay {decay} and lr {lr} (torch.optim.SGD), every weight decayed:
+#
+#   v = 0.9 v + (g + {decay} w)       (v, the momentum, a param)
+#   w = w - lr v
+#
+# Written by examples/gen_train.py, which also writes the losses PyTorch gives over
+# {steps} steps from the same weights and data (train_cnn_bn_loss.npy) and the running
+# statistics after them (train_cnn_bn_stats.npy):
+#
+#   kiln compile examples/train_cnn_bn.kiln --weights examples/train_cnn_bn_init.safetensors -o bn.so
+#   ./train_cnn bn.so examples/train_x.npy examples/train_y.npy {steps} --expect examples/train_cnn_bn_loss.npy \\
+#       --expect-params {stats}=examples/train_cnn_bn_stats.npy
+input x : f32[32, 1, 16, 16]
+input y : f32[32, 4]
+{params}const lr : f32[] = {lr}
+const momentum : f32[] = 0.9
+const weight_decay : f32[] = {decay}
+const stat_keep : f32[] = 0.9
+const stat_momentum : f32[] = 0.1
+const one : i64[] = 1
+const minus_batch : f32[] = -32
+conv1 = conv(x, conv1.weight, pads=[1, 1, 1, 1])
+{bn1}relu1 = relu(bn1)
+pool1 = max_pool(relu1, kernel=[2, 2], strides=[2, 2])
+conv2 = conv(pool1, conv2.weight, pads=[1, 1, 1, 1])
+{bn2}relu2 = relu(bn2)
+pool2 = max_pool(relu2, kernel=[2, 2], strides=[2, 2])
+flatten = flatten(pool2)
+logits = linear(flatten, fc.weight, fc.bias)
+lsm = log_softmax(logits, axis=1)
+picked = mul(lsm, y)
+total = sum(picked)
+loss = div(total, minus_batch)
+{grads} = grad(loss, {weights})
+{updates}output loss
+"""
+
+BN_LAYER = """# {b}: the batch's mean and biased variance per channel, normalizing {x}
+{b}.mean_k = mean({x}, axes=[0, 2, 3], keepdims=true)
+{b}.centered = sub({x}, {b}.mean_k)
+{b}.square = mul({b}.centered, {b}.centered)
+{b}.var_k = mean({b}.square, axes=[0, 2, 3], keepdims=true)
+{b}.mean = reshape({b}.mean_k, shape=[{c}])
+{b}.var = reshape({b}.var_k, shape=[{c}])
+{b} = batch_norm({x}, {b}.weight, {b}.bias, {b}.mean, {b}.var, epsilon=1e-5)
+# its running statistics: r = 0.9 r + 0.1 s, with the variance unbiased
+{b}.old_mean = mul({b}.running_mean, stat_keep)
+{b}.new_mean = mul({b}.mean, stat_momentum)
+{b}.next_mean = add({b}.old_mean, {b}.new_mean)
+{b}.old_var = mul({b}.running_var, stat_keep)
+{b}.new_var = mul({b}.var, {b}.var_momentum)
+{b}.next_var = add({b}.old_var, {b}.new_var)
+{b}.next_count = add({b}.num_batches_tracked, one)
+update {b}.running_mean = {b}.next_mean
+update {b}.running_var = {b}.next_var
+update {b}.num_batches_tracked = {b}.next_count
+"""
+
+
+def bn_text():
+    """train_cnn_bn.kiln's text."""
+    params, updates = "", ""
+    for w in BN_WEIGHTS:
+        shape = ", ".join(map(str, BN_SHAPES[w]))
+        params += "param %s : f32[%s]\nparam %s.momentum : f32[%s] = zeros\n" % (w, shape, w, shape)
+        updates += ("decay.{w} = mul({w}, weight_decay)\nd.{w} = add(g.{w}, decay.{w})\n"
+                    "mv.{w} = mul({w}.momentum, momentum)\nv.{w} = add(mv.{w}, d.{w})\n"
+                    "step.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
+                    "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w)
+    layers = {}
+    for b, x, c, hw in (("bn1", "conv1", 8, SIZE * SIZE), ("bn2", "conv2", 16, (SIZE // 2) ** 2)):
+        n = 32 * hw
+        params += ("param {b}.running_mean : f32[{c}]\nparam {b}.running_var : f32[{c}]\n"
+                   "param {b}.num_batches_tracked : i64[]\n").format(b=b, c=c)
+        # 0.1 n / (n - 1), rounded once (torch multiplies the variance by momentum and
+        # divides by n - 1 in double before it rounds to float)
+        params += "const %s.var_momentum : f32[] = %r\n" % (b, float(np.float32(0.1 * n / (n - 1))))
+        layers[b] = BN_LAYER.format(b=b, x=x, c=c)
+    return BN_TEMPLATE.format(decay=BN_DECAY, lr=LR, steps=BN_STEPS, stats=",".join(BN_STATS), params=params,
+                              bn1=layers["bn1"], bn2=layers["bn2"],
+                              grads=", ".join("g." + w for w in BN_WEIGHTS), weights=", ".join(BN_WEIGHTS),
+                              updates=updates)
+
+
+def bn_example(x, y):
+    """train_cnn_bn's files; returns the largest relative difference of float64's losses."""
+    torch.manual_seed(0)
+    net = TrainBN()
+    init = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+    write_safetensors(os.path.join(HERE, "train_cnn_bn_init.safetensors"), init)
+    with open(os.path.join(HERE, "train_cnn_bn.kiln"), "w") as f:
+        f.write(bn_text())
+    xt, labels = torch.from_numpy(x), torch.from_numpy(y.argmax(1))
+    curves, stats = [], []
+    for dtype in (torch.float32, torch.float64):
+        fresh = TrainBN().to(dtype)
+        fresh.load_state_dict({k: torch.from_numpy(v).to(dtype) if v.dtype == np.float32 else torch.from_numpy(v)
+                               for k, v in init.items()})
+        fresh.train()
+        decayed = lambda p: torch.optim.SGD(p, lr=LR, momentum=MOMENTUM, weight_decay=BN_DECAY)  # noqa: E731
+        curves.append(train(fresh, xt.to(dtype), labels, decayed, BN_STEPS)[0])
+        state = fresh.state_dict()
+        stats.append(np.concatenate([state[k].double().numpy() for k in BN_STATS]))
+    np.save(os.path.join(HERE, "train_cnn_bn_loss.npy"), curves[0].astype(np.float32))
+    np.save(os.path.join(HERE, "train_cnn_bn_stats.npy"), stats[0].astype(np.float32))
+    apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
+    stats_apart = np.abs(stats[0] - stats[1]) / np.maximum(1, np.abs(stats[0]))
+    print("bn: loss step 0 %.6f, step %d %.6f; float64 differs by at most %.3g in the losses, %.3g in the "
+          "running statistics" % (curves[0][0], BN_STEPS - 1, curves[0][-1], apart.max(), stats_apart.max()))
+
+
 def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -315,6 +462,7 @@ def main():
     apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
     print("clip: loss step 0 %.6f, step %d %.6f; %d of %d steps clipped; float64 differs by at most %.3g"
           % (curves[0][0], CLIP_STEPS - 1, curves[0][-1], n_clipped, CLIP_STEPS, apart.max()))
+    bn_example(x, y)
     print("wrote train_x.npy %s, train_y.npy %s, train_cnn_init.safetensors (%s), train_cnn_loss.npy in %s"
           % (list(x.shape), list(y.shape), ", ".join(init), HERE))
     print("loss: step 0 %.6f, step %d %.6f (mean of the last 8 steps %.6f); accuracy after training %.1f%%"

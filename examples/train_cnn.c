@@ -1,6 +1,7 @@
 /* train_cnn: trains a network with a model compiled by kiln, one run() per step.
  *
  *   train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]
+ *             [--expect-params NAME,NAME...=PARAMS.npy]
  *
  * MODEL.so is a training step compiled by `kiln compile` (examples/train_cnn.kiln):
  * two inputs, the batch x and its one-hot labels y, and one output, the step's loss
@@ -20,6 +21,11 @@
  * kiln and PyTorch agree within 2e-6 over the 300 steps of gen_train.py, and
  * PyTorch in float32 and in float64 within 4e-6.
  *
+ * With --expect-params, the f32 params named (say a batch norm's running statistics)
+ * are read out of the instance after the last step, through the description's
+ * read_param (docs/abi.md), and their elements, one param after the other, compared
+ * with PARAMS.npy's in the same way.
+ *
  * Needs only libc and libdl:
  *   cc -std=c11 -O2 -I runtime examples/train_cnn.c -o train_cnn -ldl
  * Exit status: 0 success, 1 a failure (bad file, bad model, loss beyond tolerance),
@@ -36,7 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] = "usage: train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]\n";
+static const char usage[] = "usage: train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]\n"
+                            "                 [--expect-params NAME,NAME...=PARAMS.npy]\n";
 
 static int fail(const char *fmt, ...) {
     va_list ap;
@@ -275,7 +282,7 @@ static int64_t numel(const kiln_tensor_info *t) {
 /* ---- Training ---- */
 
 typedef struct {
-    const char *model, *x, *y, *expect;
+    const char *model, *x, *y, *expect, *expect_params;
     long steps;
     double tol;
 } Args;
@@ -285,13 +292,22 @@ static int parse_args(int argc, char **argv, Args *a) {
     const char *pos[4];
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--expect") || !strcmp(argv[i], "--tol")) {
+        if (!strcmp(argv[i], "--expect") || !strcmp(argv[i], "--tol") ||
+            !strcmp(argv[i], "--expect-params")) {
             if (i + 1 == argc) {
                 fprintf(stderr, "train_cnn: error: %s needs a value\n%s", argv[i], usage);
                 return 2;
             }
             if (!strcmp(argv[i], "--expect")) {
                 a->expect = argv[++i];
+            } else if (!strcmp(argv[i], "--expect-params")) {
+                a->expect_params = argv[++i];
+                if (!strchr(a->expect_params, '=')) {
+                    fprintf(stderr,
+                            "train_cnn: error: --expect-params needs NAME,NAME...=PARAMS.npy, got '%s'\n%s",
+                            a->expect_params, usage);
+                    return 2;
+                }
             } else {
                 char *end;
                 const char *v = argv[++i];
@@ -357,6 +373,60 @@ static int check_model(const char *path, const kiln_model_def *m) {
     if (o->dtype != KILN_F32 || o->rank != 0)
         return fail("%s: the output '%s' is not a scalar f32 (the loss)", path, o->name ? o->name : "(null)");
     return 0;
+}
+
+/* --expect-params NAMES=FILE: the params NAMES of the instance, one after the other,
+ * against FILE's elements, within tol * max(1, |expected|). */
+static int check_params(const char *path, const kiln_model_def *m, void *inst, const char *spec, double tol) {
+    if (!(m->extensions & KILN_EXT_PARAMS))
+        return fail("%s: the model does not describe its params (compiled by an older kiln)", path);
+    const char *eq = strchr(spec, '=');
+    Npy want = {0};
+    if (npy_read(eq + 1, &want))
+        return 1;
+    int64_t n_want = want.count, at = 0;
+    double max_diff = 0;
+    const char *max_name = NULL;
+    int rc = 0;
+    for (const char *name = spec; name < eq && !rc;) {
+        size_t len = strcspn(name, ",=");
+        int i = 0;
+        while (i < m->n_params && (strlen(m->params[i].name) != len || strncmp(m->params[i].name, name, len)))
+            i++;
+        int64_t count = i < m->n_params ? numel(&m->params[i]) : 0;
+        float *got = i < m->n_params ? malloc(sizeof *got * (size_t)(count + 1)) : NULL;
+        if (i == m->n_params)
+            rc = fail("%s: no param '%.*s' that the model updates", path, (int)len, name);
+        else if (m->params[i].dtype != KILN_F32)
+            rc = fail("%s: the param '%.*s' is not f32", path, (int)len, name);
+        else if (!got)
+            rc = fail("out of memory");
+        else if (at + count > n_want)
+            rc = fail("%s: %lld values, fewer than the params named", eq + 1, (long long)n_want);
+        else if (m->read_param(inst, i, got) != 0)
+            rc = fail("%s: cannot read the param '%.*s'", path, (int)len, name);
+        for (int64_t e = 0; !rc && e < count; e++) {
+            double expected = want.data[at + e], diff = absd((double)got[e] - expected);
+            if (!(diff <= tol * max1_abs(expected)))
+                rc = fail(
+                    "param '%.*s' element %lld: %.9g differs from the expected %.9g by %.3g, more than the "
+                    "tolerance %g * max(1, |expected|)",
+                    (int)len, name, (long long)e, (double)got[e], expected, diff, tol);
+            if (diff > max_diff || !max_name)
+                max_diff = diff, max_name = m->params[i].name;
+        }
+        at += count;
+        free(got);
+        name += len + (name[len] == ',');
+    }
+    if (!rc && at != n_want)
+        rc =
+            fail("%s: %lld values, but the params named hold %lld", eq + 1, (long long)n_want, (long long)at);
+    if (!rc)
+        printf("params within %g * max(1, |expected|) of %s; largest difference %.3g (%s)\n", tol, eq + 1,
+               max_diff, max_name ? max_name : "none");
+    free(want.data);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -478,6 +548,8 @@ int main(int argc, char **argv) {
             printf("all %ld losses within %g * max(1, |expected|)\n", a.steps, a.tol);
         }
     }
+    if (!rc && a.expect_params)
+        rc = check_params(a.model, m, inst, a.expect_params, a.tol);
 done:
     if (inst)
         m->destroy(inst);

@@ -3,8 +3,10 @@
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
 # curve PyTorch gives from the same weights (examples/gen_train.py); the same for
-# the Adam, AdamW and clipped SGD steps over 100 steps. Bad data files
-# are errors naming the file, with exit status 1.
+# the Adam, AdamW and clipped SGD steps over 100 steps, and for the network with
+# batch norms in training mode, whose running statistics after 100 steps, read out
+# of the instance, must match torch's too. Bad data files and params the model does
+# not have are errors naming them, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 dir=$3
@@ -22,6 +24,16 @@ for opt in adam adamw clip; do
   "$driver" "$tmp/$opt.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_${opt}_loss.npy" \
     --tol 1e-5 | tail -n 1
 done
+# batch norm in training mode: the losses within 1e-5, the running statistics within
+# 1e-4 * max(1, |torch's|) (they sum 100 steps' batch statistics, each as far from
+# torch's as the weights have drifted; 3.1e-5 measured)
+stats=bn1.running_mean,bn1.running_var,bn2.running_mean,bn2.running_var
+"$kiln" opt "$dir/train_cnn_bn.kiln" --weights "$dir/train_cnn_bn_init.safetensors" --check > /dev/null
+"$kiln" compile "$dir/train_cnn_bn.kiln" --weights "$dir/train_cnn_bn_init.safetensors" -o "$tmp/bn.so"
+"$driver" "$tmp/bn.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_bn_loss.npy" \
+  --tol 1e-5 | tail -n 1
+"$driver" "$tmp/bn.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect-params "$stats=$dir/train_cnn_bn_stats.npy" |
+  tail -n 1
 head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
 expect_error() {
   status=0
@@ -32,3 +44,5 @@ expect_error "$driver" "$tmp/train_cnn.so" "$tmp/short.npy" "$dir/train_y.npy" 3
 grep -q "short.npy: truncated" "$tmp/out"
 expect_error "$driver" "$tmp/train_cnn.so" "$dir/train_y.npy" "$dir/train_x.npy" 3
 grep -q "train_y.npy: shape \[256, 4\], but the model's input 'x' is \[32, 1, 16, 16\]" "$tmp/out"
+expect_error "$driver" "$tmp/bn.so" "$dir/train_x.npy" "$dir/train_y.npy" 1 --expect-params "bn1.nope=$dir/train_cnn_bn_stats.npy"
+grep -q "no param 'bn1.nope' that the model updates" "$tmp/out"
