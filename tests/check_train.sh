@@ -3,7 +3,9 @@
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
 # curve PyTorch gives from the same weights (examples/gen_train.py); the same for
-# the Adam, AdamW and clipped SGD steps over 100 steps. Bad data files
+# the Adam, AdamW and clipped SGD steps over 100 steps, and the SGD step with dropout
+# (its masks from kiln's Philox stream, torch's made from the same numbers) within
+# 1e-6 over 100 steps. Bad data files
 # are errors naming the file, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
@@ -22,6 +24,9 @@ for opt in adam adamw clip; do
   "$driver" "$tmp/$opt.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_${opt}_loss.npy" \
     --tol 1e-5 | tail -n 1
 done
+"$kiln" compile "$dir/train_cnn_dropout.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/dropout.so"
+"$driver" "$tmp/dropout.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_dropout_loss.npy" \
+  --tol 1e-6 | tail -n 1
 head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
 expect_error() {
   status=0
