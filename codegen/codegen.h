@@ -388,6 +388,11 @@ int lower_unary_grad(Program *p, const Node *n, Diag *d);
 int lower_binary_grad(Program *p, const Node *n, Diag *d);
 int lower_resample(Program *p, const Node *n, Diag *d);
 int lower_resample_grad(Program *p, const Node *n, Diag *d);
+int lower_random(Program *p, const Node *n, Diag *d);
+/* Whether a kernel of p calls kiln_philox, so that its source needs runtime/philox.h
+ * (kiln_philox_text). */
+bool program_uses_philox(const Program *p);
+extern const char kiln_philox_text[];
 
 /* ---- Emission ---- */
 

@@ -386,6 +386,8 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
     str_printf(out, "\n\n");
     emit_runtime(out, kiln_runtime_text);
     str_printf(out, "%s\n", kiln_kernel_math_text);
+    if (program_uses_philox(p))
+        str_printf(out, "%s\n", kiln_philox_text);
     str_printf(out, "%s\n", kiln_kernels_h_text);
     str_printf(out,
                "#include <math.h>\n\n"

@@ -61,6 +61,8 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
        CUDA's own */
     str_printf(out, "#define kiln_expf expf\n#define kiln_expf_nonpositive expf\n"
                     "#define kiln_sigmoidf(x) (1.0f / (1.0f + expf(-(x))))\n#define kiln_erff erff\n\n");
+    if (program_uses_philox(p))
+        str_printf(out, "#define KILN_PHILOX_FN static __device__ __forceinline__\n%s\n", kiln_philox_text);
     for (int k = 0; k < p->n_kernels; k++)
         emit_kernel(p, &lang_cuda, &p->kernels[k], out);
     if (out->oom)

@@ -28,6 +28,14 @@ Run it from anywhere; it writes into the folder it lives in:
                              0); its losses over 100 steps, and the batch norms' running
                              means and variances after them, bn1's then bn2's, concatenated
 
+  train_cnn_dropout.kiln, train_cnn_dropout_loss.npy
+                             the SGD step with dropout (p 0.1 after the first pool,
+                             p 0.25 on the flattened features) drawn from kiln's
+                             Philox4x32-10 stream, and its losses over 100 steps in
+                             PyTorch with the same masks, built by tests/ref/philox.py
+                             (torch's own dropout draws from another generator, so the
+                             masks are made by construction, not by seed)
+
 Adam's learning rate is 0.003, not 0.01: at 0.01 this network's Adam curve hangs on
 the last bit, two float32 orderings of torch's own update (addcdiv or p - (m / d) lr)
 parting by 6e-4 over 100 steps; at 0.003 they agree within 2e-7, as float32 and
@@ -68,6 +76,7 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "ref"))
 from gen_reference import write_safetensors  # noqa: E402
+import philox  # noqa: E402
 
 N, SIZE, CLASSES = 256, 16, 4
 BATCH, STEPS, LR, MOMENTUM = 32, 300, 0.05, 0.9
@@ -411,6 +420,94 @@ def bn_example(x, y):
           "running statistics" % (curves[0][0], BN_STEPS - 1, curves[0][-1], apart.max(), stats_apart.max()))
 
 
+DROPOUT_STEPS, DROPOUT_SEED, DROPOUT_P1, DROPOUT_P2 = 100, 7, 0.1, 0.25
+
+DROPOUT_TEMPLATE = """model train_cnn_dropout
+# train_cnn.kiln's step (SGD, lr {lr}, momentum {momentum}) with dropout: p {p1} after
+# the first pool and p {p2} on the flattened features, the masks drawn from kiln's
+# Philox4x32-10 stream at the key rng = (seed, offset), a param. The first dropout
+# takes the key rng, the second rng + (0, 1), and each step adds (0, 2) to rng, so
+# every step draws new masks and no two dropouts share one. fill({seed}) starts rng
+# at (seed {seed}, offset {seed}); a weights file may give it any (seed, offset).
+# The gradients go through the same masks (dropout of dy at the same key).
+#
+# Written by examples/gen_train.py, which also writes the losses PyTorch gives over
+# {steps} steps from the same weights, data and masks (train_cnn_dropout_loss.npy).
+input x : f32[32, 1, 16, 16]
+input y : f32[32, 4]
+{params}param rng : i64[2] = fill({seed})
+const second : i64[2] = [0, 1]
+const advance : i64[2] = [0, 2]
+const lr : f32[] = {lr}
+const momentum : f32[] = {momentum}
+key2 = add(rng, second)
+{forward}{updates}rng_next = add(rng, advance)
+update rng = rng_next
+output loss
+"""
+
+
+def dropout_text():
+    """train_cnn_dropout.kiln's text."""
+    params, updates = "", ""
+    for w in WEIGHTS:
+        shape = ", ".join(map(str, SHAPES[w]))
+        params += "param %s : f32[%s]\nparam %s.momentum : f32[%s] = zeros\n" % (w, shape, w, shape)
+        updates += ("mv.{w} = mul({w}.momentum, momentum)\nv.{w} = add(mv.{w}, g.{w})\n"
+                    "step.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
+                    "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w)
+    forward = FORWARD.replace(
+        "conv2 = conv(pool1,", "drop1 = dropout(pool1, rng, p=%s)\nconv2 = conv(drop1," % DROPOUT_P1).replace(
+        "logits = linear(flatten,", "drop2 = dropout(flatten, key2, p=%s)\nlogits = linear(drop2," % DROPOUT_P2)
+    return DROPOUT_TEMPLATE.format(lr=LR, momentum=MOMENTUM, p1=DROPOUT_P1, p2=DROPOUT_P2, seed=DROPOUT_SEED,
+                                   steps=DROPOUT_STEPS, params=params, forward=forward, updates=updates)
+
+
+class DropoutCNN(TrainCNN):
+    """TrainCNN with dropout whose masks, x / (1 - p) where kept and x * 0
+    elsewhere, are kiln's for key (seed, offset) and (seed, offset + 1)."""
+
+    def forward(self, x):
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2, 2)
+        x = x * self.scaled_mask(self.offset, x.shape, DROPOUT_P1, x.dtype)
+        x = torch.flatten(F.max_pool2d(torch.relu(self.conv2(x)), 2, 2), 1)
+        return self.fc(x * self.scaled_mask(self.offset + 1, x.shape, DROPOUT_P2, x.dtype))
+
+    @staticmethod
+    def scaled_mask(offset, shape, p, dtype):
+        keep = philox.keep_mask(DROPOUT_SEED, offset, tuple(shape), p)
+        return torch.from_numpy(np.where(keep, philox.dropout_scale(p), np.float32(0))).to(dtype)
+
+
+def train_dropout(init, xt, labels, dtype):
+    """The losses of DROPOUT_STEPS SGD steps of DropoutCNN, step s at offset
+    seed + 2 s, and the weights after them."""
+    net = DropoutCNN().to(dtype)
+    net.load_state_dict({k: torch.from_numpy(v).to(dtype) for k, v in init.items()})
+    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+    losses = np.zeros(DROPOUT_STEPS)
+    for s in range(DROPOUT_STEPS):
+        net.offset = DROPOUT_SEED + 2 * s
+        idx = torch.from_numpy(batch_indices(s))
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(net(xt[idx].to(dtype)), labels[idx])
+        loss.backward()
+        opt.step()
+        losses[s] = loss.item()
+    return losses, net
+
+
+def dropout_main(x, y, init):
+    xt, labels = torch.from_numpy(x), torch.from_numpy(y.argmax(1))
+    with open(os.path.join(HERE, "train_cnn_dropout.kiln"), "w") as f:
+        f.write(dropout_text())
+    curves = [train_dropout(init, xt, labels, dtype)[0] for dtype in (torch.float32, torch.float64)]
+    np.save(os.path.join(HERE, "train_cnn_dropout_loss.npy"), curves[0].astype(np.float32))
+    apart = np.abs(curves[0] - curves[1]) / np.maximum(1, np.abs(curves[0]))
+    print("dropout: loss step 0 %.6f, step %d %.6f; float64 differs by at most %.3g * max(1, |loss|) (step %d)"
+          % (curves[0][0], DROPOUT_STEPS - 1, curves[0][-1], apart.max(), apart.argmax()))
+
+
 def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -463,6 +560,7 @@ def main():
     print("clip: loss step 0 %.6f, step %d %.6f; %d of %d steps clipped; float64 differs by at most %.3g"
           % (curves[0][0], CLIP_STEPS - 1, curves[0][-1], n_clipped, CLIP_STEPS, apart.max()))
     bn_example(x, y)
+    dropout_main(x, y, init)
     print("wrote train_x.npy %s, train_y.npy %s, train_cnn_init.safetensors (%s), train_cnn_loss.npy in %s"
           % (list(x.shape), list(y.shape), ", ".join(init), HERE))
     print("loss: step 0 %.6f, step %d %.6f (mean of the last 8 steps %.6f); accuracy after training %.1f%%"
@@ -472,4 +570,10 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["dropout"]:  # only the dropout step, from the same data and weights
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+        torch.manual_seed(0)
+        dropout_main(*make_data(), {k: v.detach().numpy().copy() for k, v in TrainCNN().state_dict().items()})
+    else:
+        main()

@@ -101,6 +101,8 @@ static const AttrSpec attrs_pad[] = {INTS_REQ(PADS, LEN_RANK2),
                                      ENUM(MODE, PAD_MODE, CONSTANT),
                                      FLOAT(VALUE, 0), END};
 static const AttrSpec attrs_expand[] = {INTS_REQ(SHAPE, LEN_ANY), END};
+static const AttrSpec attrs_uniform[] = {INTS_REQ(SHAPE, LEN_ANY), END};
+static const AttrSpec attrs_dropout[] = {FLOAT(P, 0.5), END};
 /* unary_grad's schema: the op, then the union of the rows' attributes that the last
  * line of unary.def lists */
 #define UNARY(id, name, ...)

@@ -54,6 +54,13 @@ int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_argmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_cumsum(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_uniform(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_dropout(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+/* dropout's threshold: an element is kept when its word's top 24 bits are at least
+ * this, ceil(p 2^24), so exactly when uniform's value there is at least p; and the
+ * scale of a kept element, 1 / (1 - p) rounded to f32 (ir/op_random.c). */
+int64_t dropout_threshold(const Node *n);
+float dropout_scale(const Node *n);
 int eval_unary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_binary_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 /* The op a unary_grad or binary_grad node differentiates (its `op`), and the

@@ -861,6 +861,17 @@ static int cumsum_rule(AD *a, const Node *n, int dy) {
     return accumulate(a, x, pass_finish(a->c, m));
 }
 
+/* dropout: dy * (keep ? s : 0) with the mask of the forward op, which is
+ * dropout(dy) at the same key and p; the key has no gradient. */
+static int dropout_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    Node *m = start(a, OP_DROPOUT, x, 2, (int[]){dy, n->in[1]});
+    if (!m)
+        return -1;
+    copy_attr(m, n, ATTR_P);
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
 static int backprop(AD *a, const Node *n, int dy) {
     switch (n->op) { /* every op, no default: -Wswitch names one left out */
 #define UNARY(id, ...) case OP_##id:
@@ -922,6 +933,8 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_CUMSUM: return cumsum_rule(a, n, dy);
     case OP_ATTENTION: return attention_rule(a, n, dy);
     case OP_GATHER: return gather_rule(a, n, dy);
+    case OP_DROPOUT: return dropout_rule(a, n, dy);
+    case OP_UNIFORM: return 0; /* a function of the key alone, which has no gradient */
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:

@@ -3,10 +3,11 @@
 # interpreter (the new params' values too), then the step compiled to a shared
 # object and run 300 times by examples/train_cnn.c, whose losses must follow the
 # curve PyTorch gives from the same weights (examples/gen_train.py); the same for
-# the Adam, AdamW and clipped SGD steps over 100 steps, and for the network with
-# batch norms in training mode, whose running statistics after 100 steps, read out
-# of the instance, must match torch's too. Bad data files and params the model does
-# not have are errors naming them, with exit status 1.
+# the Adam, AdamW and clipped SGD steps over 100 steps, the SGD step with dropout
+# (its masks from kiln's Philox stream, torch's made from the same numbers) within
+# 1e-6, and the network with batch norms in training mode, whose running statistics
+# after 100 steps, read out of the instance, must match torch's too. Bad data files
+# and params the model does not have are errors naming them, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 dir=$3
@@ -34,6 +35,9 @@ stats=bn1.running_mean,bn1.running_var,bn2.running_mean,bn2.running_var
   --tol 1e-5 | tail -n 1
 "$driver" "$tmp/bn.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect-params "$stats=$dir/train_cnn_bn_stats.npy" |
   tail -n 1
+"$kiln" compile "$dir/train_cnn_dropout.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/dropout.so"
+"$driver" "$tmp/dropout.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_dropout_loss.npy" \
+  --tol 1e-6 | tail -n 1
 head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
 expect_error() {
   status=0

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import philox  # noqa: E402
 INF = float("inf")
 NAN = float("nan")
 
@@ -1077,6 +1079,32 @@ def gen_logic(b):
         num = np.array([7, -7, 7, -7, 0, low, low, 5], dtype=dtype)
         b.case(f"div {np.dtype(dtype).name}: truncation, by -1, by zero", "div",
                [("a", num), ("b", den.astype(dtype))], int_div(num, den.astype(dtype), dtype))
+
+    # the random ops on Philox4x32-10 (tests/ref/philox.py): keys with every half of
+    # the seed and offset set, counts not a multiple of 4
+    keys = {"zero": (0, 0), "wide": (0x299F31D0A4093822, 0x0370734413198A2E), "negative": (-1, 2**40 + 5),
+            "step": (42, 3)}
+
+    def key(k):
+        return np.array(keys[k], dtype=np.int64)
+
+    for k, shape in (("zero", [2, 4]), ("wide", [3, 5, 7]), ("negative", [37]), ("step", [1])):
+        b.case(f"uniform, key {k} {shape}", "uniform", [("key", key(k))], philox.uniform(*keys[k], shape),
+               shape=shape)
+
+    def dropped(x, k, p):
+        x = np.asarray(x, dtype=np.float32)
+        scale = np.where(philox.keep_mask(*keys[k], x.shape, p), philox.dropout_scale(p), np.float32(0))
+        return x * scale.astype(np.float32)  # float32 product: x * s or a signed 0 (NaN for inf, NaN)
+
+    xd = b.rand(4, 33)
+    for k, p in (("step", 0.5), ("wide", 0.1), ("negative", 0.0), ("zero", 0.9999999)):
+        b.case(f"dropout p={p}, key {k}", "dropout", [("x", xd), ("key", key(k))], dropped(xd, k, p), p=p)
+    b.case("dropout, the default p (0.5)", "dropout", [("x", xd[0]), ("key", key("wide"))], dropped(xd[0], "wide", 0.5))
+    wild_x = np.tile(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, -3.0, 1e-45, 3e38], dtype=np.float32), 4)
+    with np.errstate(invalid="ignore", over="ignore"):
+        b.case("dropout of NaN, inf, signed zeros, a denormal, near the largest", "dropout",
+               [("x", wild_x), ("key", key("step"))], dropped(wild_x, "step", 0.3), p=0.3)
 
 
 def gen_attention(b):
