@@ -275,6 +275,16 @@ clip = min(ratio, one)
 """
 
 
+def sgd_step(w, grad):
+    """The statements of SGD with momentum and weight decay for weight w with gradient
+    `grad`, as torch.optim.SGD computes it (consts lr, momentum, weight_decay; the
+    buffer w.momentum a param)."""
+    return ("decay.{w} = mul({w}, weight_decay)\nd.{w} = add({g}, decay.{w})\n"
+            "mv.{w} = mul({w}.momentum, momentum)\nv.{w} = add(mv.{w}, d.{w})\n"
+            "step.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
+            "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w, g=grad)
+
+
 def clip_text():
     """train_cnn_clip.kiln's text."""
     params, norm, updates = "", "", ""
@@ -286,10 +296,7 @@ def clip_text():
             total = "squares" if k == len(WEIGHTS) - 1 else "squares%d" % k
             before = "sum." + WEIGHTS[0] if k == 1 else "squares%d" % (k - 1)
             norm += "%s = add(%s, sum.%s)\n" % (total, before, w)
-        updates += ("clipped.{w} = mul(g.{w}, clip)\ndecay.{w} = mul({w}, weight_decay)\n"
-                    "d.{w} = add(clipped.{w}, decay.{w})\nmv.{w} = mul({w}.momentum, momentum)\n"
-                    "v.{w} = add(mv.{w}, d.{w})\nstep.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
-                    "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w)
+        updates += "clipped.%s = mul(g.%s, clip)\n" % (w, w) + sgd_step(w, "clipped." + w)
     return CLIP_TEMPLATE.format(max_norm=CLIP_MAX_NORM, decay=CLIP_DECAY, lr=LR, steps=CLIP_STEPS, params=params,
                                 forward=FORWARD, norm=norm, updates=updates)
 
@@ -374,10 +381,7 @@ def bn_text():
     for w in BN_WEIGHTS:
         shape = ", ".join(map(str, BN_SHAPES[w]))
         params += "param %s : f32[%s]\nparam %s.momentum : f32[%s] = zeros\n" % (w, shape, w, shape)
-        updates += ("decay.{w} = mul({w}, weight_decay)\nd.{w} = add(g.{w}, decay.{w})\n"
-                    "mv.{w} = mul({w}.momentum, momentum)\nv.{w} = add(mv.{w}, d.{w})\n"
-                    "step.{w} = mul(v.{w}, lr)\nnew.{w} = sub({w}, step.{w})\n"
-                    "update {w}.momentum = v.{w}\nupdate {w} = new.{w}\n").format(w=w)
+        updates += sgd_step(w, "g." + w)
     layers = {}
     for b, x, c, hw in (("bn1", "conv1", 8, SIZE * SIZE), ("bn2", "conv2", 16, (SIZE // 2) ** 2)):
         n = 32 * hw

@@ -16,12 +16,8 @@
 int infer_expand(Graph *g, Node *n, Diag *d) {
     const Type *x = in_type(g, n, 0);
     int64_t dims[KILN_MAX_RANK];
-    int rank = node_attr(n, ATTR_SHAPE)->n; /* counted before reading it into dims */
-    if (rank > KILN_MAX_RANK)
-        return diag_error(d, attr_loc(n, ATTR_SHAPE), "expand: shape has %d dims; at most %d", rank,
-                          KILN_MAX_RANK);
-    node_ints(n, ATTR_SHAPE, dims, KILN_MAX_RANK, 0);
-    if (check_size_attr(n, ATTR_SHAPE, dims, rank, 0, d))
+    int rank = shape_attr(n, dims, 0, d);
+    if (rank < 0)
         return -1;
     Type to = type_make(rank, dims);
     to.dtype = x->dtype;

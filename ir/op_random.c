@@ -31,12 +31,8 @@ int infer_uniform(Graph *g, Node *n, Diag *d) {
     if (check_key(g, n, 0, d))
         return -1;
     int64_t dims[KILN_MAX_RANK];
-    int rank = node_attr(n, ATTR_SHAPE)->n; /* counted before reading it into dims */
-    if (rank > KILN_MAX_RANK)
-        return diag_error(d, attr_loc(n, ATTR_SHAPE), "uniform: shape has %d dims; at most %d", rank,
-                          KILN_MAX_RANK);
-    node_ints(n, ATTR_SHAPE, dims, KILN_MAX_RANK, 0);
-    if (check_size_attr(n, ATTR_SHAPE, dims, rank, 1, d))
+    int rank = shape_attr(n, dims, 1, d);
+    if (rank < 0)
         return -1;
     Type t = type_make(rank, dims);
     if (check_size(n, &t, d))

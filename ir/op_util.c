@@ -65,6 +65,15 @@ int check_size_attr(const Node *n, AttrId id, const int64_t *v, int count, int64
     return 0;
 }
 
+int shape_attr(const Node *n, int64_t *dims, int64_t min, Diag *d) {
+    int rank = node_attr(n, ATTR_SHAPE)->n; /* counted before reading it into dims */
+    if (rank > KILN_MAX_RANK)
+        return diag_error(d, attr_loc(n, ATTR_SHAPE), "%s: shape has %d dims; at most %d",
+                          op_table[n->op].name, rank, KILN_MAX_RANK);
+    node_ints(n, ATTR_SHAPE, dims, KILN_MAX_RANK, 0);
+    return check_size_attr(n, ATTR_SHAPE, dims, rank, min, d) ? -1 : rank;
+}
+
 bool too_large(double numel) {
     return numel > (double)KILN_MAX_NUMEL;
 }

@@ -102,6 +102,10 @@ Loc attr_loc(const Node *n, AttrId id);
 /* Every v[i] (of the list attribute `id`, a size, window, pad or stride) at least min
  * and at most KILN_MAX_NUMEL; -1 after a diagnostic naming the attribute and value. */
 int check_size_attr(const Node *n, AttrId id, const int64_t *v, int count, int64_t min, Diag *d);
+/* The `shape` attribute of a node that makes a tensor of it (expand, uniform): its dims
+ * into dims[KILN_MAX_RANK], each checked as check_size_attr does; the rank, or -1
+ * after a diagnostic. */
+int shape_attr(const Node *n, int64_t *dims, int64_t min, Diag *d);
 /* A result of rank at most KILN_MAX_RANK, every dim >= 0 and no larger than the parser
  * allows a declared tensor (KILN_MAX_NUMEL); -1 after a diagnostic. */
 int check_size(const Node *n, const Type *t, Diag *d);
