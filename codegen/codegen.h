@@ -389,6 +389,7 @@ int lower_binary_grad(Program *p, const Node *n, Diag *d);
 int lower_resample(Program *p, const Node *n, Diag *d);
 int lower_resample_grad(Program *p, const Node *n, Diag *d);
 int lower_random(Program *p, const Node *n, Diag *d);
+int lower_allreduce(Program *p, const Node *n, Diag *d);
 /* Whether a kernel of p calls kiln_philox, so that its source needs runtime/philox.h
  * (kiln_philox_text). */
 bool program_uses_philox(const Program *p);
@@ -476,9 +477,9 @@ void emit_runtime(Str *out, const char *runtime);
 /* The weights blob, linked in with `.incbin` (or, with KILN_WEIGHTS_EXTERN, defined
  * by the host of an in-process JIT). */
 void emit_weights_blob(const Program *p, Str *out);
-/* The tensor infos, the kiln_model_def (with a model_create defined before) and
- * kiln_model; rt is the runtime's prefix: its _run, _destroy, _read_state and
- * _write_state. */
+/* The tensor infos, model_create and model_create_comm (of a `program` defined
+ * before), the kiln_model_def and kiln_model; rt is the runtime's prefix: its
+ * _create, _run, _destroy, _read_state and _write_state. */
 void emit_model_def(const Program *p, Str *out, const char *rt);
 /* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
 void emit_profile_tables(const Program *p, Str *out);

@@ -313,12 +313,22 @@ void emit_model_def(const Program *p, Str *out, const char *rt) {
         "}\n",
         n_params ? "" : "    {0, 0}\n", n_params, rt, n_params, rt);
     ir_free(params);
-    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS, \"");
+    str_printf(
+        out,
+        "\nstatic int model_create_comm(void **instance, const kiln_comm *comm, char *err, size_t errlen) {\n"
+        "    return %s_create(&program, comm, instance, err, errlen);\n"
+        "}\n"
+        "static int model_create(void **instance, char *err, size_t errlen) {\n"
+        "    return %s_create(&program, NULL, instance, err, errlen);\n"
+        "}\n",
+        rt, rt);
+    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS | "
+                    "KILN_EXT_COMM, \"");
     c_string(out, p->g->name);
     str_printf(out,
                "\", %d, %d, model_inputs, model_outputs,\n"
                "    model_create, %s_run, %s_destroy,\n"
-               "    %d, model_params, model_read_param, model_write_param,\n"
+               "    %d, model_params, model_read_param, model_write_param, model_create_comm,\n"
                "};\n\n"
                "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
                "    return &model_def;\n"
@@ -450,11 +460,7 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
     if (p->n_kernels == 0)
         str_printf(out, "    (void)inst, (void)args;\n");
     str_printf(out, "}\n\n");
-    str_printf(out,
-               "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n"
-               "static int model_create(void **instance, char *err, size_t errlen) {\n"
-               "    return kiln_rt_create(&program, instance, err, errlen);\n"
-               "}\n",
+    str_printf(out, "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n",
                (long long)p->workspace_bytes, (long long)p->state_bytes,
                uses_blas(p) ? "openblas_set_num_threads" : "NULL");
     emit_model_def(p, out, "kiln_rt");

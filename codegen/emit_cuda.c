@@ -166,10 +166,7 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
                "    kiln_cuda_source, %d, kiln_launches, %s,\n"
                "    %lld, %lld, %lld, kiln_weights_blob,\n"
                "    %d, %d, kiln_input_bytes, kiln_output_bytes, %s,\n"
-               "};\n\n"
-               "static int model_create(void **instance, char *err, size_t errlen) {\n"
-               "    return kiln_cuda_create(&program, instance, err, errlen);\n"
-               "}\n",
+               "};\n\n",
                p->n_kernels, emulated ? "kiln_emulated" : "NULL", (long long)p->workspace_bytes,
                (long long)p->state_bytes, (long long)p->weights_bytes, p->n_inputs, p->g->n_outputs,
                p->profile ? "kiln_prof_seconds" : "NULL");

@@ -625,7 +625,10 @@ static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
     return 0;
 }
 
-static int kiln_cuda_create(const KilnCudaProgram *prog, void **instance, char *err, size_t errlen) {
+/* comm is not kept: the CUDA target lowers no collective (allreduce is the C target's). */
+static int kiln_cuda_create(const KilnCudaProgram *prog, const kiln_comm *comm, void **instance, char *err,
+                            size_t errlen) {
+    (void)comm;
     *instance = NULL;
     KilnCudaInstance *in = calloc(1, sizeof *in);
     if (!in) {

@@ -26,29 +26,57 @@
  * read_param (docs/abi.md), and their elements, one param after the other, compared
  * with PARAMS.npy's in the same way.
  *
- * Needs only libc and libdl:
+ * Data-parallel over MPI: built with -DKILN_MPI and libkiln_mpi (kiln/mpi.h), it
+ * runs as one process of an MPI job of P, each with its own instance, created with
+ * the job's communicator (create_comm, docs/abi.md). Step s then takes P B samples
+ * (s P B + i) mod N, and process r the B from i = r B on: the job trains on batches
+ * P times the model's, each process on its shard. A model whose allreduce ops
+ * average the gradients and the loss over the processes
+ * (examples/train_cnn_dp.kiln) then gives the losses of the model with the whole
+ * batch in one process (train_cnn.kiln). Only process 0 prints; every process
+ * checks. --timeout S (default 60) is how long an allreduce waits for the other
+ * processes before the step fails, naming the process that waited; any failure
+ * ends the job (MPI_Abort).
+ *   mpicc -std=c11 -O2 -DKILN_MPI -I runtime examples/train_cnn.c -o train_cnn_mpi -Lbuild -lkiln_mpi -ldl
+ *   mpirun -np 2 ./train_cnn_mpi train_cnn_dp.so examples/train_x.npy examples/train_y.npy 300 \
+ *     --expect examples/train_cnn_loss.npy
+ *
+ * Needs only libc and libdl (and MPI with -DKILN_MPI):
  *   cc -std=c11 -O2 -I runtime examples/train_cnn.c -o train_cnn -ldl
  * Exit status: 0 success, 1 a failure (bad file, bad model, loss beyond tolerance),
  * 2 a malformed command line. */
 #define _POSIX_C_SOURCE 200809L
 #include <kiln/model.h>
+#ifdef KILN_MPI
+#include <kiln/mpi.h>
+#endif
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char usage[] = "usage: train_cnn MODEL.so X.npy Y.npy STEPS [--expect LOSS.npy] [--tol T]\n"
-                            "                 [--expect-params NAME,NAME...=PARAMS.npy]\n";
+                            "                 [--expect-params NAME,NAME...=PARAMS.npy]"
+#ifdef KILN_MPI
+                            " [--timeout S]"
+#endif
+                            "\n";
+
+static int process = -1; /* this one's rank in an MPI job */
 
 static int fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("train_cnn: error: ", stderr);
+    if (process >= 0)
+        fprintf(stderr, "train_cnn (process %d): error: ", process);
+    else
+        fputs("train_cnn: error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -284,16 +312,20 @@ static int64_t numel(const kiln_tensor_info *t) {
 typedef struct {
     const char *model, *x, *y, *expect, *expect_params;
     long steps;
-    double tol;
+    double tol, timeout;
 } Args;
 
 static int parse_args(int argc, char **argv, Args *a) {
-    *a = (Args){.tol = 1e-4, .steps = -1};
+    *a = (Args){.tol = 1e-4, .steps = -1, .timeout = 60};
     const char *pos[4];
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {
+        bool timeout = false;
+#ifdef KILN_MPI
+        timeout = !strcmp(argv[i], "--timeout");
+#endif
         if (!strcmp(argv[i], "--expect") || !strcmp(argv[i], "--tol") ||
-            !strcmp(argv[i], "--expect-params")) {
+            !strcmp(argv[i], "--expect-params") || timeout) {
             if (i + 1 == argc) {
                 fprintf(stderr, "train_cnn: error: %s needs a value\n%s", argv[i], usage);
                 return 2;
@@ -311,9 +343,11 @@ static int parse_args(int argc, char **argv, Args *a) {
             } else {
                 char *end;
                 const char *v = argv[++i];
-                a->tol = strtod(v, &end);
-                if (!*v || *end || !(a->tol >= 0) || isinf(a->tol)) {
-                    fprintf(stderr, "train_cnn: error: --tol needs a number >= 0, got '%s'\n%s", v, usage);
+                double *num = timeout ? &a->timeout : &a->tol;
+                *num = strtod(v, &end);
+                if (!*v || *end || !(*num >= 0) || isinf(*num)) {
+                    fprintf(stderr, "train_cnn: error: %s needs a number >= 0, got '%s'\n%s", argv[i - 1], v,
+                            usage);
                     return 2;
                 }
             }
@@ -439,7 +473,24 @@ int main(int argc, char **argv) {
     void *lib = NULL, *inst = NULL;
     float *xb = NULL, *yb = NULL;
     const kiln_model_def *m = NULL;
+    const kiln_comm *comm = NULL; /* the MPI job's, or none */
+    int64_t processes = 1, rank = 0;
     rc = 1;
+#ifdef KILN_MPI
+    MPI_Init(&argc, &argv);
+    kiln_error kerr;
+    kiln_mpi *mpi = kiln_mpi_new(MPI_COMM_WORLD, a.timeout, &kerr);
+    if (!mpi) {
+        fail("%s", kerr.message);
+        goto done;
+    }
+    comm = kiln_mpi_comm(mpi);
+    processes = comm->size, rank = process = comm->rank;
+    if (rank > 0 && !freopen("/dev/null", "w", stdout)) {
+        fail("cannot silence process %d's output", process);
+        goto done;
+    }
+#endif
 
     /* a path without a slash would make dlopen search the library path */
     char *so = malloc(strlen(a.model) + 3);
@@ -499,19 +550,24 @@ int main(int argc, char **argv) {
         goto done;
     }
     char err[512] = "";
-    if (m->create(&inst, err, sizeof err) != 0) {
+    if (comm && !(m->extensions & KILN_EXT_COMM)) {
+        fail("%s: the model takes no communicator (compiled by an older kiln)", a.model);
+        goto done;
+    }
+    if ((comm ? m->create_comm(&inst, comm, err, sizeof err) : m->create(&inst, err, sizeof err)) != 0) {
         inst = NULL;
         fail("%s: create failed: %s", a.model, err[0] ? err : "(no message)");
         goto done;
     }
-    printf("model %s: batch %lld, %lld samples, %ld steps\n", m->name ? m->name : "?", (long long)batch,
+    printf("model %s: batch %lld, %lld samples, %ld steps", m->name ? m->name : "?", (long long)batch,
            (long long)n, a.steps);
+    printf(processes > 1 ? ", %lld processes\n" : "\n", (long long)processes);
 
     double max_diff = 0, max_loss = 0, bad_loss = 0;
     long max_step = -1, first_bad = -1;
     for (long s = 0; s < a.steps; s++) {
         for (int64_t i = 0; i < batch; i++) {
-            int64_t k = (int64_t)(((int64_t)s * batch + i) % n);
+            int64_t k = ((int64_t)s * processes * batch + rank * batch + i) % n;
             memcpy(xb + i * x_sample, x.data + k * x_sample, sizeof *xb * (size_t)x_sample);
             memcpy(yb + i * y_sample, y.data + k * y_sample, sizeof *yb * (size_t)y_sample);
         }
@@ -519,7 +575,8 @@ int main(int argc, char **argv) {
         const void *const in[2] = {xb, yb};
         void *const out[1] = {&loss};
         if (m->run(inst, in, out) != 0) {
-            fail("%s: run failed at step %ld", a.model, s);
+            const char *why = comm && comm->error ? comm->error(comm->ctx) : NULL;
+            fail("%s: run failed at step %ld%s%s", a.model, s, why ? ": " : "", why ? why : "");
             goto done;
         }
         printf("step %ld loss %.9g\n", s, (double)loss);
@@ -560,5 +617,11 @@ done:
     free(expect.data);
     if (lib)
         dlclose(lib);
+#ifdef KILN_MPI
+    if (rc)
+        MPI_Abort(MPI_COMM_WORLD, rc); /* the other processes would wait for this one */
+    kiln_mpi_free(mpi);
+    MPI_Finalize();
+#endif
     return rc;
 }

@@ -318,6 +318,8 @@ typedef enum {
                                f32 inputs only, or those of F_ANY_DTYPE */
     F_ANY_DTYPE = 1 << 10,  /* moves elements without computing: its inputs share any one
                                dtype, which its result has */
+    F_COLLECTIVE = 1 << 11, /* its value depends on the other processes of a job (allreduce): never
+                               folded, even from known inputs */
 } OpFlag;
 
 typedef struct {

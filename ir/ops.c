@@ -103,6 +103,7 @@ static const AttrSpec attrs_pad[] = {INTS_REQ(PADS, LEN_RANK2),
 static const AttrSpec attrs_expand[] = {INTS_REQ(SHAPE, LEN_ANY), END};
 static const AttrSpec attrs_uniform[] = {INTS_REQ(SHAPE, LEN_ANY), END};
 static const AttrSpec attrs_dropout[] = {FLOAT(P, 0.5), END};
+static const AttrSpec attrs_allreduce[] = {ENUM(OP, ALLREDUCE_OP, SUM), END};
 /* unary_grad's schema: the op, then the union of the rows' attributes that the last
  * line of unary.def lists */
 #define UNARY(id, name, ...)

@@ -872,6 +872,17 @@ static int dropout_rule(AD *a, const Node *n, int dy) {
     return accumulate(a, x, pass_finish(a->c, m));
 }
 
+/* allreduce: the gradient of a sum over the processes by each process's x is the
+ * sum of their dy (each process's loss depends on every x), and of a mean, the mean. */
+static int allreduce_rule(AD *a, const Node *n, int dy) {
+    int x = n->in[0];
+    Node *m = start(a, OP_ALLREDUCE, x, 1, (int[]){dy});
+    if (!m)
+        return -1;
+    copy_attr(m, n, ATTR_OP);
+    return accumulate(a, x, pass_finish(a->c, m));
+}
+
 static int backprop(AD *a, const Node *n, int dy) {
     switch (n->op) { /* every op, no default: -Wswitch names one left out */
 #define UNARY(id, ...) case OP_##id:
@@ -935,6 +946,7 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_GATHER: return gather_rule(a, n, dy);
     case OP_DROPOUT: return dropout_rule(a, n, dy);
     case OP_UNIFORM: return 0; /* a function of the key alone, which has no gradient */
+    case OP_ALLREDUCE: return allreduce_rule(a, n, dy);
     case OP_UNARY_GRAD:
     case OP_BINARY_GRAD:
     case OP_CONV_WEIGHT_GRAD:

@@ -17,7 +17,8 @@
  *    batch_norm's value, so the name stays. The factors are computed in double and
  *    rounded once, like the kernels.
  *
- * Not folded: ops without a reference kernel (grad); a
+ * Not folded: ops without a reference kernel (grad); collectives (allreduce), whose value
+ * the other processes decide; a
  * node whose result is a model output (the output keeps its name; its inputs still
  * fold); anything that depends on a value a grad differentiates with respect to (the
  * gradient needs that dependence) or on a param an update changes; and a result much larger than its inputs,
@@ -116,7 +117,7 @@ static double work(const Graph *g, const Node *n, double out_numel) {
 static int fold_node(Fold *f, int i) {
     Graph *g = f->c->g;
     Node *n = g->nodes[i];
-    if (op_is_decl(n->op) || !op_table[n->op].eval)
+    if (op_is_decl(n->op) || !op_table[n->op].eval || op_has(n->op, F_COLLECTIVE))
         return 0;
     double in_numel = 0, out_numel = 0;
     for (int k = 0; k < n->n_in; k++) {

@@ -74,11 +74,12 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
         unload(handle);
         return NULL;
     }
-    bool params = def->extensions & KILN_EXT_PARAMS;
+    bool params = def->extensions & KILN_EXT_PARAMS, comm = def->extensions & KILN_EXT_COMM;
     if (!def->create || !def->run || !def->destroy || def->n_inputs < 0 || def->n_outputs < 0 ||
         (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs) ||
         (params &&
-         (def->n_params < 0 || (def->n_params && !def->params) || !def->read_param || !def->write_param))) {
+         (def->n_params < 0 || (def->n_params && !def->params) || !def->read_param || !def->write_param)) ||
+        (comm && (!params || !def->create_comm))) {
         kiln_set_error(err, "'%s' is a malformed kiln model (its kiln_model_def lacks a function or table)",
                        shown_as);
         unload(handle);
@@ -133,6 +134,9 @@ int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, ki
             return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, m->def->outputs[i].name);
     int fault = m->def->run(m->instance, inputs, outputs);
     const char *why = fault && m->run_error ? m->run_error(fault) : NULL;
+    const char *comm_why = fault && m->comm.error ? m->comm.error(m->comm.ctx) : NULL;
+    if (why && comm_why)
+        return kiln_set_error(err, "the model '%s' failed to run: %s: %s", m->def->name, why, comm_why);
     if (why)
         return kiln_set_error(err, "the model '%s' failed to run: %s", m->def->name, why);
     if (fault)
@@ -203,6 +207,24 @@ int kiln_write_param(kiln_module *m, const char *name, const void *src, size_t b
     if (m->def->write_param(m->instance, i, src))
         return kiln_set_error(err, "kiln_write_param: the model '%s' could not copy in '%s'", m->def->name,
                               name);
+    return 0;
+}
+
+int kiln_set_comm(kiln_module *m, const kiln_comm *comm, kiln_error *err) {
+    if (!m)
+        return kiln_set_error(err, "kiln_set_comm: no module");
+    if (!(m->def->extensions & KILN_EXT_COMM))
+        return kiln_set_error(err,
+                              "kiln_set_comm: the model '%s' was compiled by a kiln without collectives; "
+                              "compile it again",
+                              m->def->name);
+    void *instance;
+    char msg[512] = "";
+    if (m->def->create_comm(&instance, comm, msg, sizeof msg) != 0)
+        return kiln_set_error(err, "kiln_set_comm: cannot create an instance of '%s': %s", m->def->name, msg);
+    m->def->destroy(m->instance);
+    m->instance = instance;
+    m->comm = comm ? *comm : (kiln_comm){0};
     return 0;
 }
 

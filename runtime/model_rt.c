@@ -44,12 +44,35 @@ typedef struct {
     float *ws;
     const float *wt;
     float *st;
-    int *fault; /* a run-time check that failed: the program's fault number, else 0 */
+    int *fault;            /* a run-time check that failed: the program's fault number, else 0 */
+    const kiln_comm *comm; /* the processes a collective reduces over; NULL: this one alone */
 } KilnArgs;
 
 /* Raises fault f of the program (the number a kernel's check was given); any
    thread may, and the last one to store wins. */
 #define KILN_FAULT(f) __atomic_store_n(args->fault, (f), __ATOMIC_RELAXED)
+
+/* allreduce: count floats of src summed over the processes into dst (which may be
+   src), divided by their number for a mean; fault f of the program when the
+   communicator fails. One process copies. */
+#define KILN_ALLREDUCE(src, dst, count, mean, f) kiln_rt_allreduce(args, src, dst, count, mean, f)
+
+static void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst, int64_t count, int mean,
+                              int f) {
+    const kiln_comm *c = args->comm;
+    if (!c || c->size == 1) {
+        if (src != dst)
+            memcpy(dst, src, (size_t)count * sizeof *dst);
+        return;
+    }
+    if (c->allreduce_sum(c->ctx, src, dst, count, KILN_F32) != 0) {
+        KILN_FAULT(f);
+        return;
+    }
+    if (mean)
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = dst[i] / (float)c->size;
+}
 
 typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
 
@@ -66,6 +89,7 @@ typedef struct {
 
 struct KilnInstance {
     const KilnProgram *prog;
+    kiln_comm comm; /* size 0: none */
     float *ws;
     float *st;
     int n_threads;
@@ -304,14 +328,29 @@ static void kiln_rt_destroy(void *instance) {
     free(in);
 }
 
-static int kiln_rt_create(const KilnProgram *prog, void **instance, char *err, size_t errlen) {
+/* Whether comm (NULL: none) can be used, with a message in err when not. */
+static int kiln_rt_comm_valid(const kiln_comm *comm, char *err, size_t errlen) {
+    if (comm && (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size || !comm->allreduce_sum)) {
+        snprintf(err, errlen, "the communicator is malformed (rank %d of %d processes%s)", (int)comm->rank,
+                 (int)comm->size, comm->allreduce_sum ? "" : ", no allreduce_sum");
+        return 1;
+    }
+    return 0;
+}
+
+static int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instance, char *err,
+                          size_t errlen) {
     *instance = NULL;
+    if (kiln_rt_comm_valid(comm, err, errlen))
+        return 1;
     KilnInstance *in = calloc(1, sizeof *in);
     if (!in) {
         snprintf(err, errlen, "out of memory creating the instance");
         return 1;
     }
     in->prog = prog;
+    if (comm)
+        in->comm = *comm;
     in->n_threads = kiln_rt_threads();
     size_t bytes = (size_t)prog->workspace_bytes;
     if (bytes && posix_memalign((void **)&in->ws, 64, bytes) != 0) {
@@ -371,7 +410,8 @@ static int kiln_rt_run(void *instance, const void *const *inputs, void *const *o
                   in->ws,
                   (const float *)in->prog->weights,
                   in->st,
-                  &fault};
+                  &fault,
+                  in->comm.size ? &in->comm : NULL};
     in->prog->run(in, &a);
     return fault;
 }

@@ -12,6 +12,7 @@ struct kiln_module {
     /* What run's nonzero result f means, kiln_run_error(f) in the model's code; NULL
        for a model without it (one compiled before it existed) */
     const char *(*run_error)(int fault);
+    kiln_comm comm; /* what kiln_set_comm gave the instance; size 0: none */
 };
 
 /* Sets err->message, of kind KILN_ERROR_NO_MEMORY when fmt says "out of memory",

@@ -5,7 +5,7 @@
 # them, so the build and CI leave them out). Non-interactive; uses sudo when not run
 # as root.
 set -eu
-packages="build-essential cmake pkg-config clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata"
+packages="build-essential cmake pkg-config clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata openmpi-bin libopenmpi-dev"
 bench_packages="python3-torch python3-torchvision python3-venv"
 case "${1-}" in
   "") ;;

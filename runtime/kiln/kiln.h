@@ -4,6 +4,7 @@
  *   const kiln_model_def *def = kiln_def(m);                     // names and shapes
  *   kiln_run(m, inputs, outputs, &err);                          // as often as wanted
  *   kiln_read_param(m, "fc.weight", buf, sizeof buf, &err);      // a training step's params
+ *   kiln_set_comm(m, kiln_mpi_comm(mpi), &err);                  // data-parallel, kiln/mpi.h
  *   kiln_free(m);
  *
  * Every function that can fail takes a kiln_error and returns NULL or nonzero with
@@ -97,6 +98,11 @@ KILN_API const kiln_model_def *kiln_def(const kiln_module *m);
 KILN_API int kiln_read_param(kiln_module *m, const char *name, void *dst, size_t bytes, kiln_error *err);
 KILN_API int kiln_write_param(kiln_module *m, const char *name, const void *src, size_t bytes,
                               kiln_error *err);
+/* Makes the module's instance anew, its collectives (allreduce) going through comm
+ * (NULL: this process alone); e.g. libkiln_mpi's over MPI (kiln/mpi.h). comm is
+ * copied, and its ctx must outlive the module. The new instance's params are the
+ * ones compiled in, as after loading. */
+KILN_API int kiln_set_comm(kiln_module *m, const kiln_comm *comm, kiln_error *err);
 KILN_API void kiln_free(kiln_module *m);
 
 #ifdef __cplusplus

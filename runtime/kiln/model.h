@@ -15,8 +15,9 @@ extern "C" {
 #endif
 
 enum { KILN_ABI_VERSION = 1 };
-/* kiln_model_def.extensions: which fields past `destroy` the description has */
-enum { KILN_EXT_PARAMS = 1 };
+/* kiln_model_def.extensions: which groups of fields past `destroy` the description
+   has, in the order of their bits; a model with one has every lower one's too */
+enum { KILN_EXT_PARAMS = 1, KILN_EXT_COMM = 2 };
 enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4, KILN_I32 = 5, KILN_BOOL = 6 };
 
 typedef struct {
@@ -25,6 +26,20 @@ typedef struct {
     int32_t rank;
     const int64_t *shape; /* rank entries */
 } kiln_tensor_info;
+
+/* A communicator: how a model's collectives (allreduce) reach the other processes of
+ * a job. The host program makes it (libkiln_mpi's over MPI, kiln/mpi.h, or its own)
+ * and hands it to create_comm. */
+typedef struct kiln_comm {
+    int32_t rank, size; /* this process is rank [0, size) of size processes */
+    void *ctx;          /* the communicator's own, passed to its functions */
+    /* Sums count elements of src (of dtype: KILN_F32) over the processes into dst,
+       which may be src. Every process calls it with the same count and dtype, in the
+       same order. Returns 0, or nonzero when it failed (error says why). */
+    int (*allreduce_sum)(void *ctx, const void *src, void *dst, int64_t count, int32_t dtype);
+    /* Why the last call failed, or NULL; this field may itself be NULL. */
+    const char *(*error)(void *ctx);
+} kiln_comm;
 
 typedef struct kiln_model_def {
     uint32_t abi_version;        /* KILN_ABI_VERSION */
@@ -48,6 +63,9 @@ typedef struct kiln_model_def {
     const kiln_tensor_info *params;
     int (*read_param)(void *instance, int32_t i, void *dst);
     int (*write_param)(void *instance, int32_t i, const void *src);
+    /* With KILN_EXT_COMM: create, its collectives going through comm (copied; its ctx
+       must outlive the instance). create is create_comm with one process. */
+    int (*create_comm)(void **instance, const kiln_comm *comm, char *err, size_t errlen);
 } kiln_model_def;
 
 /* The one symbol a compiled model exports. */

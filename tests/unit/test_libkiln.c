@@ -256,6 +256,8 @@ static void test_load_version_1(void **state) {
     assert_int_not_equal(kiln_read_param(m, "w", &x, sizeof x, &err), 0);
     assert_non_null(
         strstr(err.message, "'version_1' was compiled by a kiln that did not describe its params"));
+    assert_int_not_equal(kiln_set_comm(m, NULL, &err), 0);
+    assert_non_null(strstr(err.message, "'version_1' was compiled by a kiln without collectives"));
     kiln_free(m);
 }
 
@@ -312,6 +314,66 @@ static void test_params(void **state) {
         assert_int_equal(def->write_param(NULL, -1, w), 1);
         kiln_free(m);
     }
+}
+
+/* A communicator of two processes whose other one holds `other`, failing when asked. */
+typedef struct {
+    float other[2];
+    bool fail;
+} FakeComm;
+
+static int fake_allreduce_sum(void *ctx, const void *src, void *dst, int64_t count, int32_t dtype) {
+    FakeComm *c = ctx;
+    if (c->fail || dtype != KILN_F32 || count != 2)
+        return 1;
+    for (int i = 0; i < 2; i++)
+        ((float *)dst)[i] = ((const float *)src)[i] + c->other[i];
+    return 0;
+}
+
+static const char *fake_error(void *ctx) {
+    return ((FakeComm *)ctx)->fail ? "the network is down" : NULL;
+}
+
+/* allreduce through a communicator kiln_set_comm hands the instance: the sum and the
+   mean over the processes; the communicator's failure in kiln_run's message with the
+   op's place; a malformed one refused, the instance before it kept; NULL, one
+   process again. */
+static void test_comm(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_jit("model dp\ninput x : f32[2]\ny = allreduce(x)\nm = allreduce(x, op=mean)\n"
+                              "output y, m\n",
+                              NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit: %s", err.message);
+    assert_true(kiln_def(m)->extensions & KILN_EXT_COMM);
+    FakeComm fake = {{10, 21}, false};
+    const kiln_comm comm = {0, 2, &fake, fake_allreduce_sum, fake_error};
+    assert_int_equal(kiln_set_comm(m, &comm, &err), 0);
+    float x[2] = {1, 2}, y[2], mean[2];
+    const void *inputs[] = {x};
+    void *outputs[] = {y, mean};
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(y[0] == 11 && y[1] == 23 && mean[0] == 5.5f && mean[1] == 11.5f);
+
+    fake.fail = true;
+    assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_non_null(strstr(err.message, "the model 'dp' failed to run: allreduce '"));
+    assert_non_null(strstr(err.message, "' (<model>:")); /* y's or m's, whichever ran last */
+    assert_non_null(strstr(err.message, "): the communicator failed: the network is down"));
+
+    const kiln_comm malformed = {0, 2, &fake, NULL, NULL};
+    assert_int_not_equal(kiln_set_comm(m, &malformed, &err), 0);
+    assert_non_null(
+        strstr(err.message, "the communicator is malformed (rank 0 of 2 processes, no allreduce_sum)"));
+    assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0); /* still through the failing one */
+
+    assert_int_equal(kiln_set_comm(m, NULL, &err), 0);
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(y[0] == 1 && y[1] == 2 && mean[0] == 1 && mean[1] == 2);
+    assert_int_not_equal(kiln_set_comm(NULL, NULL, &err), 0);
+    kiln_free(m);
 }
 
 static const char relu_text[] = "input x : f32[2]\ny = relu(x)\noutput y\n";
@@ -592,6 +654,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_hostile_load_null),
         cmocka_unit_test(test_load_version_1),
         cmocka_unit_test(test_params),
+        cmocka_unit_test(test_comm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,8 +12,11 @@
  *     except for the chunk it holds);
  *   - loops after the workers have gone to sleep, so each loop wakes them;
  *   - destroying an instance at once and after sleeping.
+ * And what else the runtime does: the state read and written between runs, and
+ * allreduce through a communicator handed to create.
  * scripts/test.sh runs this under ThreadSanitizer too. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,7 +57,7 @@ static KilnInstance *make(int threads) {
     snprintf(n, sizeof n, "%d", threads);
     setenv("KILN_NUM_THREADS", n, 1);
     void *in = NULL;
-    assert_int_equal(kiln_rt_create(&no_kernels, &in, err, sizeof err), 0);
+    assert_int_equal(kiln_rt_create(&no_kernels, NULL, &in, err, sizeof err), 0);
     caller = pthread_self();
     return in;
 }
@@ -128,7 +131,7 @@ static void state_read_and_write(void **unused) {
     setenv("KILN_NUM_THREADS", "1", 1);
     void *in = NULL;
     char err[128];
-    assert_int_equal(kiln_rt_create(&stateful, &in, err, sizeof err), 0);
+    assert_int_equal(kiln_rt_create(&stateful, NULL, &in, err, sizeof err), 0);
     float got[8], put[2] = {-1, -2};
     assert_int_equal(kiln_rt_read_state(in, 0, sizeof got, got), 0);
     assert_memory_equal(got, weights, sizeof got);
@@ -139,12 +142,80 @@ static void state_read_and_write(void **unused) {
     kiln_rt_destroy(in);
 }
 
+/* A communicator of two processes whose other one holds `other`; or one that fails. */
+typedef struct {
+    float other[4];
+    bool fail;
+    int calls;
+} FakeComm;
+
+static int fake_allreduce_sum(void *ctx, const void *src, void *dst, int64_t count, int32_t dtype) {
+    FakeComm *c = ctx;
+    c->calls++;
+    if (c->fail || dtype != KILN_F32 || count != 4)
+        return 1;
+    for (int64_t i = 0; i < count; i++)
+        ((float *)dst)[i] = ((const float *)src)[i] + c->other[i];
+    return 0;
+}
+
+static int mean_flag;
+
+static void reduce_run(KilnInstance *inst, const KilnArgs *args) {
+    (void)inst;
+    KILN_ALLREDUCE(args->in[0], args->out[0], 4, mean_flag, 7);
+}
+
+static const KilnProgram reducing = {0, 0, NULL, reduce_run, NULL};
+
+/* Runs `reducing` on x with comm (NULL: none): the fault, the result in y. */
+static int reduce(const kiln_comm *comm, int mean, const float *x, float *y) {
+    setenv("KILN_NUM_THREADS", "1", 1);
+    void *in = NULL;
+    char err[128];
+    assert_int_equal(kiln_rt_create(&reducing, comm, &in, err, sizeof err), 0);
+    mean_flag = mean;
+    int fault = kiln_rt_run(in, (const void *const[]){x}, (void *const[]){y});
+    kiln_rt_destroy(in);
+    return fault;
+}
+
+/* The sum and mean over the processes; one process alone copies; a failing
+   communicator raises the kernel's fault; a malformed one is refused at create. */
+static void allreduce_through_a_comm(void **unused) {
+    (void)unused;
+    FakeComm fake = {{10, 20, 30, 40}, false, 0};
+    kiln_comm comm = {1, 2, &fake, fake_allreduce_sum, NULL};
+    const float x[4] = {1, 2, 3, 5};
+    float y[4];
+    assert_int_equal(reduce(&comm, 0, x, y), 0);
+    assert_memory_equal(y, ((float[]){11, 22, 33, 45}), sizeof y);
+    assert_int_equal(reduce(&comm, 1, x, y), 0);
+    assert_memory_equal(y, ((float[]){5.5f, 11, 16.5f, 22.5f}), sizeof y);
+    assert_int_equal(fake.calls, 2);
+    assert_int_equal(reduce(NULL, 1, x, y), 0);
+    assert_memory_equal(y, x, sizeof y);
+    kiln_comm alone = {0, 1, &fake, fake_allreduce_sum, NULL};
+    assert_int_equal(reduce(&alone, 0, x, y), 0);
+    assert_memory_equal(y, x, sizeof y);
+    assert_int_equal(fake.calls, 2);
+    fake.fail = true;
+    assert_int_equal(reduce(&comm, 0, x, y), 7);
+
+    void *in = NULL;
+    char err[128];
+    kiln_comm bad = {2, 2, &fake, fake_allreduce_sum, NULL};
+    assert_int_not_equal(kiln_rt_create(&reducing, &bad, &in, err, sizeof err), 0);
+    assert_null(in);
+    assert_string_equal(err, "the communicator is malformed (rank 2 of 2 processes)");
+}
+
 int main(void) {
     (void)kiln_rt_run; /* what a model's definition points at; unused here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_count_and_grain), cmocka_unit_test(many_loops_in_a_row),
         cmocka_unit_test(late_worker),           cmocka_unit_test(loops_after_sleep),
-        cmocka_unit_test(state_read_and_write),
+        cmocka_unit_test(state_read_and_write),  cmocka_unit_test(allreduce_through_a_comm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
