@@ -280,12 +280,14 @@ static void hash_chunks(CacheHash *h, const unsigned char *bytes, size_t len) {
 }
 
 /* hash_chunks of the regular file at path, read through one chunk's buffer; -1 when
- * it cannot be read (model_input_read then says why). */
+ * it cannot be read, or is too large to (model_input_read then says why, without
+ * first reading a sparse terabyte). */
 static int hash_file(CacheHash *h, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     struct stat st;
     unsigned char *chunk = NULL;
-    bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (chunk = ir_malloc(HASH_CHUNK));
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              (uint64_t)st.st_size <= file_size_limit() && (chunk = ir_malloc(HASH_CHUNK));
     uint64_t total = 0;
     for (size_t got = HASH_CHUNK; ok && got == HASH_CHUNK; total += got) {
         got = 0;

@@ -72,8 +72,8 @@ static int read_fd(int fd, const char *path, size_t size, unsigned char **buf, s
 }
 
 /* A file is read whole into memory, so one larger than the machine's memory can only
- * end with the OOM killer (a sparse file of a terabyte costs its maker nothing). */
-static uint64_t size_limit(void) {
+ * end with the OOM killer. */
+uint64_t file_size_limit(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : MAX_FILE_BYTES;
     return phys < MAX_FILE_BYTES ? phys : MAX_FILE_BYTES;
@@ -92,8 +92,8 @@ int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d)
     else if (!S_ISREG(st.st_mode))
         rc = diag_error(d, (Loc){0}, "cannot read '%s': it is %s, not a regular file", path,
                         file_kind(st.st_mode));
-    else if (st.st_size < 0 || (uint64_t)st.st_size > size_limit() || (uint64_t)st.st_size > SIZE_MAX)
-        rc = too_large(path, (uint64_t)st.st_size, size_limit(), d);
+    else if (st.st_size < 0 || (uint64_t)st.st_size > file_size_limit() || (uint64_t)st.st_size > SIZE_MAX)
+        rc = too_large(path, (uint64_t)st.st_size, file_size_limit(), d);
     else
         rc = read_fd(fd, path, (size_t)st.st_size, buf, len, d);
     close(fd);

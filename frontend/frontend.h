@@ -157,6 +157,9 @@ void model_input_free(ModelInput *in);
 Graph *model_input_parse(const ModelInput *in, const OnnxBind *binds, int n_binds, TensorList *weights,
                          Diag *d);
 
+/* The largest file kiln reads: this machine's memory, at most 1 TiB (files are read
+ * whole, and a sparse file of a terabyte costs its maker nothing). */
+uint64_t file_size_limit(void);
 /* Reads a whole regular file (anything else is refused unread); -1 after a diagnostic naming it. */
 int read_file_bytes(const char *path, unsigned char **buf, size_t *len, Diag *d);
 /* "a directory", "a FIFO", ... for a message about a file of the wrong kind. */
