@@ -137,57 +137,58 @@ static float *weight_transform(const Program *p, const Node *n, const Transform 
 }
 
 /* The weight transform at run time, into the scratch at u_at: the arithmetic of
- * weight_transform in float, one iteration per input channel, whose n^2 rows of U
- * it writes along the output channels (n^2 store streams). The rows of G are
- * written out, one statement each, with G's elements as literals. */
+ * weight_transform in float, with U laid out along w's contiguous dim (a conv's
+ * input channels, a conv_transpose's output channels): U[k][O][C] for a conv, which
+ * the GEMMs read transposed, U[k][C][O] for a conv_transpose. One iteration per
+ * channel of w's other dim; the inner loop runs along the contiguous one, straight
+ * code that vectorizes: 9 loads, G's rows written out with its elements as literals,
+ * n^2 stores. */
 static int runtime_weight_transform(Program *p, const Node *n, const Wino *w, int64_t scratch_bytes,
                                     Diag *d) {
-    int64_t c = w->x.c, o = w->y.c;
+    int64_t c = w->x.c, o = w->y.c, inner = w->transposed ? o : c;
     int an = w->t->n;
     Kernel *k = kernel_new(p, n, K_LOOP, "winograd_weights");
     if (!k)
         return diag_error(d, n->loc, "out of memory");
     kernel_reads(k, n->in[1]);
     k->scratch_bytes = scratch_bytes;
-    k->count = c;
+    k->count = w->transposed ? c : o;
     k->grain = 1;
     KBuilder *b = &k->b;
-    KExpr *i = k_var(b, k->iter);
     int wt = kb_value(b, w->wv, false), scratch = kb_scratch(b);
-    KExpr *u = k_var(b, kb_let(b, "u", KT_I64, k_add(b, k_int(b, w->u_at), k_mul(b, i, k_int(b, o)))));
-    KExpr *oc = k_var(b, kb_for(b, "oc", KT_I64, k_int(b, 0), k_int(b, o), NULL, 0));
-    int g = kb_array(b, "g", KT_F32, 3, 3, false, false), gg = kb_array(b, "gg", KT_F32, an, 3, false, false);
-    KExpr *r = k_var(b, kb_for(b, "r", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
-    KExpr *t = k_var(b, kb_for(b, "t", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
-    KExpr *tap =
-        w->transposed
-            ? k_madd(b, k_madd(b, k_sub(b, k_int(b, 2), r), 3, k_madd(b, i, 9, k_sub(b, k_int(b, 2), t))), o,
-                     oc)
-            : k_madd(b, k_madd(b, oc, 9, k_madd(b, r, 3, t)), c, i);
-    kb_store2(b, g, r, t, k_load(b, wt, tap), false);
-    kb_end(b);
-    kb_end(b);
-    t = k_var(b, kb_for(b, "t", KT_I64, k_int(b, 0), k_int(b, 3), NULL, 0));
-    for (int a = 0; a < an; a++) {
-        KExpr *sum = NULL;
-        for (int j = 0; j < 3; j++) {
-            KExpr *term = k_mul(b, k_f32(b, w->t->g[a][j]), k_load2(b, g, k_int(b, j), t));
-            sum = sum ? k_add(b, sum, term) : term;
+    KExpr *at = k_var(b, kb_let(b, "at", KT_I64, k_mul(b, k_var(b, k->iter), k_int(b, inner))));
+    KExpr *e = k_var(b, kb_for(b, "e", KT_I64, k_int(b, 0), k_int(b, inner), NULL, K_VECTOR));
+    static const char *const g_names[3][3] = {
+        {"g00", "g01", "g02"}, {"g10", "g11", "g12"}, {"g20", "g21", "g22"}};
+    static const char *const gg_names[MAX_N][3] = {{"gg00", "gg01", "gg02"}, {"gg10", "gg11", "gg12"},
+                                                   {"gg20", "gg21", "gg22"}, {"gg30", "gg31", "gg32"},
+                                                   {"gg40", "gg41", "gg42"}, {"gg50", "gg51", "gg52"}};
+    KExpr *g[3][3], *gg[MAX_N][3];
+    for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 3; t++) {
+            int tap = w->transposed ? (2 - r) * 3 + 2 - t : r * 3 + t; /* a conv_transpose's, flipped */
+            KExpr *index = k_madd(b, at, 9, k_add(b, e, k_int(b, tap * inner)));
+            g[r][t] = k_var(b, kb_let(b, g_names[r][t], KT_F32, k_load(b, wt, index)));
         }
-        kb_store2(b, gg, k_int(b, a), t, sum, false);
-    }
-    kb_end(b);
-    KExpr *row = k_var(b, kb_for(b, "a", KT_I64, k_int(b, 0), k_int(b, an), NULL, 0));
-    for (int col = 0; col < an; col++) {
-        KExpr *sum = NULL;
-        for (int j = 0; j < 3; j++) {
-            KExpr *term = k_mul(b, k_load2(b, gg, row, k_int(b, j)), k_f32(b, w->t->g[col][j]));
-            sum = sum ? k_add(b, sum, term) : term;
+    for (int a = 0; a < an; a++)
+        for (int t = 0; t < 3; t++) {
+            KExpr *sum = NULL;
+            for (int j = 0; j < 3; j++) {
+                KExpr *term = k_mul(b, k_f32(b, w->t->g[a][j]), g[j][t]);
+                sum = sum ? k_add(b, sum, term) : term;
+            }
+            gg[a][t] = k_var(b, kb_let(b, gg_names[a][t], KT_F32, sum));
         }
-        KExpr *index = k_add(b, u, k_madd(b, k_madd(b, row, an, k_int(b, col)), c * o, oc));
-        kb_store(b, scratch, index, sum);
-    }
-    kb_end(b);
+    for (int row = 0; row < an; row++)
+        for (int col = 0; col < an; col++) {
+            KExpr *sum = NULL;
+            for (int j = 0; j < 3; j++) {
+                KExpr *term = k_mul(b, gg[row][j], k_f32(b, w->t->g[col][j]));
+                sum = sum ? k_add(b, sum, term) : term;
+            }
+            KExpr *index = k_add(b, k_int(b, w->u_at + (row * an + col) * c * o), k_add(b, at, e));
+            kb_store(b, scratch, index, sum);
+        }
     kb_end(b);
     return 0;
 }
@@ -285,8 +286,10 @@ static int products(Program *p, const Node *n, const Wino *w, int64_t scratch_by
     KExpr *i = k_var(b, k->iter);
     int scratch = kb_scratch(b), table = w->u_at >= 0 ? scratch : kb_table(b);
     KExpr *u_at = k_madd(b, i, c * o, k_int(b, w->u_at >= 0 ? w->u_at : 0));
-    kb_sgemm(b, false, false, k_i32(b, tiles), k_i32(b, o), c, k_f32(b, 1),
-             k_addr(b, scratch, k_mul(b, i, k_int(b, tiles * c))), c, k_addr(b, table, u_at), o, k_f32(b, 0),
+    bool u_transposed = w->u_at >= 0 && !w->transposed; /* U[k][O][C] (runtime_weight_transform) */
+    kb_sgemm(b, false, u_transposed, k_i32(b, tiles), k_i32(b, o), c, k_f32(b, 1),
+             k_addr(b, scratch, k_mul(b, i, k_int(b, tiles * c))), c, k_addr(b, table, u_at),
+             u_transposed ? c : o, k_f32(b, 0),
              k_addr(b, scratch, k_madd(b, i, tiles * o, k_int(b, nn * tiles * c))), o);
     return 0;
 }
