@@ -116,6 +116,42 @@ static void reduced_dims(const Node *n, const Type *x, bool *reduced) {
         reduced[norm_axis(a->ints[i], x->rank)] = true;
 }
 
+enum { COLUMN_BLOCK = 16 };
+
+/* The columns of each of `outer` [rows, cols] matrices of x summed down its rows: a
+ * reduction over dims before the last ones and after the first ones, such as a
+ * batch norm's statistics or a global mean with channels last. An iteration per
+ * block of adjacent columns (COLUMN_BLOCK, or the largest power of two below it
+ * dividing cols) walks the rows once, its sums in a local array, and so reads each
+ * cache line of x once, where an iteration per result would read a float from
+ * every line. Each column adds its rows in order, as that loop does. */
+static int column_sums(Program *p, const Node *n, int64_t outer, int64_t rows, int64_t cols, Diag *d) {
+    int64_t block = COLUMN_BLOCK;
+    while (cols % block)
+        block /= 2;
+    Kernel *k = new_loop(p, n, outer * (cols / block), rows * block, d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    int xs = kb_value(b, n->in[0], false), ys = kb_value(b, n->out[0], true);
+    KExpr *i = k_var(b, k->iter), *blocks = k_int(b, cols / block);
+    KExpr *first = k_var(b, kb_let(b, "first", KT_I64, k_mul(b, k_mod(b, i, blocks), k_int(b, block))));
+    KExpr *matrix = k_var(b, kb_let(b, "matrix", KT_I64, k_div(b, i, blocks)));
+    int acc = kb_array(b, "acc", KT_F64, block, 0, false, true);
+    KExpr *row = k_madd(b, k_madd(b, matrix, rows, open_loop(b, "r", rows)), cols, first);
+    KExpr *lane = k_var(b, kb_for(b, "l", KT_I64, k_int(b, 0), k_int(b, block), NULL, K_VECTOR));
+    kb_store_add(b, acc, lane, widen(b, k_load(b, xs, k_add(b, row, lane))));
+    kb_end(b);
+    kb_end(b);
+    lane = open_loop(b, "l", block);
+    KExpr *sum = k_load(b, acc, lane);
+    if (n->op == OP_MEAN)
+        sum = k_div(b, sum, k_f64(b, (double)rows));
+    kb_store(b, ys, k_madd(b, matrix, cols, k_add(b, first, lane)), k_cast(b, KT_F32, sum));
+    kb_end(b);
+    return 0;
+}
+
 /* The loop variables of the reduced runs, r0 the outermost. */
 static const char *const run_vars[KILN_MAX_RANK] = {"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"};
 
@@ -128,6 +164,10 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
     int64_t group = 1, results = 1;
     for (int r = 0; r < n_runs; r++)
         *(runs[r].reduced ? &group : &results) *= runs[r].size;
+    bool column = n->op != OP_REDUCE_MAX && n_runs >= 2 && n_runs <= 3 && !runs[n_runs - 1].reduced &&
+                  runs[n_runs - 2].reduced;
+    if (column)
+        return column_sums(p, n, n_runs == 3 ? runs[0].size : 1, group, runs[n_runs - 1].size, d);
     Kernel *k = new_loop(p, n, results, group, d);
     if (!k)
         return -1;

@@ -15,9 +15,7 @@
 
 /* ---- sum, mean, reduce_max ---- */
 
-/* Marks the dims of x that `axes` reduces; an unset or empty list reduces them all,
- * as ONNX does with noop_with_empty_axes = 0. */
-static int reduce_axes(const Node *n, const Type *x, bool *reduced, Diag *d) {
+int reduce_axes(const Node *n, const Type *x, bool *reduced, Diag *d) {
     const Attr *a = node_attr(n, ATTR_AXES);
     const char *op = op_table[n->op].name;
     bool all = !a->set || a->n == 0;

@@ -91,6 +91,10 @@ TypeText type_text(const Type *t);
 void copy_elements(Tensor *dst, int64_t i, const Tensor *src, int64_t at, int64_t count);
 /* Maps a possibly negative axis into [0, rank); -1 when out of range. */
 int norm_axis(int64_t axis, int rank);
+/* Marks the dims of x that reduction n's `axes` reduces; an unset or empty list
+ * reduces them all, as ONNX does with noop_with_empty_axes = 0. -1 after a
+ * diagnostic at a bad axis. */
+int reduce_axes(const Node *n, const Type *x, bool *reduced, Diag *d);
 /* Numpy broadcasting of a and b into out (of a's dtype); false when incompatible. */
 bool broadcast_types(const Type *a, const Type *b, Type *out);
 /* Whether t stretches to `to` by numpy broadcasting without changing `to`. */

@@ -12,11 +12,12 @@
  * more than they save. So do the gradient ops of a training step's backward pass,
  * max_pool_grad, avg_pool_grad (dy and x) and conv_weight_grad (x and dy; the
  * weight gradient comes out [O, k..., I/groups] and goes back by a transpose), when
- * either input is. An elementwise op (unary_grad included), or a resize (with its
- * per-dim attributes permuted), whose
+ * either input is. An elementwise op (unary_grad included), or a resize or expand
+ * (with its per-dim attributes permuted), whose
  * inputs are each channels last or small enough to transpose cheaply (a per-channel
  * [C, 1, 1] operand, reshaped to the rank and transposed; a scalar stays) moves to
- * channels last too. The old value v then becomes transpose(nhwc[v]) back to NCHW,
+ * channels last too, and so does a reduction of a channels-last value
+ * (move_reduction). The old value v then becomes transpose(nhwc[v]) back to NCHW,
  * keeping its name and id (a reshape when only dims of size 1 move): every reader
  * not converted, and the outputs, read it as before; the transposes back that
  * nobody reads are dropped. A transpose of a transpose, the user's or one back from
@@ -31,6 +32,8 @@
  * to every operand after aligning ranks. */
 #include "passes.h"
 
+#include "../ir/ops_impl.h"
+
 #include <string.h>
 
 typedef struct {
@@ -38,6 +41,7 @@ typedef struct {
     int *nhwc;   /* per value of the old graph: its channels-last twin, or -1 */
     bool *dead;  /* per node of the old graph */
     int *weight; /* per value of the old graph: its transpose as a conv weight, or -1 */
+    bool twins;  /* some value has a channels-last twin already */
 } Layout;
 
 /* The permutation taking [N, C, s...] to [N, s..., C] (back: its inverse). */
@@ -137,6 +141,7 @@ static int take_over(Layout *l, int i, int y_nhwc) {
     if (pass_finish(l->c, back) < 0)
         return -1;
     l->nhwc[y] = y_nhwc;
+    l->twins = true;
     l->dead[i] = true;
     return 0;
 }
@@ -184,10 +189,17 @@ static int convert_layout_op(Layout *l, int i) {
     return y < 0 ? -1 : take_over(l, i, y);
 }
 
-/* resize's per-dim attributes in channels-last order. */
-static int permute_resize(Layout *l, Node *m, int rank) {
+/* resize's per-dim attributes, or expand's shape, in channels-last order. */
+static int permute_lists(Layout *l, Node *m, int rank) {
     int64_t perm[KILN_MAX_RANK];
     perm_of(rank, false, perm);
+    if (m->op == OP_EXPAND) {
+        const Attr *shape = node_attr(m, ATTR_SHAPE);
+        int64_t dims[KILN_MAX_RANK];
+        for (int k = 0; k < rank; k++)
+            dims[k] = shape->ints[perm[k]];
+        return pass_set_ints(l->c, m, ATTR_SHAPE, dims, rank);
+    }
     const AttrId lists[] = {ATTR_SIZES, ATTR_SCALES, ATTR_ROI};
     for (int a = 0; a < 3; a++) {
         Attr *at = &m->attrs[op_attr_index(OP_RESIZE, lists[a])];
@@ -209,8 +221,11 @@ static int permute_resize(Layout *l, Node *m, int rank) {
     return 0;
 }
 
-/* Whether an elementwise op or resize can follow its channels-last inputs: one of
- * them has a twin, and each other one has too or is smaller than the result. */
+/* Whether an elementwise op, resize or expand can follow its channels-last inputs:
+ * one of them has a twin, and each other one has too or is smaller than the result.
+ * An expand of a smaller input moves once the graph has twins, twin or not: a
+ * training step's backward pass starts from one (the gradient of a global pool, of
+ * a batch norm's statistics), and the elementwise ops after it then move too. */
 static bool movable(const Layout *l, const Node *n) {
     const Graph *g = l->c->g;
     if (!op_has(n->op, F_LAYOUT_FREE))
@@ -223,7 +238,7 @@ static bool movable(const Layout *l, const Node *n) {
         if (l->nhwc[v] < 0 && type_numel(&g->values[v].type) >= type_numel(y))
             return false;
     }
-    return any && y->rank >= 3;
+    return (any || (n->op == OP_EXPAND && l->twins)) && y->rank >= 3;
 }
 
 static int move_op(Layout *l, int i) {
@@ -235,10 +250,65 @@ static int move_op(Layout *l, int i) {
         if ((in[k] = operand_nhwc(l, n->in[k], rank, n->loc)) < 0)
             return -1;
     Node *m = twin(l, n, in);
-    if (!m || (n->op == OP_RESIZE && permute_resize(l, m, rank)))
+    if (!m || ((n->op == OP_RESIZE || n->op == OP_EXPAND) && permute_lists(l, m, rank)))
         return -1;
     int y = pass_finish(l->c, m);
     return y < 0 ? -1 : take_over(l, i, y);
+}
+
+/* Where dim d of an NCHW value of rank `rank` is in its channels-last twin. */
+static int nhwc_position(int d, int rank) {
+    return d == 0 ? 0 : d == 1 ? rank - 1 : d - 1;
+}
+
+/* A reduction (sum, mean, reduce_max) of a value with a channels-last twin reduces
+ * the twin over the same dims, renumbered, instead of a transpose of it: a batch
+ * norm's statistics in a training step. With keepdims, its result is channels last
+ * and comes back to NCHW as any twin's (by a reshape where only dims of size 1
+ * move: a [1, C, 1, 1] mean); without, it is the old result itself when the dims
+ * kept keep their order (the channels are reduced, or every spatial dim is), and
+ * then takes its place. 0 also when the reduction stays as it is. */
+static int move_reduction(Layout *l, int i) {
+    Graph *g = l->c->g;
+    Node *n = g->nodes[i];
+    const Type *x = &g->values[n->in[0]].type;
+    bool reduced[KILN_MAX_RANK], keep = node_bool(n, ATTR_KEEPDIMS), ordered = true;
+    if (reduce_axes(n, x, reduced, l->c->d))
+        return -1;
+    int64_t axes[KILN_MAX_RANK];
+    int n_axes = 0, last_kept = -1;
+    for (int d = 0; d < x->rank; d++) { /* the positions, in order: 0, then 2.., then 1 */
+        int at = nhwc_position(d, x->rank);
+        if (!reduced[d]) {
+            ordered = ordered && at > last_kept;
+            last_kept = at;
+        }
+    }
+    for (int at = 0; at < x->rank; at++)
+        for (int d = 0; d < x->rank; d++)
+            if (reduced[d] && nhwc_position(d, x->rank) == at)
+                axes[n_axes++] = at;
+    if (!keep && !ordered)
+        return 0;
+    Node *m = twin(l, n, (int[]){l->nhwc[n->in[0]]});
+    if (!m || pass_set_ints(l->c, m, ATTR_AXES, axes, n_axes))
+        return -1;
+    int y = pass_finish(l->c, m);
+    if (y < 0)
+        return -1;
+    if (keep)
+        return take_over(l, i, y);
+    Node *same = graph_add_node(g, OP_IDENTITY, 1, 1, n->loc);
+    if (!same)
+        return diag_error(l->c->d, n->loc, "out of memory");
+    same->in[0] = y;
+    graph_redefine(g, n->out[0], same, 0);
+    l->dead[i] = true;
+    return pass_finish(l->c, same) < 0 ? -1 : 0;
+}
+
+static bool is_reduction(OpId op) {
+    return op == OP_SUM || op == OP_MEAN || op == OP_REDUCE_MAX;
 }
 
 /* transpose's perm, reversed dims when not written. */
@@ -288,7 +358,7 @@ int pass_layout(PassContext *c) {
     Graph *g = c->g;
     int n_nodes = g->n_nodes, n_values = g->n_values;
     Layout l = {c, ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)), ir_calloc((size_t)n_nodes + 1, 1),
-                ir_malloc(sizeof(int) * (size_t)(g->n_values + 1))};
+                ir_malloc(sizeof(int) * (size_t)(g->n_values + 1)), false};
     int rc = l.nhwc && l.dead && l.weight ? 0 : diag_error(c->d, (Loc){0}, "out of memory");
     for (int v = 0; rc == 0 && v < g->n_values; v++)
         l.nhwc[v] = l.weight[v] = -1;
@@ -302,6 +372,8 @@ int pass_layout(PassContext *c) {
             rc = convert_layout_op(&l, i);
         else if (movable(&l, n))
             rc = move_op(&l, i);
+        else if (is_reduction(n->op) && rank >= 3 && l.nhwc[n->in[0]] >= 0)
+            rc = move_reduction(&l, i);
         else if (n->op == OP_TRANSPOSE)
             rc = collapse_transposes(&l, i);
     }
