@@ -143,6 +143,80 @@ static KExpr *at_most(KBuilder *b, KExpr *v, KExpr *hi) {
     return k_select(b, k_lt(b, v, hi), v, hi);
 }
 
+enum { MAX_NHWC_CHANNELS = 4096 }; /* max_pool_grad_nhwc's local arrays: 48 KiB at most */
+
+/* for (NAME = 0; NAME < count; NAME++) over channels, vectorized; opened. */
+static KExpr *channel_loop(KBuilder *b, const char *name, int64_t count) {
+    return k_var(b, kb_for(b, name, KT_I64, k_int(b, 0), k_int(b, count), NULL, K_VECTOR));
+}
+
+/* max_pool_grad with channels last: iteration i is batch item i of dx, zeroed; then
+ * each of dy's windows finds its first maximum in every channel at once, the loop
+ * over the channels innermost (contiguous elements, vectorized) and the running
+ * maxima in local arrays, and adds dy there. Each element of dx takes its windows
+ * in the reference's order, as in lower_pool_grad, whose planes would read one
+ * float of every cache line of x. */
+static int max_pool_grad_nhwc(Program *p, const Node *n, const View *xv, const View *yv,
+                              const int64_t *kernel, const int64_t *strides, const int64_t *pads,
+                              const int64_t *dilations, Diag *d) {
+    int ns = xv->ns;
+    int64_t c = xv->c, item = c;
+    for (int j = 0; j < ns; j++)
+        item *= xv->sp[j];
+    Kernel *k = kernel_loop(p, n, NULL, xv->n, 1, d);
+    if (!k)
+        return -1;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter);
+    int dx = kb_value(b, n->out[0], true), dy = kb_value(b, n->in[0], false),
+        x = kb_value(b, n->in[1], false);
+    KExpr *xo = k_var(b, kb_let(b, "xo", KT_I64, k_mul(b, i, k_int(b, xv->sn))));
+    KExpr *yo = k_var(b, kb_let(b, "yo", KT_I64, k_mul(b, i, k_int(b, yv->sn))));
+    KExpr *e = channel_loop(b, "e", item);
+    kb_store(b, dx, k_add(b, xo, e), k_f32(b, 0));
+    kb_end(b);
+    int best = kb_array(b, "best", KT_I64, c, 0, false, false),
+        m = kb_array(b, "m", KT_F32, c, 0, false, false);
+    KExpr *pp[3], *st[3], *kk[3], *h[3];
+    open_loops(b, "p", yv->sp, ns, pp);
+    for (int j = 0; j < ns; j++)
+        st[j] = k_var(b, kb_let(b, kb_name(b, "s", j), KT_I64,
+                                k_sub(b, k_mul(b, pp[j], k_int(b, strides[j])), k_int(b, pads[j]))));
+    KExpr *ch = channel_loop(b, "ch", c);
+    kb_store(b, best, ch, k_int(b, -1));
+    kb_store(b, m, ch, k_f32(b, -INFINITY));
+    kb_end(b);
+    open_loops(b, "k", kernel, ns, kk);
+    for (int j = 0; j < ns; j++) { /* a tap outside x takes no part */
+        h[j] = k_var(b, kb_let(b, kb_name(b, "h", j), KT_I64,
+                               k_add(b, st[j], k_mul(b, kk[j], k_int(b, dilations[j])))));
+        kb_if(b, k_and(b, k_bin(b, KE_GE, h[j], k_int(b, 0)), k_lt(b, h[j], k_int(b, xv->sp[j]))));
+    }
+    KExpr *at = k_var(b, kb_let(b, "at", KT_I64, offset_of(b, h, xv->ss, ns)));
+    KExpr *xat = k_var(b, kb_let(b, "xat", KT_I64, k_add(b, xo, at)));
+    ch = channel_loop(b, "ch", c);
+    KExpr *v = k_var(b, kb_let(b, "v", KT_F32, k_load(b, x, k_add(b, xat, ch))));
+    KExpr *was = k_var(b, kb_let(b, "was", KT_I64, k_load(b, best, ch)));
+    KExpr *high = k_var(b, kb_let(b, "high", KT_F32, k_load(b, m, ch)));
+    KExpr *wins =
+        k_var(b, kb_let(b, "wins", KT_BOOL,
+                        k_bin(b, KE_OR, k_bin(b, KE_OR, k_lt(b, was, k_int(b, 0)), k_bin(b, KE_NE, v, v)),
+                              k_bin(b, KE_GT, v, high))));
+    kb_store(b, best, ch, k_select(b, wins, at, was));
+    kb_store(b, m, ch, k_select(b, wins, v, high));
+    kb_end(b);
+    close_blocks(b, 2 * ns); /* the ifs and the tap loops */
+    KExpr *yat = k_var(b, kb_let(b, "yat", KT_I64, k_add(b, yo, offset_of(b, pp, yv->ss, ns))));
+    ch = k_var(b, kb_for(b, "ch", KT_I64, k_int(b, 0), k_int(b, c), NULL, 0));
+    KExpr *winner = k_var(b, kb_let(b, "winner", KT_I64, k_load(b, best, ch)));
+    kb_if(b, k_bin(b, KE_GE, winner, k_int(b, 0)));
+    kb_store_add(b, dx, k_add(b, k_add(b, xo, winner), ch), k_load(b, dy, k_add(b, yat, ch)));
+    kb_end(b);
+    kb_end(b);
+    close_blocks(b, ns);
+    return 0;
+}
+
 /* Iteration i is one (batch, channel) plane of dx: zeroed, then each of dy's windows
  * adds its share, in the reference's order, so no two iterations write one element. */
 int lower_pool_grad(Program *p, const Node *n, Diag *d) {
@@ -156,6 +230,8 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
     if (is_max)
         node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
+    if (is_max && nhwc && xv.c <= MAX_NHWC_CHANNELS)
+        return max_pool_grad_nhwc(p, n, &xv, &yv, kernel, strides, pads, dilations, d);
     PlaneLoop pl;
     if (plane_grad_loop(p, n, &xv, &yv, true, &pl, d))
         return -1;
