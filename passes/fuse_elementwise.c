@@ -21,7 +21,12 @@
  * pixel and channel). The interpreter rounds each call of an expression to f32 as the
  * ops do one by one, so the fused graph gives the same values there bit for bit.
  * An `elementwise` input used more than once by its own expression stays a leaf, and
- * one expression holds at most FUSE_MAX_CALLS calls, so expressions stay small. */
+ * one expression holds at most FUSE_MAX_CALLS calls, so expressions stay small.
+ *
+ * A leaf that is an `expand` to the root's shape (the gradient of a mean or a sum)
+ * is read through it, broadcast by the fused node itself, when another leaf has the
+ * root's shape: the root's shape stays the broadcast of the leaves', and the
+ * expanded tensor is never written (then a tree of one node is worth fusing too). */
 #include "passes.h"
 
 #include <string.h>
@@ -34,6 +39,7 @@ typedef struct {
     bool *is_output;   /* per value */
     bool *inlined;     /* per value: an f32[] const written as a literal */
     bool *taken;       /* per node: inside some tree (as root or interior) */
+    bool *bypassed;    /* per value: an expand some fused node reads through */
     int *tree, n_tree; /* the interior nodes of the tree being built */
     int *leaves;       /* the tree's leaf values, $0, $1, ... */
     int n_leaves;
@@ -149,6 +155,29 @@ static Expr *build(Fuser *f, Node *n) {
     return substitute(e, args);
 }
 
+/* Reads the leaves that expand to the root's type through their expands, when a
+ * leaf of that type remains; returns how many. */
+static int bypass_expands(Fuser *f, const Type *root) {
+    Graph *g = f->c->g;
+    int full = 0, expands = 0;
+    for (int k = 0; k < f->n_leaves; k++) {
+        const Node *def = pass_definer(g, f->leaves[k]);
+        bool same = type_equal(&g->values[f->leaves[k]].type, root);
+        full += same && !(def && def->op == OP_EXPAND);
+        expands += same && def && def->op == OP_EXPAND;
+    }
+    if (full == 0 || expands == 0)
+        return 0;
+    for (int k = 0; k < f->n_leaves; k++) {
+        const Node *def = pass_definer(g, f->leaves[k]);
+        if (def && def->op == OP_EXPAND && type_equal(&g->values[f->leaves[k]].type, root)) {
+            f->bypassed[f->leaves[k]] = true;
+            f->leaves[k] = def->in[0];
+        }
+    }
+    return expands;
+}
+
 /* Replaces the tree rooted at `root` (node `at`) by one `elementwise` node in its
  * place; 0 when the tree was too small to fuse, 1 when fused, -1 after a diagnostic. */
 static int fuse_tree(Fuser *f, Node *root, int at) {
@@ -158,7 +187,8 @@ static int fuse_tree(Fuser *f, Node *root, int at) {
     Expr *e = build(f, root);
     if (!e)
         return -1;
-    if (f->nodes < 2 || f->n_leaves == 0) /* nothing saved, or a constant: folding's job */
+    int bypassed = bypass_expands(f, &g->values[root->out[0]].type);
+    if ((f->nodes < 2 && !bypassed) || f->n_leaves == 0) /* nothing saved, or a constant: folding's job */
         return 0;
     char *text = expr_format(e);
     Node *n = text ? graph_add_node(g, OP_ELEMENTWISE, f->n_leaves, 1, root->loc) : NULL;
@@ -190,10 +220,11 @@ int pass_fuse_elementwise(PassContext *c) {
     f.inlined = ir_calloc((size_t)g->n_values + 1, sizeof *f.inlined);
     f.leaves = ir_calloc((size_t)g->n_values + 1, sizeof *f.leaves);
     f.taken = ir_calloc((size_t)n_nodes + 1, sizeof *f.taken);
+    f.bypassed = ir_calloc((size_t)g->n_values + 1, sizeof *f.bypassed);
     f.tree = ir_calloc((size_t)n_nodes + 1, sizeof *f.tree);
     bool *dead = ir_calloc((size_t)n_nodes + 1, sizeof *dead);
     int rc = 0;
-    if (!f.uses || !f.is_output || !f.inlined || !f.leaves || !f.taken || !f.tree || !dead)
+    if (!f.uses || !f.is_output || !f.inlined || !f.leaves || !f.taken || !f.bypassed || !f.tree || !dead)
         rc = diag_error(c->d, (Loc){0}, "out of memory");
     else {
         graph_count_uses(g, f.uses);
@@ -215,18 +246,20 @@ int pass_fuse_elementwise(PassContext *c) {
     }
     if (rc == 0) {
         graph_remove_nodes(g, dead);
-        /* the consts that became literals and have no other use go too, so that the
-           pass leaves no dead code behind and its output is a fixed point */
+        /* the consts that became literals and the expands read through, when nothing
+           else reads them, go too, so that the pass leaves no dead code behind and its
+           output is a fixed point */
         graph_count_uses(g, f.uses);
         for (int i = 0; i < g->n_nodes; i++) {
             const Node *n = g->nodes[i];
-            dead[i] = n->op == OP_CONST && f.inlined[n->out[0]] && f.uses[n->out[0]] == 0 &&
-                      !f.is_output[n->out[0]];
+            int y = n->out[0];
+            dead[i] = ((n->op == OP_CONST && f.inlined[y]) || (n->op == OP_EXPAND && f.bypassed[y])) &&
+                      f.uses[y] == 0 && !f.is_output[y];
         }
         graph_remove_nodes(g, dead);
     }
     arena_free(&f.arena);
     ir_free(f.uses), ir_free(f.is_output), ir_free(f.inlined), ir_free(f.leaves), ir_free(f.taken),
-        ir_free(f.tree), ir_free(dead);
+        ir_free(f.bypassed), ir_free(f.tree), ir_free(dead);
     return rc;
 }
