@@ -352,7 +352,7 @@ static bool fits_int(int64_t v) {
 
 /* Tiles of the output the pool runs in parallel, each one single-threaded cblas_sgemm:
  * along the columns when there are many, else along the rows. */
-enum { TILE_COLS = 256, TILE_ROWS = 64, MIN_TILE_COLS = 32 };
+enum { TILE_COLS = 256, TILE_ROWS = 256, MIN_TILE_COLS = 32 };
 
 /* A LOOP of GEMM tiles: its kernel, and each iteration's tile: first column c0 and
  * row r0, group g, batch item b, and its int rows m and columns n. */
@@ -1213,6 +1213,61 @@ int lower_conv(Program *p, const Node *n, Diag *d) {
     return rc;
 }
 
+/* The weight gradient's GEMM split along its sum: `splits` iterations each sum an
+ * equal slice of the (batch item, position) rows into a partial dw in the scratch
+ * after the column matrix, and a second LOOP adds the partials, in order, into dw.
+ * For a small dw over many rows (ResNet's first layers: 64 x 147 over 100352 rows),
+ * whose tiles would each read all of dy and of the columns again, and be too few
+ * to share among the threads. 0: no split (a larger dw, or rows that no split
+ * count divides). */
+enum { MAX_SPLITS = 4 };
+
+static int weight_grad_splits(const Conv *c, int64_t og, int64_t depth, int64_t inner) {
+    if (!c->nhwc || c->groups != 1 || inner < 16 * (og > depth ? og : depth))
+        return 0;
+    for (int splits = MAX_SPLITS; splits >= 2; splits--)
+        if (inner % splits == 0)
+            return splits;
+    return 0;
+}
+
+static int weight_grad_split(Program *p, const Node *n, const Conv *c, bool pointwise, int64_t cols_bytes,
+                             int splits, Diag *d) {
+    int64_t og = c->y.c, depth = c->x.c * c->taps, inner = c->y.n * c->positions, slice = inner / splits;
+    int64_t at = cols_bytes / (int64_t)sizeof(float); /* the partials, after the columns */
+    int64_t partial_bytes = lower_size(n, "partial sums", 4, (int64_t[]){splits, og, depth, 4}, d);
+    if (partial_bytes < 0)
+        return -1;
+    Kernel *k = kernel_loop(p, n, "gemm", splits, 1, d);
+    if (!k)
+        return -1;
+    k->scratch_bytes = cols_bytes + partial_bytes;
+    k->flops = lower_flops(4, (int64_t[]){2, og, depth, inner});
+    KBuilder *b = &k->b;
+    int src = pointwise ? kb_value(b, c->xv, false) : kb_scratch(b), dy = kb_value(b, c->yv, false),
+        scratch = kb_scratch(b);
+    KExpr *first = let_index(b, "first", k_mul(b, k_var(b, k->iter), k_int(b, slice)));
+    kb_sgemm(b, true, false, k_i32(b, og), k_i32(b, depth), slice, k_f32(b, 1),
+             k_addr(b, dy, k_mul(b, first, k_int(b, og))), og,
+             k_addr(b, src, k_mul(b, first, k_int(b, depth))), depth, k_f32(b, 0),
+             k_addr(b, scratch, plus(b, k_int(b, at), k_var(b, k->iter), og * depth)), depth);
+    Kernel *sum = kernel_loop(p, n, "sum", og * depth, 4096, d);
+    if (!sum)
+        return -1;
+    kernel_unread(sum, c->xv);
+    kernel_unread(sum, c->yv);
+    sum->scratch_bytes = k->scratch_bytes;
+    b = &sum->b;
+    scratch = kb_scratch(b);
+    KExpr *e = k_var(b, sum->iter), *total = NULL;
+    for (int j = 0; j < splits; j++) {
+        KExpr *part = k_load(b, scratch, k_add(b, e, k_int(b, at + j * og * depth)));
+        total = total ? k_add(b, total, part) : part;
+    }
+    kb_store(b, kb_value(b, c->wv, true), e, total);
+    return 0;
+}
+
 /* conv_weight_grad(x, dy) as GEMMs against the column matrix of x that its conv's
  * im2col fills (the same kernel, into the scratch): per group,
  *   nhwc: dw[g] = dy[:, g]^T cols[:, g], the sum running over every batch item and
@@ -1235,6 +1290,9 @@ int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
                   : lower_size(n, "im2col scratch", 5, (int64_t[]){c.y.n, c.positions, c.x.c, c.taps, 4}, d);
     if (bytes < 0 || (!pointwise && im2col(p, n, &c, bytes, d)))
         return -1;
+    int splits = weight_grad_splits(&c, og, depth, inner);
+    if (splits)
+        return weight_grad_split(p, n, &c, pointwise, bytes, splits, d);
     Tiles t;
     if (gemm_tiles(p, n, 1, c.groups, og, depth, &t, d))
         return -1;
