@@ -150,12 +150,13 @@ static KExpr *channel_loop(KBuilder *b, const char *name, int64_t count) {
     return k_var(b, kb_for(b, name, KT_I64, k_int(b, 0), k_int(b, count), NULL, K_VECTOR));
 }
 
-/* max_pool_grad with channels last: iteration i is batch item i of dx, zeroed; then
- * each of dy's windows finds its first maximum in every channel at once, the loop
- * over the channels innermost (contiguous elements, vectorized) and the running
- * maxima in local arrays, and adds dy there. Each element of dx takes its windows
- * in the reference's order, as in lower_pool_grad, whose planes would read one
- * float of every cache line of x. */
+/* max_pool_grad with channels last on the C target: iteration i is batch item i of
+ * dx, zeroed; then each of dy's windows finds its first maximum in every channel at
+ * once, the loop over the channels innermost (contiguous elements, vectorized) and
+ * the running maxima in local arrays, and adds dy there. Each element of dx takes
+ * its windows in the reference's order, as in lower_pool_grad, whose planes would
+ * read one float of every cache line of x (CUDA's threads, one a plane, read
+ * adjacent channels together, and keep them). */
 static int max_pool_grad_nhwc(Program *p, const Node *n, const View *xv, const View *yv,
                               const int64_t *kernel, const int64_t *strides, const int64_t *pads,
                               const int64_t *dilations, Diag *d) {
@@ -230,7 +231,7 @@ int lower_pool_grad(Program *p, const Node *n, Diag *d) {
     node_ints(n, ATTR_PADS, pads, 6, 2 * ns);
     if (is_max)
         node_ints(n, ATTR_DILATIONS, dilations, 3, ns);
-    if (is_max && nhwc && xv.c <= MAX_NHWC_CHANNELS)
+    if (p->target == TARGET_C && is_max && nhwc && xv.c <= MAX_NHWC_CHANNELS)
         return max_pool_grad_nhwc(p, n, &xv, &yv, kernel, strides, pads, dilations, d);
     PlaneLoop pl;
     if (plane_grad_loop(p, n, &xv, &yv, true, &pl, d))

@@ -124,7 +124,8 @@ enum { COLUMN_BLOCK = 16 };
  * block of adjacent columns (COLUMN_BLOCK, or the largest power of two below it
  * dividing cols) walks the rows once, its sums in a local array, and so reads each
  * cache line of x once, where an iteration per result would read a float from
- * every line. Each column adds its rows in order, as that loop does. */
+ * every line. Each column adds its rows in order, as that loop does. The C target's:
+ * CUDA's threads of the loop per result read adjacent columns together already. */
 static int column_sums(Program *p, const Node *n, int64_t outer, int64_t rows, int64_t cols, Diag *d) {
     int64_t block = COLUMN_BLOCK;
     while (cols % block)
@@ -164,8 +165,8 @@ int lower_reduce(Program *p, const Node *n, Diag *d) {
     int64_t group = 1, results = 1;
     for (int r = 0; r < n_runs; r++)
         *(runs[r].reduced ? &group : &results) *= runs[r].size;
-    bool column = n->op != OP_REDUCE_MAX && n_runs >= 2 && n_runs <= 3 && !runs[n_runs - 1].reduced &&
-                  runs[n_runs - 2].reduced;
+    bool column = p->target == TARGET_C && n->op != OP_REDUCE_MAX && n_runs >= 2 && n_runs <= 3 &&
+                  !runs[n_runs - 1].reduced && runs[n_runs - 2].reduced;
     if (column)
         return column_sums(p, n, n_runs == 3 ? runs[0].size : 1, group, runs[n_runs - 1].size, d);
     Kernel *k = new_loop(p, n, results, group, d);
