@@ -375,8 +375,14 @@ static KExpr *tile_len(KBuilder *b, int64_t total, KExpr *start, int64_t len) {
  * gets a few column tiles to share among the threads. */
 static int gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups, int64_t rows, int64_t cols,
                       Tiles *t, Diag *d) {
-    int64_t tc = cols >= 2 * TILE_COLS ? TILE_COLS : cols,
-            tr = tc == cols && rows >= 2 * TILE_ROWS ? TILE_ROWS : rows;
+    int64_t tc = cols, tr = rows;
+    if (cols >= 2 * TILE_COLS) { /* an even count of equal tiles, so that two threads share them evenly */
+        int64_t count = (cols + TILE_COLS - 1) / TILE_COLS;
+        count += count % 2;
+        tc = (cols / count + 15) / 16 * 16;
+    } else if (rows >= 2 * TILE_ROWS) {
+        tr = TILE_ROWS;
+    }
     if (tr == rows && tc == cols && rows < 2 * TILE_ROWS && cols >= 4 * MIN_TILE_COLS)
         tc = (cols / 4 + MIN_TILE_COLS - 1) / MIN_TILE_COLS * MIN_TILE_COLS;
     int64_t n_tc = (cols + tc - 1) / tc, n_tr = (rows + tr - 1) / tr;
