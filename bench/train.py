@@ -2,7 +2,7 @@
 """kiln against PyTorch on one training step: forward, backward and the SGD update.
 
     /usr/bin/python3 bench/train.py [--kiln build/kiln] [--threads 2] [--models small_cnn,resnet18]
-                                    [--check-steps 20] [--quick] [--keep DIR]
+                                    [--check-steps 20] [--rounds 3] [--quick] [--keep DIR]
 
 The models are the examples' networks, trained on a batch with one-hot labels:
 
@@ -42,7 +42,9 @@ CHECK_FACTOR times PyTorch (see there) is an error, so a wrong training graph do
 not give a time. Then both engines run warm-up steps (5, or 2 for
 ResNet-18) and the timed ones (100, or 10 for ResNet-18).
 
-Each engine and thread count runs in a process of its own. Absolute times differ
+Each engine and thread count runs in a process of its own, the engines in turns
+for --rounds rounds (3), so that a busy spell of the machine slows both: the table
+gives the median of the rounds' medians and their spread. Absolute times differ
 between machines; compare the ratios, which come from one run.
 """
 
@@ -294,10 +296,12 @@ def torch_worker(name, threads, iters, check_steps, x_path, labels_path, state_p
         return loss
 
     losses = [float(step().item()) for _ in range(check_steps)]
-    state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
-    for k, p in net.named_parameters():
-        state[k + ".momentum"] = opt.state[p]["momentum_buffer"].numpy().copy()
-    np.savez(state_path, **state)
+    if check_steps:  # a timing round after the first checks nothing
+        state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()
+                 if not k.endswith("num_batches_tracked")}
+        for k, p in net.named_parameters():
+            state[k + ".momentum"] = opt.state[p]["momentum_buffer"].numpy().copy()
+        np.savez(state_path, **state)
     if precision == torch.float64:
         print(json.dumps({"losses": losses}))
         return
@@ -463,6 +467,8 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS), help="models, comma-separated")
     ap.add_argument("--check-steps", type=int, default=20,
                     help="steps from the same weights whose losses and params must match torch's (default 20)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds, each timing kiln then torch (default 3)")
     ap.add_argument("--quick", action="store_true", help="a fifth of the runs, for a smoke test")
     ap.add_argument("--keep", metavar="DIR", help="write the training models, .so files and data here")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
@@ -476,14 +482,16 @@ def main():
         return
 
     kiln, models, threads = bench.checked_args(args, MODELS)
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1")
     import torch
 
     print("kiln %s; PyTorch %s; %d cores" % (kiln, torch.__version__, os.cpu_count()))
     bench.warn_if_loaded()
-    print("one training step (forward, backward, SGD update), median ms over the runs shown; "
-          "ratio < 1: kiln is faster\n")
-    print("%-12s %6s %7s %6s %10s %10s %11s" % ("model", "batch", "threads", "runs", "kiln ms", "torch ms",
-                                               "kiln/torch"), flush=True)
+    print("one training step (forward, backward, SGD update): the median of the rounds' median ms, and "
+          "the spread (largest - smallest) / median of the rounds' medians; ratio < 1: kiln is faster\n")
+    print("%-12s %6s %7s %6s %10s %7s %10s %7s %11s" % ("model", "batch", "threads", "runs", "kiln ms", "spread",
+                                                       "torch ms", "spread", "kiln/torch"), flush=True)
 
     folder = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="kiln-train-")
     os.makedirs(folder, exist_ok=True)
@@ -503,8 +511,15 @@ def main():
             for t in threads:
                 states = [os.path.join(folder, "%s_%s_%d.npz" % (name, who, t)) for who in ("kiln", "torch", "f64")]
                 kiln_losses = kiln_check(so_path, t, args.check_steps, x_path, labels_path, states[0])
-                k = kiln_bench(kiln, so_path, t, iters, warmup, x_path, labels_path)
-                p = run_torch(name, t, iters, args.check_steps, x_path, labels_path, states[1])
+                # the engines in turns, round after round, so that a busy spell of the
+                # machine slows both; the first torch round also gives its checked steps
+                kiln_rounds, torch_rounds = [], []
+                for r in range(args.rounds):
+                    kiln_rounds.append(kiln_bench(kiln, so_path, t, iters, warmup, x_path, labels_path))
+                    torch_rounds.append(run_torch(name, t, iters, args.check_steps if r == 0 else 0, x_path,
+                                                  labels_path, states[1]))
+                k, p = bench.aggregate(kiln_rounds), bench.aggregate(torch_rounds)
+                p["losses"] = torch_rounds[0]["losses"]
                 ref = run_torch(name, t, 0, args.check_steps, x_path, labels_path, states[2], "float64")["losses"]
                 kiln_err = errors(kiln_losses, states[0], ref, states[2])
                 torch_err = errors(p["losses"], states[1], ref, states[2])
@@ -514,9 +529,10 @@ def main():
                     sys.exit("%s: after %d steps kiln is further from float64 than %g x torch's float32 + %g in %s: "
                              "kiln %s, torch %s" % (name, args.check_steps, CHECK_FACTOR, CHECK_FLOOR,
                                                     ", ".join(bad), kiln_err, torch_err))
-                print("%-12s %6d %7d %6d %10s %10s %11s" % (name, batch, t, iters, bench.fmt_ms(k["median"]),
-                                                           bench.fmt_ms(p["median"]),
-                                                           bench.fmt_ratio(k["median"], p["median"])), flush=True)
+                print("%-12s %6d %7d %6s %10s %7s %10s %7s %11s"
+                      % (name, batch, t, "%dx%d" % (args.rounds, iters), bench.fmt_ms(k["median"]),
+                         bench.fmt_spread(k["spread"]), bench.fmt_ms(p["median"]), bench.fmt_spread(p["spread"]),
+                         bench.fmt_ratio(k["median"], p["median"])), flush=True)
 
         print("\n%d steps from the same weights in float32, kiln and PyTorch: the first and last losses, and "
               "each engine's largest error against PyTorch in float64 (relative to the largest magnitude)\n"
