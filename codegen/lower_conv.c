@@ -1247,6 +1247,9 @@ static int weight_grad_split(Program *p, const Node *n, const Conv *c, bool poin
     Kernel *k = kernel_loop(p, n, "gemm", splits, 1, d);
     if (!k)
         return -1;
+    /* cannot overflow: a split needs inner >= 16 og, so the partials (4 og depth
+       floats) are at most a quarter of the columns (inner depth floats, which
+       lower_size checked), and a pointwise conv has no columns */
     k->scratch_bytes = cols_bytes + partial_bytes;
     k->flops = lower_flops(4, (int64_t[]){2, og, depth, inner});
     KBuilder *b = &k->b;
