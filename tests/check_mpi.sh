@@ -7,7 +7,7 @@
 # `timeout`: a process that stops taking part (it was asked for fewer steps) makes
 # the other fail within its --timeout, saying which process waited and why; a
 # process killed while training ends the job, mpirun naming it, instead of leaving
-# the other waiting.
+# the other waiting. A malformed --timeout is an error before MPI starts.
 # usage: check_mpi.sh KILN TRAIN_CNN_MPI MPIEXEC EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 mpiexec=$3 dir=$4
@@ -36,3 +36,8 @@ grep "train_cnn (process 0): error: " "$tmp/out"
 grep -q "run failed at step 3: process 0 of 2 had no answer from the others within 2 s" "$tmp/out"
 expect_failure -np 1 "${run[@]}" 1000000 : -np 1 timeout -s KILL 1 "${run[@]}" 1000000
 grep "process rank 1 .* exited on signal 9" "$tmp/out"
+# a malformed --timeout is refused before MPI starts, exit status 2
+status=0
+"${run[@]}" 3 --timeout -1 > "$tmp/out" 2>&1 || status=$?
+[ "$status" -eq 2 ] || { cat "$tmp/out" >&2; echo "check_mpi: --timeout -1 exited $status, not 2" >&2; exit 1; }
+grep -q "train_cnn: error: --timeout needs a number >= 0, got '-1'" "$tmp/out"
