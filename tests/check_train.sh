@@ -5,9 +5,10 @@
 # curve PyTorch gives from the same weights (examples/gen_train.py); the same for
 # the Adam, AdamW and clipped SGD steps over 100 steps, the SGD step with dropout
 # (its masks from kiln's Philox stream, torch's made from the same numbers) within
-# 1e-6, and the network with batch norms in training mode, whose running statistics
-# after 100 steps, read out of the instance, must match torch's too. Bad data files
-# and params the model does not have are errors naming them, with exit status 1.
+# 1e-6, its first 10 steps also on the CUDA target's kernels (emulated), and the
+# network with batch norms in training mode, whose running statistics after 100
+# steps, read out of the instance, must match torch's too. Bad data files and params
+# the model does not have are errors naming them, with exit status 1.
 # usage: check_train.sh KILN TRAIN_CNN EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 dir=$3
@@ -38,6 +39,12 @@ stats=bn1.running_mean,bn1.running_var,bn2.running_mean,bn2.running_var
 "$kiln" compile "$dir/train_cnn_dropout.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/dropout.so"
 "$driver" "$tmp/dropout.so" "$dir/train_x.npy" "$dir/train_y.npy" 100 --expect "$dir/train_cnn_dropout_loss.npy" \
   --tol 1e-6 | tail -n 1
+# the dropout step's first 10 steps on the CUDA target, its kernels emulated on the
+# CPU: the training step where two kernels compile to the same code
+KILN_CUDA=emulate "$kiln" compile "$dir/train_cnn_dropout.kiln" --weights "$dir/train_cnn_init.safetensors" \
+  --target cuda -o "$tmp/dropout_cuda.so"
+"$driver" "$tmp/dropout_cuda.so" "$dir/train_x.npy" "$dir/train_y.npy" 10 \
+  --expect "$dir/train_cnn_dropout_loss.npy" --tol 1e-6 | tail -n 1
 head -c 1000 "$dir/train_x.npy" > "$tmp/short.npy"
 expect_error() {
   status=0
