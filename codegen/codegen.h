@@ -90,6 +90,9 @@ typedef struct {
        being written, so the result may overwrite such a read where it dies (plan.c).
        The lowering sets it. */
     bool in_place;
+    /* An allreduce's fault number (program_fault), else 0: on the CUDA target such a
+       K_CALL is no kernel but a step that the runtime does on the host. */
+    int allreduce_fault;
     int64_t flops; /* FLOPs per run where lowering counts them (GEMMs), else 0 */
     /* The body as kernel IR, and the builder a lowering appends to: inside the
        PARALLEL loop over `i` (variable `iter`) for a K_LOOP, at the top for a K_CALL. */

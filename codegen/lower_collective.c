@@ -2,13 +2,12 @@
  * runs the model, handing x to the instance's communicator (KILN_ALLREDUCE,
  * runtime/model_rt.c), which writes the sum (or mean) over the processes into the
  * result: in place where the memory plan puts the result over x. Every process runs
- * the same kernels in the same order, so their collectives pair up. */
+ * the same kernels in the same order, so their collectives pair up. The CUDA target
+ * prints no body: its runtime does the step on the host, between launches
+ * (emit_cuda.c). */
 #include "codegen.h"
 
 int lower_allreduce(Program *p, const Node *n, Diag *d) {
-    if (p->target != TARGET_C)
-        return diag_error(d, n->loc,
-                          "allreduce: the CUDA target has no collectives; compile for the C target");
     int fault = program_fault(p, n, "the communicator failed", d);
     Kernel *k = fault < 0 ? NULL : kernel_new(p, n, K_CALL, NULL);
     if (!k)
@@ -16,6 +15,7 @@ int lower_allreduce(Program *p, const Node *n, Diag *d) {
     kernel_reads(k, n->in[0]);
     kernel_writes(k, n->out[0]);
     k->in_place = true;
+    k->allreduce_fault = fault;
     KBuilder *b = &k->b;
     KExpr *x = k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)),
           *y = k_addr(b, kb_value(b, n->out[0], true), k_int(b, 0));

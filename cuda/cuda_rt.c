@@ -10,7 +10,9 @@
  * load compiles nothing; loads it as a module; allocates device memory for the
  * weights (copied once), the state, the workspace and every input and output; and
  * makes a stream. run: copies the inputs to the device, launches the kernels in
- * order on the stream, copies the outputs back and waits. Every driver call is
+ * order on the stream, copies the outputs back and waits. An allreduce is no
+ * kernel: between the launches, run copies its operand to the host, hands it to
+ * the communicator given at create, and copies the result back. Every driver call is
  * checked; a failure in run is reported on stderr (the ABI's run has no message).
  * A profiling build (kiln bench --profile) records an event before every kernel
  * and after the last, and adds each kernel's time between them to its slot.
@@ -47,14 +49,33 @@ typedef struct {
 
 typedef void (*KilnCudaKernelFn)(KilnArgs args, int64_t count);
 
+/* Where an allreduce's operand or result is: in a buffer (KILN_CUDA_IN, ...) at a
+ * byte offset, or for the inputs and outputs, the index of one. */
+enum { KILN_CUDA_IN, KILN_CUDA_OUT, KILN_CUDA_WT, KILN_CUDA_ST, KILN_CUDA_WS };
+typedef struct {
+    int buffer;
+    int64_t at;
+} KilnCudaPlace;
+
+/* An allreduce, which run does on the host: count floats from src, summed over the
+ * processes (divided by their number for a mean), into dst; fault: the program's
+ * fault number when the communicator fails. */
+typedef struct {
+    KilnCudaPlace src, dst;
+    int64_t count;
+    int mean, fault;
+} KilnCudaAllreduce;
+
 /* One kernel launch: its name in the source, its iteration count (an argument),
  * the grid in blocks, and the threads per block; cooperative: it synchronizes its
- * block's threads (the emulation then runs them as fibers). */
+ * block's threads (the emulation then runs them as fibers). allreduce: not a
+ * kernel but that step, else NULL. */
 typedef struct {
     const char *name;
     int64_t count;
     unsigned grid[3], block;
     int cooperative;
+    const KilnCudaAllreduce *allreduce;
 } KilnCudaLaunch;
 
 /* What the generated code tells the runtime about its model. */
@@ -403,6 +424,8 @@ typedef struct {
     CUdeviceptr *inputs, *outputs;   /* the device buffers */
     CUdeviceptr in_table, out_table; /* arrays of them, what KilnArgs points at */
     KilnArgs args;
+    kiln_comm comm; /* size 0: none */
+    float *staging; /* the host's copy of an allreduce's operand (not emulated) */
 } KilnCudaInstance;
 
 #ifdef KILN_CUDA_EMULATE
@@ -470,6 +493,7 @@ static void kiln_cuda_destroy(void *instance) {
         dlclose(in->api.cuda);
     free(in->functions);
     free(in->events);
+    free(in->staging);
     free(in->inputs);
     free(in->outputs);
     free(in);
@@ -558,8 +582,9 @@ static int kiln_cuda_load_module(KilnCudaInstance *in, char *err, size_t errlen)
         free(cubin);
     }
     for (int k = 0; k < p->n_kernels; k++)
-        KILN_CUDA_CHECK(api->cuModuleGetFunction(&in->functions[k], in->module, p->launches[k].name),
-                        p->launches[k].name);
+        if (!p->launches[k].allreduce)
+            KILN_CUDA_CHECK(api->cuModuleGetFunction(&in->functions[k], in->module, p->launches[k].name),
+                            p->launches[k].name);
     KILN_CUDA_CHECK(api->cuStreamCreate(&in->stream, 0), "cuStreamCreate");
     if (p->profile) {
         if (!(in->events = calloc((size_t)p->n_kernels + 1, sizeof *in->events))) {
@@ -625,17 +650,41 @@ static int kiln_cuda_setup(KilnCudaInstance *in, char *err, size_t errlen) {
     return 0;
 }
 
-/* comm is not kept: the CUDA target lowers no collective (allreduce is the C target's). */
+/* The host memory for the largest allreduce's operand, where it is not emulated. */
+static int kiln_cuda_staging(KilnCudaInstance *in) {
+#ifdef KILN_CUDA_EMULATE
+    (void)in;
+    return 0;
+#else
+    int64_t most = 0;
+    for (int k = 0; k < in->prog->n_kernels; k++)
+        if (in->prog->launches[k].allreduce && in->prog->launches[k].allreduce->count > most)
+            most = in->prog->launches[k].allreduce->count;
+    return most && !(in->staging = malloc((size_t)most * sizeof *in->staging));
+#endif
+}
+
 static int kiln_cuda_create(const KilnCudaProgram *prog, const kiln_comm *comm, void **instance, char *err,
                             size_t errlen) {
-    (void)comm;
     *instance = NULL;
+    if (comm && (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size || !comm->allreduce_sum)) {
+        kiln_cuda_error(err, errlen, "the communicator is malformed (rank %d of %d processes%s)",
+                        (int)comm->rank, (int)comm->size, comm->allreduce_sum ? "" : ", no allreduce_sum");
+        return 1;
+    }
     KilnCudaInstance *in = calloc(1, sizeof *in);
     if (!in) {
         kiln_cuda_error(err, errlen, "out of memory creating the instance");
         return 1;
     }
     in->prog = prog;
+    if (comm)
+        in->comm = *comm;
+    if (kiln_cuda_staging(in)) {
+        kiln_cuda_error(err, errlen, "out of memory creating the instance");
+        kiln_cuda_destroy(in);
+        return 1;
+    }
     if (kiln_cuda_setup(in, err, errlen)) {
         kiln_cuda_destroy(in);
         return 1;
@@ -644,8 +693,41 @@ static int kiln_cuda_create(const KilnCudaProgram *prog, const kiln_comm *comm, 
     return 0;
 }
 
+static CUdeviceptr kiln_cuda_place(const KilnCudaInstance *in, KilnCudaPlace at) {
+    switch (at.buffer) {
+    case KILN_CUDA_IN: return in->inputs[at.at];
+    case KILN_CUDA_OUT: return in->outputs[at.at];
+    case KILN_CUDA_WT: return in->wt + (CUdeviceptr)at.at;
+    case KILN_CUDA_ST: return in->st + (CUdeviceptr)at.at;
+    default: return in->ws + (CUdeviceptr)at.at;
+    }
+}
+
+/* The communicator's sum (or mean) of the allreduce's floats at x, in place; the allreduce's
+   fault number when it fails, else 0. */
+static int kiln_cuda_reduce(const KilnCudaInstance *in, const KilnCudaAllreduce *a, float *x) {
+    const kiln_comm *c = &in->comm;
+    if (c->size <= 1)
+        return 0;
+    if (c->allreduce_sum(c->ctx, x, x, a->count, KILN_F32) != 0)
+        return a->fault;
+    if (a->mean)
+        for (int64_t i = 0; i < a->count; i++)
+            x[i] = x[i] / (float)c->size;
+    return 0;
+}
+
 #ifdef KILN_CUDA_EMULATE
 #include <time.h>
+
+/* An allreduce between launches, on device memory that is host memory here. */
+static int kiln_cuda_allreduce(KilnCudaInstance *in, const KilnCudaAllreduce *a) {
+    const float *src = (const float *)(uintptr_t)kiln_cuda_place(in, a->src);
+    float *dst = (float *)(uintptr_t)kiln_cuda_place(in, a->dst);
+    if (src != dst)
+        memcpy(dst, src, (size_t)a->count * sizeof *dst);
+    return kiln_cuda_reduce(in, a, dst);
+}
 
 static double kiln_cuda_now(void) {
     struct timespec t;
@@ -662,7 +744,11 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     for (int k = 0; k < p->n_kernels; k++) {
         const KilnCudaLaunch *l = &p->launches[k];
         double start = p->profile ? kiln_cuda_now() : 0;
-        kiln_emu_launch(p->emulated[k], in->args, l->count, l->grid, l->block, l->cooperative);
+        int fault;
+        if (!l->allreduce)
+            kiln_emu_launch(p->emulated[k], in->args, l->count, l->grid, l->block, l->cooperative);
+        else if ((fault = kiln_cuda_allreduce(in, l->allreduce)) != 0)
+            *in->args.fault = fault;
         if (p->profile)
             p->profile[k] += kiln_cuda_now() - start;
     }
@@ -677,10 +763,33 @@ static int kiln_cuda_run_failed(const KilnCudaInstance *in, const char *what, CU
     return 1;
 }
 
+/* An allreduce between launches, through the host: the allreduce's fault number
+   when the communicator fails, -1 when a copy does (reported), else 0. */
+static int kiln_cuda_allreduce(KilnCudaInstance *in, const KilnCudaAllreduce *a) {
+    const KilnCudaApi *api = &in->api;
+    size_t bytes = (size_t)a->count * sizeof *in->staging;
+    CUresult rc = api->cuMemcpyDtoHAsync(in->staging, kiln_cuda_place(in, a->src), bytes, in->stream);
+    if (rc == 0)
+        rc = api->cuStreamSynchronize(in->stream);
+    if (rc != 0) {
+        kiln_cuda_run_failed(in, "copying an allreduce's operand to the host", rc);
+        return -1;
+    }
+    int fault = kiln_cuda_reduce(in, a, in->staging);
+    if (fault)
+        return fault;
+    if ((rc = api->cuMemcpyHtoDAsync(kiln_cuda_place(in, a->dst), in->staging, bytes, in->stream)) != 0) {
+        kiln_cuda_run_failed(in, "copying an allreduce's result to the device", rc);
+        return -1;
+    }
+    return 0;
+}
+
 static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnCudaInstance *in = instance;
     const KilnCudaProgram *p = in->prog;
     const KilnCudaApi *api = &in->api;
+    int comm_fault = 0;
     CUresult rc = api->cuCtxSetCurrent(in->ctx);
     if (rc != 0)
         return kiln_cuda_run_failed(in, "cuCtxSetCurrent", rc);
@@ -697,6 +806,13 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
         void *params[] = {&in->args, &count};
         if (in->events && (rc = api->cuEventRecord(in->events[k], in->stream)) != 0)
             return kiln_cuda_run_failed(in, "cuEventRecord", rc);
+        if (l->allreduce) {
+            int f = kiln_cuda_allreduce(in, l->allreduce);
+            if (f < 0)
+                return 1;
+            comm_fault = f ? f : comm_fault;
+            continue;
+        }
         if (l->grid[0] && l->grid[1] && l->grid[2] &&
             (rc = api->cuLaunchKernel(in->functions[k], l->grid[0], l->grid[1], l->grid[2], l->block, 1, 1, 0,
                                       in->stream, params, NULL)) != 0)
@@ -718,7 +834,7 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
             return kiln_cuda_run_failed(in, "cuEventElapsedTime", rc);
         p->profile[k] += 1e-3 * ms;
     }
-    return fault;
+    return fault ? fault : comm_fault;
 }
 #endif
 

@@ -140,8 +140,8 @@ int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, ki
     if (why)
         return kiln_set_error(err, "the model '%s' failed to run: %s", m->def->name, why);
     if (fault)
-        return kiln_set_error(err, "the model '%s' failed to run (its run-time check %d failed)",
-                              m->def->name, fault);
+        return kiln_set_error(err, "the model '%s' failed to run (its run-time check %d failed)%s%s",
+                              m->def->name, fault, comm_why ? ": " : "", comm_why ? comm_why : "");
     return 0;
 }
 

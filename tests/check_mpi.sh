@@ -3,11 +3,12 @@
 # examples/train_cnn_dp.kiln as a job of two processes, each on half of every batch
 # of 32; with the gradients and the loss averaged over them, the losses must follow
 # PyTorch's curve for the whole batch (train_cnn_loss.npy) over 300 steps, as
-# train_cnn.kiln does in one process. Then the failures, each run bounded by
-# `timeout`: a process that stops taking part (it was asked for fewer steps) makes
-# the other fail within its --timeout, saying which process waited and why; a
-# process killed while training ends the job, mpirun naming it, instead of leaving
-# the other waiting. A malformed --timeout is an error before MPI starts.
+# train_cnn.kiln does in one process; its first 30 steps also on the CUDA target.
+# Then the failures, each run bounded by `timeout`: a process that stops taking part
+# (it was asked for fewer steps) makes the other fail within its --timeout, saying
+# which process waited and why; a process killed while training ends the job,
+# mpirun naming it, instead of leaving the other waiting. A malformed --timeout is
+# an error before MPI starts.
 # usage: check_mpi.sh KILN TRAIN_CNN_MPI MPIEXEC EXAMPLES_DIR
 set -eu
 kiln=$1 driver=$2 mpiexec=$3 dir=$4
@@ -20,6 +21,12 @@ export KILN_NUM_THREADS=1
 "$kiln" compile "$dir/train_cnn_dp.kiln" --weights "$dir/train_cnn_init.safetensors" -o "$tmp/dp.so"
 run=("$driver" "$tmp/dp.so" "$dir/train_x.npy" "$dir/train_y.npy")
 timeout 300 "$mpiexec" -np 2 "${run[@]}" 300 --expect "$dir/train_cnn_loss.npy" --tol 1e-5 | tail -n 2
+# the first 30 steps again on the CUDA target (emulated), whose runtime does each
+# allreduce on the host between its launches
+KILN_CUDA=emulate "$kiln" compile "$dir/train_cnn_dp.kiln" --weights "$dir/train_cnn_init.safetensors" \
+  --target cuda -o "$tmp/dp_cuda.so"
+timeout 300 "$mpiexec" -np 2 "$driver" "$tmp/dp_cuda.so" "$dir/train_x.npy" "$dir/train_y.npy" 30 \
+  --expect "$dir/train_cnn_loss.npy" --tol 1e-5 | tail -n 1
 
 # Runs the job "$@", which must fail (not time out), its output in $tmp/out.
 expect_failure() {

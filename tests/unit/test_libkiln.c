@@ -335,45 +335,58 @@ static const char *fake_error(void *ctx) {
     return ((FakeComm *)ctx)->fail ? "the network is down" : NULL;
 }
 
-/* allreduce through a communicator kiln_set_comm hands the instance: the sum and the
-   mean over the processes; the communicator's failure in kiln_run's message with the
-   op's place; a malformed one refused, the instance before it kept; NULL, one
-   process again. */
+/* allreduce through a communicator kiln_set_comm hands the instance, on the C target
+   and the CUDA target (emulated; its runtime does the allreduce on the host): the sum
+   and the mean over the processes, of an input into outputs and of the workspace in
+   place; the communicator's failure in kiln_run's message with the op's place; a
+   malformed one refused, the instance before it kept; NULL, one process again. */
 static void test_comm(void **state) {
     (void)state;
+    for (int cuda = 0; cuda < 2; cuda++) {
+        kiln_options o = kiln_options_from_env();
+        o.target = cuda ? "cuda" : "c";
+        o.cuda = "emulate";
+        kiln_error err = {.message = ""};
+        kiln_module *m = kiln_jit("model dp\ninput x : f32[2]\ny = allreduce(x)\nm = allreduce(x, op=mean)\n"
+                                  "r = relu(x)\ns = allreduce(r)\nq = add(s, s)\noutput y, m, q\n",
+                                  &o, &err);
+        if (!m)
+            fail_msg("kiln_jit: %s", err.message);
+        assert_true(kiln_def(m)->extensions & KILN_EXT_COMM);
+        FakeComm fake = {{10, 21}, false};
+        const kiln_comm comm = {0, 2, &fake, fake_allreduce_sum, fake_error};
+        assert_int_equal(kiln_set_comm(m, &comm, &err), 0);
+        float x[2] = {1, 2}, y[2], mean[2], q[2];
+        const void *inputs[] = {x};
+        void *outputs[] = {y, mean, q};
+        assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+        assert_true(y[0] == 11 && y[1] == 23 && mean[0] == 5.5f && mean[1] == 11.5f);
+        assert_true(q[0] == 22 && q[1] == 46);
+
+        fake.fail = true;
+        assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0);
+        if (cuda) { /* a CUDA model is a .so, whose table of check messages is not exported */
+            assert_non_null(strstr(err.message, "the model 'dp' failed to run (its run-time check "));
+            assert_non_null(strstr(err.message, " failed): the network is down"));
+        } else {
+            assert_non_null(strstr(err.message, "the model 'dp' failed to run: allreduce '"));
+            assert_non_null(strstr(err.message, "' (<model>:")); /* whichever allreduce failed last */
+            assert_non_null(strstr(err.message, "): the communicator failed: the network is down"));
+        }
+
+        const kiln_comm malformed = {0, 2, &fake, NULL, NULL};
+        assert_int_not_equal(kiln_set_comm(m, &malformed, &err), 0);
+        assert_non_null(
+            strstr(err.message, "the communicator is malformed (rank 0 of 2 processes, no allreduce_sum)"));
+        assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0); /* still through the failing one */
+
+        assert_int_equal(kiln_set_comm(m, NULL, &err), 0);
+        assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+        assert_true(y[0] == 1 && y[1] == 2 && mean[0] == 1 && mean[1] == 2 && q[0] == 2 && q[1] == 4);
+        kiln_free(m);
+    }
     kiln_error err = {.message = ""};
-    kiln_module *m = kiln_jit("model dp\ninput x : f32[2]\ny = allreduce(x)\nm = allreduce(x, op=mean)\n"
-                              "output y, m\n",
-                              NULL, &err);
-    if (!m)
-        fail_msg("kiln_jit: %s", err.message);
-    assert_true(kiln_def(m)->extensions & KILN_EXT_COMM);
-    FakeComm fake = {{10, 21}, false};
-    const kiln_comm comm = {0, 2, &fake, fake_allreduce_sum, fake_error};
-    assert_int_equal(kiln_set_comm(m, &comm, &err), 0);
-    float x[2] = {1, 2}, y[2], mean[2];
-    const void *inputs[] = {x};
-    void *outputs[] = {y, mean};
-    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
-    assert_true(y[0] == 11 && y[1] == 23 && mean[0] == 5.5f && mean[1] == 11.5f);
-
-    fake.fail = true;
-    assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0);
-    assert_non_null(strstr(err.message, "the model 'dp' failed to run: allreduce '"));
-    assert_non_null(strstr(err.message, "' (<model>:")); /* y's or m's, whichever ran last */
-    assert_non_null(strstr(err.message, "): the communicator failed: the network is down"));
-
-    const kiln_comm malformed = {0, 2, &fake, NULL, NULL};
-    assert_int_not_equal(kiln_set_comm(m, &malformed, &err), 0);
-    assert_non_null(
-        strstr(err.message, "the communicator is malformed (rank 0 of 2 processes, no allreduce_sum)"));
-    assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0); /* still through the failing one */
-
-    assert_int_equal(kiln_set_comm(m, NULL, &err), 0);
-    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
-    assert_true(y[0] == 1 && y[1] == 2 && mean[0] == 1 && mean[1] == 2);
     assert_int_not_equal(kiln_set_comm(NULL, NULL, &err), 0);
-    kiln_free(m);
 }
 
 static const char relu_text[] = "input x : f32[2]\ny = relu(x)\noutput y\n";
