@@ -159,7 +159,7 @@ typedef struct {
     int vector_floats;
     bool profile; /* a clock around every kernel call, and kiln_profile (kiln bench) */
     /* What each run-time fault means (program_fault): a kernel that raises fault f
-       makes `run` return f, and kiln_run_error(f) is faults[f - 1]. */
+       makes `run` return f, and the model's run_error(f) is faults[f - 1]. */
     const char **faults;
     int n_faults;
     Arena arena; /* the kernels' IR */

@@ -322,33 +322,32 @@ void emit_model_def(const Program *p, Str *out, const char *rt) {
         "    return %s_create(&program, NULL, instance, err, errlen);\n"
         "}\n",
         rt, rt);
-    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS | "
-                    "KILN_EXT_COMM, \"");
-    c_string(out, p->g->name);
-    str_printf(out,
-               "\", %d, %d, model_inputs, model_outputs,\n"
-               "    model_create, %s_run, %s_destroy,\n"
-               "    %d, model_params, model_read_param, model_write_param, model_create_comm,\n"
-               "};\n\n"
-               "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
-               "    return &model_def;\n"
-               "}\n",
-               p->n_inputs, p->g->n_outputs, rt, rt, n_params);
-    /* what run's nonzero results mean (docs/abi.md): not exported from a .so (the
-       contract's one symbol is kiln_model), but found by the in-process JIT */
-    str_printf(out, "\nstatic const char *const kiln_faults[] = {\n");
+    /* what run's nonzero results mean (docs/abi.md) */
+    str_printf(out, "\nstatic const char *const model_faults[] = {\n");
     for (int f = 0; f < p->n_faults; f++) {
         str_printf(out, "    \"");
         c_string(out, p->faults[f]);
         str_printf(out, "\",\n");
     }
     str_printf(out,
-               "    0\n};\n\n"
-               "const char *kiln_run_error(int fault);\n"
-               "const char *kiln_run_error(int fault) {\n"
-               "    return fault >= 1 && fault <= %d ? kiln_faults[fault - 1] : 0;\n"
+               "    0\n};\n"
+               "static const char *model_run_error(int32_t fault) {\n"
+               "    return fault >= 1 && fault <= %d ? model_faults[fault - 1] : 0;\n"
                "}\n",
                p->n_faults);
+    str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS | "
+                    "KILN_EXT_COMM | KILN_EXT_RUN_ERROR, \"");
+    c_string(out, p->g->name);
+    str_printf(out,
+               "\", %d, %d, model_inputs, model_outputs,\n"
+               "    model_create, %s_run, %s_destroy,\n"
+               "    %d, model_params, model_read_param, model_write_param, model_create_comm,\n"
+               "    model_run_error,\n"
+               "};\n\n"
+               "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
+               "    return &model_def;\n"
+               "}\n",
+               p->n_inputs, p->g->n_outputs, rt, rt, n_params);
 }
 
 void emit_header(const Graph *g, Str *out) {

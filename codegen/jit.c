@@ -145,12 +145,7 @@ static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str
     void *h =
         clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, weights, kernels.bytes,
                           kernels.len, o->tools.cpu ? o->tools.cpu : "native", unroll, dir, &def, msg, n);
-    kiln_module *m = h ? kiln_module_new(h, clang_jit_free, def, name, err) : NULL;
-    if (m) {
-        void *sym = clang_jit_symbol(h, "kiln_run_error");
-        memcpy(&m->run_error, &sym, sizeof m->run_error); /* as dlsym's pointer, a function's */
-    }
-    return m;
+    return h ? kiln_module_new(h, clang_jit_free, def, name, err) : NULL;
 }
 #endif
 

@@ -335,15 +335,6 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
     return failed ? nullptr : h.release();
 }
 
-extern "C" void *clang_jit_symbol(void *handle, const char *name) {
-    auto sym = static_cast<ClangJit *>(handle)->jit->lookup(name);
-    if (!sym) {
-        llvm::consumeError(sym.takeError());
-        return nullptr;
-    }
-    return reinterpret_cast<void *>(sym->getAddress());
-}
-
 extern "C" void clang_jit_free(void *handle) {
     delete static_cast<ClangJit *>(handle);
 }

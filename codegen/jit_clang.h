@@ -38,8 +38,6 @@ void *clang_jit_compile(int n_units, const char *const *sources, const size_t *l
                         const JitWeights *weights, const void *kernels, size_t kernels_len, const char *cpu,
                         bool unroll, const char *cache_dir, const kiln_model_def **def, char *err,
                         size_t errlen);
-/* The address of symbol `name` in a handle's code, or NULL when it has none. */
-void *clang_jit_symbol(void *handle, const char *name);
 /* Frees the code of a handle from clang_jit_compile; NULL is ignored. */
 void clang_jit_free(void *handle);
 

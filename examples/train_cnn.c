@@ -574,9 +574,12 @@ int main(int argc, char **argv) {
         float loss = NAN;
         const void *const in[2] = {xb, yb};
         void *const out[1] = {&loss};
-        if (m->run(inst, in, out) != 0) {
+        int fault = m->run(inst, in, out);
+        if (fault != 0) {
+            const char *check = m->extensions & KILN_EXT_RUN_ERROR ? m->run_error(fault) : NULL;
             const char *why = comm && comm->error ? comm->error(comm->ctx) : NULL;
-            fail("%s: run failed at step %ld%s%s", a.model, s, why ? ": " : "", why ? why : "");
+            fail("%s: run failed at step %ld%s%s%s%s", a.model, s, check ? ": " : "", check ? check : "",
+                 why ? ": " : "", why ? why : "");
             goto done;
         }
         printf("step %ld loss %.9g\n", s, (double)loss);

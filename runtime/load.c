@@ -53,12 +53,7 @@ kiln_module *kiln_module_open(const char *path, const char *shown_as, kiln_error
     const kiln_model_def *(*entry)(void);
     void *sym = dlsym(handle, "kiln_model");
     memcpy(&entry, &sym, sizeof entry); /* POSIX: a data pointer from dlsym may hold a function */
-    kiln_module *m = kiln_module_new(handle, unload_so, entry ? entry() : NULL, shown_as, err);
-    if (m) {
-        sym = dlsym(handle, "kiln_run_error");
-        memcpy(&m->run_error, &sym, sizeof m->run_error);
-    }
-    return m;
+    return kiln_module_new(handle, unload_so, entry ? entry() : NULL, shown_as, err);
 }
 
 kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const kiln_model_def *def,
@@ -74,12 +69,13 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
         unload(handle);
         return NULL;
     }
-    bool params = def->extensions & KILN_EXT_PARAMS, comm = def->extensions & KILN_EXT_COMM;
+    bool params = def->extensions & KILN_EXT_PARAMS, comm = def->extensions & KILN_EXT_COMM,
+         run_error = def->extensions & KILN_EXT_RUN_ERROR;
     if (!def->create || !def->run || !def->destroy || def->n_inputs < 0 || def->n_outputs < 0 ||
         (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs) ||
         (params &&
          (def->n_params < 0 || (def->n_params && !def->params) || !def->read_param || !def->write_param)) ||
-        (comm && (!params || !def->create_comm))) {
+        (comm && (!params || !def->create_comm)) || (run_error && (!comm || !def->run_error))) {
         kiln_set_error(err, "'%s' is a malformed kiln model (its kiln_model_def lacks a function or table)",
                        shown_as);
         unload(handle);
@@ -133,7 +129,7 @@ int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, ki
         if (!outputs[i])
             return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, m->def->outputs[i].name);
     int fault = m->def->run(m->instance, inputs, outputs);
-    const char *why = fault && m->run_error ? m->run_error(fault) : NULL;
+    const char *why = fault && (m->def->extensions & KILN_EXT_RUN_ERROR) ? m->def->run_error(fault) : NULL;
     const char *comm_why = fault && m->comm.error ? m->comm.error(m->comm.ctx) : NULL;
     if (why && comm_why)
         return kiln_set_error(err, "the model '%s' failed to run: %s: %s", m->def->name, why, comm_why);

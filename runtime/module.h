@@ -9,9 +9,6 @@ struct kiln_module {
     void (*unload)(void *handle); /* frees handle: dlclose, or clang_jit_free */
     const kiln_model_def *def;
     void *instance;
-    /* What run's nonzero result f means, kiln_run_error(f) in the model's code; NULL
-       for a model without it (one compiled before it existed) */
-    const char *(*run_error)(int fault);
     kiln_comm comm; /* what kiln_set_comm gave the instance; size 0: none */
 };
 

@@ -17,7 +17,7 @@ extern "C" {
 enum { KILN_ABI_VERSION = 1 };
 /* kiln_model_def.extensions: which groups of fields past `destroy` the description
    has, in the order of their bits; a model with one has every lower one's too */
-enum { KILN_EXT_PARAMS = 1, KILN_EXT_COMM = 2 };
+enum { KILN_EXT_PARAMS = 1, KILN_EXT_COMM = 2, KILN_EXT_RUN_ERROR = 4 };
 enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4, KILN_I32 = 5, KILN_BOOL = 6 };
 
 typedef struct {
@@ -66,6 +66,9 @@ typedef struct kiln_model_def {
     /* With KILN_EXT_COMM: create, its collectives going through comm (copied; its ctx
        must outlive the instance). create is create_comm with one process. */
     int (*create_comm)(void **instance, const kiln_comm *comm, char *err, size_t errlen);
+    /* With KILN_EXT_RUN_ERROR: what run's nonzero result fault means, the run-time
+       check that failed with its op and place in the model; NULL for no check's number. */
+    const char *(*run_error)(int32_t fault);
 } kiln_model_def;
 
 /* The one symbol a compiled model exports. */
