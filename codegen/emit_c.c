@@ -1,9 +1,10 @@
 /* The C emitter: a lowered Program as one translation unit.
  *
- * In order: the public header kiln/model.h and the runtime (runtime/model_rt.c),
+ * In order: the public header kiln/model.h and the runtime's (runtime/model_rt.h),
  * pasted so the shared object needs no kiln library; the declarations of kiln's
- * precompiled kernels (runtime/kernels.h, whose object is linked in beside this
- * source: cc_kernel_object); the BLAS prototypes; the
+ * precompiled kernels (runtime/kernels.h, whose object, with the runtime's
+ * model_rt.c, is linked in beside this source: cc_kernel_object); the BLAS
+ * prototypes; the
  * weights, linked in as binary data with an `.incbin` of the blob file (or, for an
  * in-process JIT, an external symbol the host defines); one function per kernel,
  * commented with the ops it computes; the run function calling the kernels in order;

@@ -205,15 +205,10 @@ static KExpr *tile_extent(KBuilder *b, const char *name, int64_t size, int64_t s
     return k_var(b, kb_let(b, name, KT_I64, k_select(b, k_lt(b, left, whole), left, whole)));
 }
 
-/* Whether epilogue, over $0 alone, is one that kiln_bias_act computes: none, relu, or
- * clip to [lo, hi] with lo <= hi (with its limits in *lo and *hi). */
+/* Whether e is the activation kiln_bias_act computes of its operand: relu, or clip
+ * to [lo, hi] with lo <= hi (with its limits in *lo and *hi). */
 static bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
-    *act = KILN_ACT_NONE;
-    *lo = -INFINITY;
-    *hi = INFINITY;
-    if (!e)
-        return true;
-    if (e->kind != EXPR_CALL || e->call.n_in != 1 || e->arg[0]->kind != EXPR_INPUT || e->arg[0]->input != 0)
+    if (e->kind != EXPR_CALL || e->call.n_in != 1)
         return false;
     double p[UNARY_MAX_PARAMS];
     switch (e->call.op) {
@@ -226,6 +221,35 @@ static bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
         return p[0] <= p[1];
     default: return false;
     }
+}
+
+static bool is_input(const Expr *e, int k) {
+    return e->kind == EXPR_INPUT && e->input == k;
+}
+
+/* Whether g's epilogue is one that kiln_bias_act computes: act(x) of x = $0, or of
+ * x = $0 + $1 (either way round) with $1 an input of the result's shape (its value
+ * in *res, else -1), act none, relu or clip (its limits in *lo and *hi). */
+static bool library_epilogue(const Program *p, const PackedGemm *g, int *res, int64_t *act, double *lo,
+                             double *hi) {
+    const Expr *e = g->epilogue;
+    *res = -1;
+    *act = KILN_ACT_NONE;
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (e && library_act(e, act, lo, hi))
+        e = e->arg[0];
+    if (!e || is_input(e, 0))
+        return true;
+    if (e->kind != EXPR_CALL || e->call.op != OP_ADD ||
+        !((is_input(e->arg[0], 0) && is_input(e->arg[1], 1)) ||
+          (is_input(e->arg[0], 1) && is_input(e->arg[1], 0))))
+        return false;
+    int first = expr_first_input(g->node);
+    if (first >= g->node->n_in || type_numel(&p->g->values[g->node->in[first]].type) == 1)
+        return false; /* a scalar $1 the generated code reads at 0 */
+    *res = g->node->in[first];
+    return true;
 }
 
 /* The sums of one call's row tiles (from row tile rt) and panels (from panel pn)
@@ -256,14 +280,19 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
     KExpr *cols = tile_extent(b, "cols", g->cols, width, q0);
     int64_t act;
     double lo, hi;
-    if (library_act(g->epilogue, &act, &lo, &hi)) {
+    int res;
+    if (library_epilogue(p, g, &res, &act, &lo, &hi)) {
         KExpr *y_at = k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
                             k_add(b, k_int(b, g->y_at), q0));
+        if (res >= 0) /* the residual is read where y is written */
+            y_at = k_var(b, kb_let(b, "y_at", KT_I64, y_at));
         KExpr *bias = g->bias >= 0 ? k_addr(b, kb_value(b, g->bias, false), k_madd(b, bi, g->bias_batch, q0))
                                    : k_int(b, 0);
-        kb_call(b, "kiln_bias_act", 10,
-                (KExpr *[]){k_addr(b, sums, k_int(b, 0)), k_int(b, width), rows, cols, bias, k_int(b, act),
-                            k_f32(b, lo), k_f32(b, hi), k_addr(b, g->y, y_at), k_int(b, g->y_ld)});
+        KExpr *added = res >= 0 ? k_addr(b, kb_value(b, res, false), y_at) : k_int(b, 0);
+        kb_call(b, "kiln_bias_act", 11,
+                (KExpr *[]){k_addr(b, sums, k_int(b, 0)), k_int(b, width), rows, cols, bias, added,
+                            k_int(b, act), k_f32(b, lo), k_f32(b, hi), k_addr(b, g->y, y_at),
+                            k_int(b, g->y_ld)});
         return;
     }
     KExpr *i = k_var(b, kb_for(b, "ri", KT_I64, k_int(b, 0), rows, NULL, 0));

@@ -5,8 +5,8 @@
  * linked into every compiled model. A model's kernels call them with a parameter
  * block that the lowering writes into the kernel's table in the weights blob (so
  * the calling code is the same whatever the shapes), and keep what is truly theirs
- * (index arithmetic of the tile, a fused epilogue other than a bias and relu or
- * clip) as generated code. kiln pastes this file into every generated C model;
+ * (index arithmetic of the tile, a fused epilogue other than a bias, a residual and
+ * relu or clip) as generated code. kiln pastes this file into every generated C model;
  * codegen/lower_packed.c and lower_winograd.c fill the blocks. */
 #ifndef KILN_KERNELS_H
 #define KILN_KERNELS_H
@@ -55,12 +55,13 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
                      int64_t panels, float *out, int64_t out_ld);
 
 /* The epilogues of a GEMM's tile that are most of a CNN's, where the generated code
- * would otherwise spend its compile time: y = act(tile + bias) of a tile of rows x
- * cols (bias NULL: none; tile and y rows tile_ld and y_ld apart), act none, relu,
- * or clip to [lo, hi] (lo <= hi), each computed as its op's own kernel computes it. */
+ * would otherwise spend its compile time: y = act(res + (tile + bias)) of a tile of
+ * rows x cols (bias NULL: none; res NULL: none, else read where y is written; tile
+ * and y rows tile_ld and y_ld apart), act none, relu, or clip to [lo, hi] (lo <= hi),
+ * each computed as its op's own kernel computes it. */
 enum { KILN_ACT_NONE, KILN_ACT_RELU, KILN_ACT_CLIP };
 void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t cols, const float *bias,
-                   int64_t act, float lo, float hi, float *y, int64_t y_ld);
+                   const float *res, int64_t act, float lo, float hi, float *y, int64_t y_ld);
 
 /* Output row p0 of a depthwise conv into y [wo, c], its weights w tap-major [kh,
  * kw, c]: at each position, the bias (NULL: zero) plus, tap by tap in order, each

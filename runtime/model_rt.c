@@ -1,8 +1,10 @@
 /* The runtime every compiled model carries: instances, the workspace, and the thread
  * pool that runs the generated loops.
  *
- * kiln pastes this file into each generated translation unit (after kiln/model.h),
- * so a compiled .so needs no kiln library at run time; every symbol here is static.
+ * kiln compiles this file once, into the object of precompiled kernels that every
+ * model links, so a compiled .so needs no kiln library at run time; the generated
+ * code sees model_rt.h. Every symbol here is hidden (the object is built with
+ * -fvisibility=hidden) or static.
  * An instance owns its workspace (allocated once in create, so run allocates
  * nothing), its state (the params a training step updates, so each instance
  * trains its own copy) and its pool of KILN_NUM_THREADS - 1 worker threads; the
@@ -23,7 +25,7 @@
  * sleepers only when there are some. A worker moves itself off the caller's CPU
  * when it starts and when it is woken onto it (kiln_rt_place); the scheduler places
  * it as it likes after that. */
-#include "kiln/model.h"
+#include "model_rt.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -36,29 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The buffers a kernel sees: the caller's inputs and outputs, the workspace, the
- * weights, and the state (the params a training step updates). */
-typedef struct {
-    const float *const *in;
-    float *const *out;
-    float *ws;
-    const float *wt;
-    float *st;
-    int *fault;            /* a run-time check that failed: the program's fault number, else 0 */
-    const kiln_comm *comm; /* the processes a collective reduces over; NULL: this one alone */
-} KilnArgs;
-
-/* Raises fault f of the program (the number a kernel's check was given); any
-   thread may, and the last one to store wins. */
-#define KILN_FAULT(f) __atomic_store_n(args->fault, (f), __ATOMIC_RELAXED)
-
-/* allreduce: count floats of src summed over the processes into dst (which may be
-   src), divided by their number for a mean; fault f of the program when the
-   communicator fails. One process copies. */
-#define KILN_ALLREDUCE(src, dst, count, mean, f) kiln_rt_allreduce(args, src, dst, count, mean, f)
-
-static void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst, int64_t count, int mean,
-                              int f) {
+void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst, int64_t count, int mean, int f) {
     const kiln_comm *c = args->comm;
     if (!c || c->size == 1) {
         if (src != dst)
@@ -73,19 +53,6 @@ static void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst
         for (int64_t i = 0; i < count; i++)
             dst[i] = dst[i] / (float)c->size;
 }
-
-typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
-
-typedef struct KilnInstance KilnInstance;
-
-/* What the generated code tells the runtime about its model. */
-typedef struct {
-    int64_t workspace_bytes;
-    int64_t state_bytes; /* the state starts as a copy of the weights' first state_bytes */
-    const unsigned char *weights;
-    void (*run)(KilnInstance *inst, const KilnArgs *a);
-    void (*set_blas_threads)(int n); /* NULL when the model calls no BLAS */
-} KilnProgram;
 
 struct KilnInstance {
     const KilnProgram *prog;
@@ -252,8 +219,7 @@ static void kiln_rt_announce(KilnInstance *in, uint32_t loop) {
 
 /* Runs kernel k over [0, count) on the instance's threads: on the caller alone when
  * the loop has fewer than two chunks of `grain` iterations. */
-static void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count,
-                             int64_t grain) {
+void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count, int64_t grain) {
     int64_t most = grain > 0 ? count / grain : count;
     if (in->n_threads == 1 || most < 2) {
         k(a, 0, count);
@@ -312,7 +278,7 @@ static int kiln_rt_threads(void) {
     return (int)n;
 }
 
-static void kiln_rt_destroy(void *instance) {
+void kiln_rt_destroy(void *instance) {
     KilnInstance *in = instance;
     if (!in)
         return;
@@ -338,8 +304,8 @@ static int kiln_rt_comm_valid(const kiln_comm *comm, char *err, size_t errlen) {
     return 0;
 }
 
-static int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instance, char *err,
-                          size_t errlen) {
+int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instance, char *err,
+                   size_t errlen) {
     *instance = NULL;
     if (kiln_rt_comm_valid(comm, err, errlen))
         return 1;
@@ -390,19 +356,19 @@ static int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void *
 
 /* A param's bytes in the state, copied out or in between runs (kiln_model_def's
    read_param and write_param). */
-static int kiln_rt_read_state(void *instance, int64_t offset, int64_t bytes, void *dst) {
+int kiln_rt_read_state(void *instance, int64_t offset, int64_t bytes, void *dst) {
     const KilnInstance *in = instance;
     memcpy(dst, (const char *)in->st + offset, (size_t)bytes);
     return 0;
 }
 
-static int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const void *src) {
+int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const void *src) {
     KilnInstance *in = instance;
     memcpy((char *)in->st + offset, src, (size_t)bytes);
     return 0;
 }
 
-static int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
+int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
     int fault = 0;
     KilnArgs a = {(const float *const *)inputs,

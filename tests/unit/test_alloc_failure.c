@@ -16,7 +16,7 @@
  * its kind to be KILN_ERROR_NO_MEMORY.
  *
  * The runtime of compiled models allocates with malloc, not through the hook (it
- * is pasted into models that do not link kiln), so it is outside the sweep.
+ * is linked into models that do not link kiln), so it is outside the sweep.
  *
  * Prints "alloc failure: N injection points, all clean". */
 #include <setjmp.h>

@@ -17,7 +17,8 @@
  *   - kiln_max_pool_row on 2x2, 3x3 and 4x4 windows, strided, dilated and padded,
  *     on the same channel counts: bit for bit, the last NaN of a window kept, nothing
  *     read from around x (+inf there) nor stored past the row;
- *   - kiln_bias_act, every activation with a bias and without, bit for bit.
+ *   - kiln_bias_act, every activation with a bias and without, with a residual and
+ *     without, bit for bit.
  * Skipped where this CPU lacks the width's instructions. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -473,16 +474,17 @@ static float act_of(float x, int64_t act, float lo, float hi) {
     return x;
 }
 
-/* kiln_bias_act for every activation, with a bias and without, on rows of whole
- * vectors and of a vector and some: every value bit for bit as the op's own formula,
- * the special values (-0, NaN, infinities) among them, and nothing stored past cols. */
+/* kiln_bias_act for every activation, with a bias and without, with a residual and
+ * without (apart from y, and y itself), on rows of whole vectors and of a vector and
+ * some: every value bit for bit as the op's own formula, the special values (-0,
+ * NaN, infinities) among them, and nothing stored past cols. */
 static void test_bias_act(void **state) {
     (void)state;
     if (!supported())
         skip();
     enum { ROWS = 5, TILE_LD = 3 * KILN_VF, Y_LD = 3 * KILN_VF + 3 };
     static const float special[] = {-0.0f, 0.0f, NAN, INFINITY, -INFINITY, 6.0f, -1e-30f};
-    float tile[ROWS * TILE_LD], bias[TILE_LD], y[ROWS * Y_LD];
+    float tile[ROWS * TILE_LD], bias[TILE_LD], res[ROWS * Y_LD], y[ROWS * Y_LD];
     for (int i = 0; i < ROWS * TILE_LD; i++)
         tile[i] = i % 11 == 0 ? special[i / 11 % 7] : (float)((i * 37) % 29) - 14.5f;
     for (int i = 0; i < TILE_LD; i++)
@@ -492,24 +494,33 @@ static void test_bias_act(void **state) {
     for (int64_t act = KILN_ACT_NONE; act <= KILN_ACT_CLIP; act++)
         for (int w = 0; w < 3; w++)
             for (int l = 0; l < 4; l++)
-                for (int biased = 0; biased < 2; biased++) {
-                    float lo = limits[l][0], hi = limits[l][1];
-                    for (int i = 0; i < ROWS * Y_LD; i++)
-                        y[i] = 1234.5f;
-                    kiln_bias_act(tile, TILE_LD, ROWS, widths[w], biased ? bias : NULL, act, lo, hi, y, Y_LD);
-                    for (int r = 0; r < ROWS; r++)
-                        for (int c = 0; c < Y_LD; c++) {
-                            float want = 1234.5f;
-                            if (c < widths[w])
-                                want =
-                                    act_of(biased ? tile[r * TILE_LD + c] + bias[c] : tile[r * TILE_LD + c],
-                                           act, lo, hi);
-                            if (memcmp(&want, &y[r * Y_LD + c], sizeof want) != 0)
-                                fail_msg("act %lld, %lld columns, [%g, %g], bias %d: (%d, %d) is %g, not %g",
-                                         (long long)act, (long long)widths[w], lo, hi, biased, r, c,
-                                         y[r * Y_LD + c], want);
+                for (int biased = 0; biased < 2; biased++)
+                    for (int added = 0; added < 3; added++) { /* none, res, y in place */
+                        float lo = limits[l][0], hi = limits[l][1];
+                        for (int i = 0; i < ROWS * Y_LD; i++) {
+                            res[i] = i % 13 == 0 ? special[i / 13 % 7] : (float)((i * 41) % 23) - 11.25f;
+                            y[i] = added == 2 ? res[i] : 1234.5f;
                         }
-                }
+                        const float *from = added == 0 ? NULL : added == 1 ? res : y;
+                        kiln_bias_act(tile, TILE_LD, ROWS, widths[w], biased ? bias : NULL, from, act, lo, hi,
+                                      y, Y_LD);
+                        for (int r = 0; r < ROWS; r++)
+                            for (int c = 0; c < Y_LD; c++) {
+                                int e = r * Y_LD + c;
+                                float want = added == 2 ? res[e] : 1234.5f;
+                                if (c < widths[w]) {
+                                    float x =
+                                        biased ? tile[r * TILE_LD + c] + bias[c] : tile[r * TILE_LD + c];
+                                    want = act_of(added ? res[e] + x : x, act, lo, hi);
+                                }
+                                if (memcmp(&want, &y[e], sizeof want) != 0)
+                                    fail_msg(
+                                        "act %lld, %lld columns, [%g, %g], bias %d, residual %d: (%d, %d) is "
+                                        "%g, not %g",
+                                        (long long)act, (long long)widths[w], lo, hi, biased, added, r, c,
+                                        y[e], want);
+                            }
+                    }
 }
 
 int main(void) {

@@ -1,6 +1,6 @@
 /* The thread pool every compiled model carries (runtime/model_rt.c), on its own.
  *
- * The runtime is included here as the generated code includes it, and driven by a
+ * The runtime is included here whole (its statics too), and driven by a
  * program with no kernels, so its loops run test kernels: each counts, per index,
  * how often it ran, and every loop must run every index exactly once, however the
  * chunks fall to the threads. The cases:
