@@ -183,6 +183,29 @@ int infer_transpose(Graph *g, Node *n, Diag *d) {
     return 0;
 }
 
+/* n elements of `size` bytes, src's `step` elements apart from its element at,
+ * into dst's from element i */
+static void copy_strided(void *dst, int64_t i, const void *src, int64_t at, int64_t step, int64_t n,
+                         int64_t size) {
+    if (size == 4) {
+        uint32_t *to = (uint32_t *)dst + i;
+        const uint32_t *from = (const uint32_t *)src + at;
+        for (int64_t j = 0; j < n; j++)
+            to[j] = from[j * step];
+    } else if (size == 8) {
+        uint64_t *to = (uint64_t *)dst + i;
+        const uint64_t *from = (const uint64_t *)src + at;
+        for (int64_t j = 0; j < n; j++)
+            to[j] = from[j * step];
+    } else {
+        for (int64_t j = 0; j < n; j++)
+            memcpy((char *)dst + (i + j) * size, (const char *)src + (at + j * step) * size, (size_t)size);
+    }
+}
+
+/* A row of y (its last dim) at a time, each a strided walk through x: folding the
+ * layout pass's transposes of ResNet-18's weights took a tenth of its cold JIT
+ * element by element. */
 int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Type *x = &in[0]->type, *y = &out[0]->type;
     int perm[KILN_MAX_RANK];
@@ -192,13 +215,14 @@ int eval_transpose(const Node *n, const Tensor *const *in, Tensor **out, Diag *d
     type_strides(x, xs);
     for (int k = 0; k < y->rank; k++)
         s[k] = xs[perm[k]];
-    int64_t count = type_numel(y);
-    for (int64_t i = 0; i < count; i++) {
+    int last = y->rank - 1;
+    int64_t count = type_numel(y), row = last >= 0 ? y->dims[last] : 1, step = last >= 0 ? s[last] : 0;
+    for (int64_t i = 0; i < count; i += row) {
         int64_t at = 0;
-        for (int k = 0; k < y->rank; k++)
+        for (int k = 0; k < last; k++)
             at += idx[k] * s[k];
-        copy_elements(out[0], i, in[0], at, 1);
-        next_index(idx, y->dims, y->rank);
+        copy_strided(out[0]->bytes, i, in[0]->bytes, at, step, row, dtype_size(x->dtype));
+        next_index(idx, y->dims, last);
     }
     return 0;
 }
