@@ -206,10 +206,9 @@ INLINE kiln_vf act_vector(kiln_vf x, const int64_t act, kiln_vf lo, kiln_vf hi) 
     return x;
 }
 
-/* Whole vectors, then the columns left (y may be res: each element is read before
- * it is written). A generated tile's loop, of a width known
+/* Whole vectors, then the columns left: a generated tile's loop, of a width known
  * when it was compiled, cost nothing to set up; a loop over any width alone was 2%
- * slower on ResNet-18. */
+ * slower on ResNet-18. y may be res: each element is read before it is written. */
 INLINE void bias_act_rows(const float *restrict tile, int64_t tile_ld, int64_t rows, int64_t cols,
                           const float *restrict bias, const bool biased, const float *res, const bool added,
                           const int64_t act, float lo, float hi, float *y, int64_t y_ld) {
