@@ -29,9 +29,10 @@
  *     values gives the new values, and a model with external data has no entry.
  *
  * The JIT compiles through the cache in $KILN_CACHE_DIR (CTest points it into the
- * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so,
- * with the kiln command (to compile the small CNN) and the three shared objects
- * that CMake builds from tests/abi/not_a_model.c, wrong_abi.c and v1_model.c. */
+ * build tree). Usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so
+ * COMM_MODEL.so CLAIMS_RUN_ERROR.so, with the kiln command (to compile the small
+ * CNN) and the shared objects that CMake builds from tests/abi/not_a_model.c,
+ * wrong_abi.c, v1_model.c and comm_model.c (twice). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +53,8 @@
 #define KILN_SOURCE_DIR "."
 #endif
 
-static const char *kiln_command, *not_a_model_so, *wrong_abi_so, *v1_model_so;
+static const char *kiln_command, *not_a_model_so, *wrong_abi_so, *v1_model_so, *comm_model_so,
+    *claims_run_error_so;
 
 /* The spec's example. */
 static const char autograd_text[] = "model autograd_example\n"
@@ -637,15 +639,44 @@ static void test_hostile_load_null(void **state) {
     kiln_free(m);
 }
 
+/* A model with collectives made before KILN_EXT_RUN_ERROR: a failed run names only
+   its check's number, and the communicator's message with it. A model that claims
+   the extension without its function is refused as malformed. */
+static void test_comm_without_run_error(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_load(comm_model_so, &err);
+    if (!m)
+        fail_msg("kiln_load: %s", err.message);
+    FakeComm fake = {{10, 21}, false};
+    const kiln_comm comm = {0, 2, &fake, fake_allreduce_sum, fake_error};
+    assert_int_equal(kiln_set_comm(m, &comm, &err), 0);
+    float x[2] = {1, 2}, y[2];
+    const void *inputs[] = {x};
+    void *outputs[] = {y};
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(y[0] == 11 && y[1] == 23);
+    fake.fail = true;
+    assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_string_equal(
+        err.message,
+        "the model 'comm_model' failed to run (its run-time check 3 failed): the network is down");
+    kiln_free(m);
+    expect_load_error(claims_run_error_so, "is a malformed kiln model (its kiln_model_def lacks a function");
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so\n");
+    if (argc != 7) {
+        fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so COMM_MODEL.so "
+                        "CLAIMS_RUN_ERROR.so\n");
         return 1;
     }
     kiln_command = argv[1];
     not_a_model_so = argv[2];
     wrong_abi_so = argv[3];
     v1_model_so = argv[4];
+    comm_model_so = argv[5];
+    claims_run_error_so = argv[6];
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_error_kinds),
         cmocka_unit_test(test_settings),
@@ -663,6 +694,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_load_version_1),
         cmocka_unit_test(test_params),
         cmocka_unit_test(test_comm),
+        cmocka_unit_test(test_comm_without_run_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
