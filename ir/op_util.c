@@ -127,7 +127,7 @@ int check_grad_ranks(const Node *n, const Type *dy, const Type *x, Diag *d) {
 }
 
 View view_of(const Type *t, bool nhwc) {
-    int64_t st[KILN_MAX_RANK];
+    int64_t st[KILN_MAX_RANK] = {0};
     type_strides(t, st);
     int cdim = nhwc ? t->rank - 1 : 1, first = nhwc ? 1 : 2;
     View v = {.ns = t->rank - 2, .n = t->dims[0], .sn = st[0], .c = t->dims[cdim], .sc = st[cdim]};
