@@ -224,6 +224,10 @@ int kiln_set_comm(kiln_module *m, const kiln_comm *comm, kiln_error *err) {
     return 0;
 }
 
+const char *kiln_version(void) {
+    return KILN_VERSION;
+}
+
 void kiln_free(kiln_module *m) {
     if (!m)
         return;

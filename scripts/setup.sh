@@ -5,8 +5,8 @@
 # them, so the build and CI leave them out). Non-interactive; uses sudo when not run
 # as root.
 set -eu
-packages="build-essential cmake pkg-config clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata openmpi-bin libopenmpi-dev"
-bench_packages="python3-torch python3-torchvision python3-venv"
+packages="build-essential cmake pkg-config python3-venv python3-pip python3-setuptools python3-wheel python3-numpy python3-pytest python3-onnx clang-14 clang-format-14 libclang-rt-14-dev llvm-14-tools libcjson-dev libcmocka-dev libopenblas-dev llvm-14-dev libclang-cpp14-dev libclang-14-dev protobuf-c-compiler libprotobuf-c-dev libonnx-dev libonnx-testdata openmpi-bin libopenmpi-dev"
+bench_packages="python3-torch python3-torchvision"
 case "${1-}" in
   "") ;;
   --bench) packages="$packages $bench_packages" ;;

@@ -104,6 +104,8 @@ KILN_API int kiln_write_param(kiln_module *m, const char *name, const void *src,
  * ones compiled in, as after loading. */
 KILN_API int kiln_set_comm(kiln_module *m, const kiln_comm *comm, kiln_error *err);
 KILN_API void kiln_free(kiln_module *m);
+/* libkiln's version, "MAJOR.MINOR.PATCH" (the Python package checks that it has its own). */
+KILN_API const char *kiln_version(void);
 
 #ifdef __cplusplus
 }
