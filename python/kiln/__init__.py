@@ -181,8 +181,16 @@ def save_safetensors(path, tensors):
         raise
 
 
+# the compile options the kiln command takes from its environment
+_option_variables = {"cache_dir": "KILN_CACHE_DIR", "blas": "KILN_BLAS", "cuda": "KILN_CUDA"}
+
+
 def _command_run(args, what, source=None):
-    result = subprocess.run([_command, *args], capture_output=True, text=True)
+    env = dict(os.environ)
+    for field, variable in _option_variables.items():
+        if source is not None and source.options.get(field) is not None:
+            env[variable] = str(source.options[field])
+    result = subprocess.run([_command, *args], capture_output=True, text=True, env=env)
     if result.returncode:
         message = result.stderr.strip().replace("kiln: error: ", "", 1) or f"{what} failed"
         if source is not None and source.text is not None:  # as kiln_jit names model text
@@ -484,7 +492,8 @@ def compile(model, weights=None, target="c", *, example_inputs=None, opt_level=2
     target: "c" or "cuda". The rest are kiln_options' fields (kiln/kiln.h):
     opt_level 0, 1 or 2; cpu ("native", "x86-64-v3", ...); cache_dir; jit ("clang"
     or "cc"); blas ("on" or "off"); cuda ("gpu" or "emulate")."""
-    source = _Source(model, weights, example_inputs, {"target": target, "opt_level": opt_level, "cpu": cpu})
+    source = _Source(model, weights, example_inputs, {"target": target, "opt_level": opt_level, "cpu": cpu,
+                                                      "cache_dir": cache_dir, "blas": blas, "cuda": cuda})
     options = _options(target, opt_level, cpu, cache_dir, jit, blas, cuda)
     files = (ctypes.c_char_p * max(1, len(source.weights)))(*[w.encode() for w in source.weights])
     options.weights, options.n_weights = files, len(source.weights)

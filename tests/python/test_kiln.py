@@ -106,6 +106,15 @@ def test_bad_inputs_are_errors(call, expect):
     assert expect in str(e.value)
 
 
+def test_cuda_target_emulated(tmp_path):
+    m = kiln.compile(relu_text, target="cuda", cuda="emulate")
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    assert np.array_equal(m(x), np.maximum(x, 0))
+    assert "__global__" in m.source
+    m.save(tmp_path / "m.so")  # emulated too: it runs here, GPU or not
+    assert np.array_equal(kiln.load(tmp_path / "m.so")(x), np.maximum(x, 0))
+
+
 def test_an_error_names_the_line():
     with pytest.raises(kiln.Error) as e:
         kiln.compile("model m\ninput x : f32[2]\ny = relu(x, x)\noutput y\n")
