@@ -259,13 +259,20 @@ def _export_torch(module, example_inputs, path):
         example_inputs = (example_inputs,)
     example_inputs = tuple(torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x
                            for x in example_inputs)
-    names = ["x"] if len(example_inputs) == 1 else [f"x{i}" for i in range(len(example_inputs))]
+    def names(stem, n):
+        return [stem] if n == 1 else [f"{stem}{i}" for i in range(n)]
+
     was_training = module.training
     module.eval()
     try:
         with torch.no_grad():
-            torch.onnx.export(module, example_inputs, path, input_names=names, opset_version=13,
-                              do_constant_folding=False)
+            outputs = module(*example_inputs)
+            n_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+            # PRESERVE rather than EVAL: the exporter then folds no batch norm into its
+            # conv, so every param keeps its PyTorch name (kiln's fold pass folds them)
+            torch.onnx.export(module, example_inputs, path, input_names=names("x", len(example_inputs)),
+                              output_names=names("y", n_outputs), opset_version=13, do_constant_folding=False,
+                              training=torch.onnx.TrainingMode.PRESERVE)
     finally:
         module.train(was_training)
 
@@ -517,11 +524,12 @@ def load(path):
     return Model(module, so_path=path)
 
 
-def opt(model, passes=None, dump_dir=None, weights=None, opt_level=2):
+def opt(model, passes=None, dump_dir=None, weights=None, opt_level=2, *, example_inputs=None):
     """Runs the pass pipeline (opt_level's, or the passes named in order) and returns
     the model after each stage as a list of (stage, text) pairs, the parsed model
-    first. dump_dir keeps the files (DIR/NN-PASS.kiln) as `kiln opt --dump-dir` does."""
-    source = _Source(model, weights, None, {"target": "c", "opt_level": opt_level})
+    first. dump_dir keeps the files (DIR/NN-PASS.kiln) as `kiln opt --dump-dir` does.
+    model, weights and example_inputs are as compile's."""
+    source = _Source(model, weights, example_inputs, {"target": "c", "opt_level": opt_level})
     folder = dump_dir or tempfile.mkdtemp(prefix="kiln-opt-")
     try:
         args = ["opt", *source.arguments(with_target=False), "--dump-dir", os.fspath(folder)]

@@ -212,10 +212,17 @@ def test_torch_module():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                               torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 5)).eval()
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-1, 1)
+        net[1].running_var.uniform_(0.5, 2)
     x = torch.randn(2, 3, 8, 8)
     m = kiln.compile(net, example_inputs=x)
+    assert [t.name for t in m.inputs] == ["x"] and [t.name for t in m.outputs] == ["y"]
     with torch.no_grad():
         assert close(m(x.numpy()), net(x).numpy())
+    parsed = kiln.opt(net, example_inputs=x, opt_level=0)[0][1]
+    for name in ("0.weight", "1.running_mean", "1.running_var", "4.bias"):  # PyTorch's names
+        assert f'param "{name}"' in parsed, name
     with pytest.raises(kiln.Error, match="needs example_inputs"):
         kiln.compile(net)
 
