@@ -160,7 +160,8 @@ def save_safetensors(path, tensors):
     for name, value in tensors.items():
         array = np.ascontiguousarray(value)
         if array.dtype not in _safetensors_dtypes:
-            raise Error(f"weight '{name}' is {array.dtype}; safetensors files hold {sorted(_safetensors_dtypes.values())}")
+            raise Error(f"weight '{name}' is {array.dtype}; safetensors files of kiln's hold "
+                        f"{', '.join(str(t) for t in _safetensors_dtypes)}")
         array = array.astype(array.dtype.newbyteorder("<"), copy=False)
         header[name] = {"dtype": _safetensors_dtypes[array.dtype], "shape": list(array.shape),
                         "data_offsets": [offset, offset + array.nbytes]}
@@ -214,8 +215,8 @@ class _Source:
         elif weights is not None:
             weights = [weights] if isinstance(weights, (str, os.PathLike)) else list(weights)
         self.weights = [str(w) for w in weights or []]
-        if isinstance(model, os.PathLike) or (isinstance(model, str) and "\n" not in model
-                                               and model.endswith((".kiln", ".onnx"))):
+        if isinstance(model, os.PathLike) or (isinstance(model, str) and "\n" not in model and (
+                model.endswith((".kiln", ".onnx")) or os.path.isfile(model))):
             self.path = str(model)
             if not os.path.exists(self.path):
                 raise Error(f"{self.path}: no such file")

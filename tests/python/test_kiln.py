@@ -2,7 +2,6 @@
 and PyTorch where it is installed. tests/python/run.sh installs the package into a
 venv and runs this file with pytest."""
 import gc
-import os
 import threading
 from pathlib import Path
 
@@ -44,11 +43,13 @@ def test_compile_path_matches_pytorch(cnn, cnn_input):
     assert "small_cnn" in repr(cnn)
 
 
-def test_compile_text_and_named_inputs():
+def test_compile_text_and_named_inputs(tmp_path):
     m = kiln.compile(relu_text)
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     assert np.array_equal(m(x), np.maximum(x, 0))
     assert np.array_equal(m(x=x), np.maximum(x, 0))
+    (tmp_path / "relu.txt").write_text(relu_text)  # a file of kiln text by any name
+    assert np.array_equal(kiln.compile(str(tmp_path / "relu.txt"))(x), np.maximum(x, 0))
 
 
 def test_weights_from_arrays_and_files(tmp_path):
