@@ -209,7 +209,6 @@ class _Source:
         self.folder = None
         self.options = options
         self.text = None
-        self.weights = []
         if isinstance(weights, Mapping):
             weights = [self._file("weights.safetensors", lambda p: save_safetensors(p, weights))]
         elif weights is not None:
@@ -240,9 +239,12 @@ class _Source:
         return path
 
     def arguments(self, with_target=True):
-        args = [self.path]
+        def operand(path):  # never taken for an option
+            return "./" + path if path.startswith("-") else path
+
+        args = [operand(self.path)]
         for w in self.weights:
-            args += ["--weights", w]
+            args += ["--weights", operand(w)]
         args.append(f"-O{self.options['opt_level']}")
         if with_target:
             args += ["--target", self.options["target"]]

@@ -43,13 +43,16 @@ def test_compile_path_matches_pytorch(cnn, cnn_input):
     assert "small_cnn" in repr(cnn)
 
 
-def test_compile_text_and_named_inputs(tmp_path):
+def test_compile_text_and_named_inputs(tmp_path, monkeypatch):
     m = kiln.compile(relu_text)
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     assert np.array_equal(m(x), np.maximum(x, 0))
     assert np.array_equal(m(x=x), np.maximum(x, 0))
     (tmp_path / "relu.txt").write_text(relu_text)  # a file of kiln text by any name
     assert np.array_equal(kiln.compile(str(tmp_path / "relu.txt"))(x), np.maximum(x, 0))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-O0.kiln").write_text(relu_text)  # a name like an option, for the tools too
+    assert "relu" in kiln.compile("-O0.kiln").source
 
 
 def test_weights_from_arrays_and_files(tmp_path):
@@ -143,6 +146,8 @@ def test_save_and_load(tmp_path, cnn, cnn_input):
     assert np.array_equal(kiln.load(tmp_path / "again.so")(cnn_input), cnn(cnn_input))
     with pytest.raises(kiln.Error, match="its source is not at hand"):
         loaded.source
+    with pytest.raises(kiln.Error, match="has no profiling clocks"):
+        loaded.profile(iters=1)
     with pytest.raises(kiln.Error, match="not a shared object|cannot|ELF"):
         (tmp_path / "bad.so").write_bytes(b"not an ELF file")
         kiln.load(tmp_path / "bad.so")
