@@ -57,10 +57,11 @@ int emit_cuda_kernels(const Program *p, bool emulated, Str *out, Diag *d) {
     str_printf(out, "%s", args_struct);
     if (emulated)
         str_printf(out, "%s\n", kiln_cuda_emulate_text);
-    /* the C target's vectorizable exp, sigmoid and erf (runtime/kernel_math.h); here
-       CUDA's own */
+    /* the C target's vectorizable exp, sigmoid, erf and GELU (runtime/kernel_math.h);
+       here from CUDA's own */
     str_printf(out, "#define kiln_expf expf\n#define kiln_expf_nonpositive expf\n"
-                    "#define kiln_sigmoidf(x) (1.0f / (1.0f + expf(-(x))))\n#define kiln_erff erff\n\n");
+                    "#define kiln_sigmoidf(x) (1.0f / (1.0f + expf(-(x))))\n#define kiln_erff erff\n"
+                    "#define kiln_geluf(x) (0.5f * (x) * erfcf(-(x) * 0.707106781f))\n\n");
     if (program_uses_philox(p))
         str_printf(out, "#define KILN_PHILOX_FN static __device__ __forceinline__\n%s\n", kiln_philox_text);
     for (int k = 0; k < p->n_kernels; k++)

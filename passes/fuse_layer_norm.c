@@ -53,19 +53,6 @@ static int suffix_axis(const Graph *g, const Node *n) {
     return count > 0 ? axis : -1;
 }
 
-/* The node reading v, when v is read once by a node of op; its index in *at. */
-static Node *only_reader(const Graph *g, const int *uses, int v, OpId op, int *at) {
-    if (uses[v] != 1)
-        return NULL;
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int k = 0; k < g->nodes[i]->n_in; k++)
-            if (g->nodes[i]->in[k] == v) {
-                *at = i;
-                return g->nodes[i]->op == op ? g->nodes[i] : NULL;
-            }
-    return NULL;
-}
-
 /* The operand of binary node n that is not v, when it can be layer_norm's scale or
  * bias: f32, of no higher rank than the normalized dims, leaving n's type that of v. */
 static int affine_operand(const Graph *g, const Node *n, int v, int norm_rank) {
@@ -121,12 +108,12 @@ static bool match(PassContext *c, int div_index, const int *uses, Match *m, int 
         return false;
     int norm_rank = g->values[m->x].type.rank - m->axis, at;
     m->last = g->nodes[div_index]->out[0];
-    Node *mul = only_reader(g, uses, m->last, OP_MUL, &at);
+    Node *mul = pass_only_reader(g, uses, m->last, OP_MUL, &at);
     if (!mul || (m->scale = affine_operand(g, mul, m->last, norm_rank)) < 0)
         return true;
     m->last = mul->out[0];
     m->dead[m->n_dead++] = at;
-    Node *add = only_reader(g, uses, m->last, OP_ADD, &at);
+    Node *add = pass_only_reader(g, uses, m->last, OP_ADD, &at);
     if (!add || (m->bias = affine_operand(g, add, m->last, norm_rank)) < 0)
         return true;
     m->last = add->out[0];

@@ -13,6 +13,18 @@ Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op) {
     return n && n->op == op && uses[v] == 1 ? n : NULL;
 }
 
+Node *pass_only_reader(const Graph *g, const int *uses, int v, OpId op, int *at) {
+    if (uses[v] != 1)
+        return NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i]->n_in; k++)
+            if (g->nodes[i]->in[k] == v) {
+                *at = i;
+                return g->nodes[i]->op == op ? g->nodes[i] : NULL;
+            }
+    return NULL;
+}
+
 int pass_fuse_each(PassContext *c, OpId op, PassFuseAt fuse_at) {
     Graph *g = c->g;
     int n_nodes = g->n_nodes;

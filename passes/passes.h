@@ -76,6 +76,9 @@ Node *pass_definer(const Graph *g, int v);
 /* The node defining v when v is read once (uses: graph_count_uses) and the node
  * is an `op`; NULL otherwise. */
 Node *pass_single_use(const Graph *g, const int *uses, int v, OpId op);
+/* The node reading v when v is read once (uses: graph_count_uses) and the node is
+ * an `op`, its index in *at; NULL otherwise. */
+Node *pass_only_reader(const Graph *g, const int *uses, int v, OpId op, int *at);
 /* A pattern rewrite from node `node` (an op of pass_fuse_each's): marks in dead the
  * nodes it replaces (uses: graph_count_uses of the graph the pass began with);
  * 0 when it rewrote or did not match, -1 after a diagnostic. */
@@ -147,6 +150,7 @@ int pass_layout(PassContext *c);
 int pass_fold(PassContext *c);
 int pass_fuse_attention(PassContext *c);
 int pass_fuse_layer_norm(PassContext *c);
+int pass_fuse_gelu(PassContext *c);
 int pass_fuse_elementwise(PassContext *c);
 int pass_fuse_epilogue(PassContext *c);
 int pass_dce(PassContext *c);

@@ -24,6 +24,7 @@ const Pass pass_list[] = {
      "make softmax(q k^T scale + mask) v one attention op, whose kernel never holds the scores"},
     {"fuse_layer_norm", 1, pass_fuse_layer_norm,
      "make (x - mean) / sqrt(mean of squares + eps) * scale + bias one layer_norm op"},
+    {"fuse_gelu", 1, pass_fuse_gelu, "make 0.5 x (1 + erf(x / sqrt(2))) one gelu op"},
     {"fuse_elementwise", 1, pass_fuse_elementwise, "fuse trees of elementwise ops into one kernel"},
     {"fuse_epilogue", 1, pass_fuse_epilogue,
      "apply the elementwise op after a conv or linear to its tiles (fused_conv, fused_linear)"},
