@@ -34,6 +34,7 @@ static const OptionSpec options[] = {
      "the value of the input NAME (inputs not given get fixed pseudo-random values)"},
     OPT_WEIGHTS,
     OPT_BIND,
+    OPT_DIM,
     {"--target", "c|cuda", "time generated C (default) or CUDA (the interpreter cannot be benchmarked)"},
     OPT_CPU,
     OPT_LEVEL,

@@ -15,6 +15,7 @@ static const OptionSpec options[] = {
     {"-o", "OUT.so", "the shared object to write (required)"},
     OPT_WEIGHTS,
     OPT_BIND,
+    OPT_DIM,
     {"--target", "c|cuda", "generate C (default) or CUDA kernels with a C host (interp compiles nothing)"},
     OPT_CPU,
     OPT_LEVEL,

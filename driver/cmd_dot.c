@@ -16,6 +16,7 @@ static const OptionSpec options[] = {
     {"-o", "OUT.dot", "write the graph to OUT.dot instead of standard output"},
     OPT_WEIGHTS,
     OPT_BIND,
+    OPT_DIM,
     OPT_DUMP_DIR,
     {"--target", "interp|c|cuda",
      "accepted for symmetry with the other commands; kiln dot generates no code"},

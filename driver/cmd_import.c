@@ -16,16 +16,17 @@ static const OptionSpec options[] = {
      "where the initializers' values go (default: OUT with .kiln replaced by .safetensors; no file when the "
      "model has none)"},
     OPT_BIND,
+    OPT_DIM,
     OPT_HELP,
     {NULL, NULL, NULL},
 };
 
 static const Command command = {
     "import",
-    "MODEL.onnx -o OUT.kiln [--weights-out OUT.safetensors] [--bind NAME=FILE]...",
+    "MODEL.onnx -o OUT.kiln [--weights-out OUT.safetensors] [--bind NAME=FILE]... [--dim NAME=SIZE]...",
     "Translates an ONNX model into the kiln language. The initializers become params.\n"
     "kiln's shapes are static, so shape-like inputs (a Reshape's shape, Resize's scales,\n"
-    "...) must be bound with --bind. The result runs with\n"
+    "...) must be bound with --bind, and symbolic dims fixed with --dim. The result runs with\n"
     "`kiln run OUT.kiln --weights OUT.safetensors`; `kiln run MODEL.onnx` imports on the fly.\n"
     "Both files are written together or not at all, and never over a file the command reads.\n",
     options,

@@ -16,6 +16,7 @@ static const OptionSpec options[] = {
     OPT_DUMP_DIR,
     OPT_WEIGHTS,
     OPT_BIND,
+    OPT_DIM,
     {"--target", "interp|c|cuda",
      "accepted for symmetry with the other commands; kiln opt generates no code"},
     {"--check", NULL,

@@ -15,6 +15,7 @@ static const OptionSpec options[] = {
     {"--output", "NAME=FILE.npy", "write the output NAME to FILE (else the outputs are printed)"},
     OPT_WEIGHTS,
     OPT_BIND,
+    OPT_DIM,
     {"--target", "interp|c|cuda",
      "run the reference interpreter, generated C (default; compiled through the cache) or generated CUDA"},
     OPT_CPU,
@@ -287,11 +288,12 @@ static int write_outputs(const Signature *s, const Options *o, Tensor **out, con
 }
 
 /* Whether a run of the C target can come from the model cache, as kiln_jit_file's
- * does: the -O level's whole pipeline, nothing dumped or checked, no --bind, and no
- * --save-weights (which needs the model's params). */
+ * does: the -O level's whole pipeline, nothing dumped or checked, no --bind or --dim
+ * (which the cache's key leaves out), and no --save-weights (which needs the model's
+ * params). */
 static bool model_cache_applies(const Options *o) {
     return (!o->target || strcmp(o->target, "c") == 0) && !o->pipeline.only && !o->pipeline.n_disabled &&
-           !o->pipeline.dump_dir && !o->pipeline.check && !o->n_binds && !o->save_weights;
+           !o->pipeline.dump_dir && !o->pipeline.check && !o->n_binds && !o->n_dims && !o->save_weights;
 }
 
 /* Runs the model once: in the interpreter, or compiled (JIT, from the model cache,

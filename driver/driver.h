@@ -41,6 +41,8 @@ typedef struct {
     { "--weights", "FILE.safetensors", "values for params, by name; may be given several times" }
 #define OPT_BIND                                                                                             \
     { "--bind", "NAME=FILE", "make the ONNX graph input NAME the constant in FILE (.npy or TensorProto .pb)" }
+#define OPT_DIM                                                                                              \
+    { "--dim", "NAME=SIZE", "fix the ONNX symbolic dim NAME (a dim_param of the graph inputs) at SIZE" }
 #define OPT_LEVEL                                                                                            \
     { "-O", "0|1|2", "no optimization, cheap passes, or everything (default -O2)" }
 #define OPT_PASSES                                                                                           \
@@ -83,6 +85,9 @@ typedef struct {
     int n_inputs, n_outputs;
     Binding binds[MAX_FILES]; /* --bind: ONNX graph inputs made constants */
     int n_binds;
+    Binding dims[MAX_FILES]; /* --dim: ONNX symbolic dims fixed, NAME=SIZE */
+    long dim_sizes[MAX_FILES];
+    int n_dims;
     const char *weights_out;  /* --weights-out (kiln import) */
     const char *save_weights; /* --save-weights (kiln run) */
     PipelineOptions pipeline;

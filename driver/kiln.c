@@ -140,14 +140,14 @@ static const OptionSpec *find_option(const Command *cmd, const char *key) {
     return NULL;
 }
 
-/* NAME=FILE */
-static int parse_binding(const Command *cmd, const char *arg, Binding *b) {
+/* NAME=FILE (or the form `form` names) */
+static int parse_binding(const Command *cmd, const char *arg, Binding *b, const char *form) {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return usage_error(cmd, "expected NAME=FILE, got '%s'", arg);
-    static char names[3 * MAX_FILES][256];
+        return usage_error(cmd, "expected %s, got '%s'", form, arg);
+    static char names[4 * MAX_FILES][256];
     static int next;
-    char *name = names[next++ % (3 * MAX_FILES)];
+    char *name = names[next++ % (4 * MAX_FILES)];
     snprintf(name, sizeof names[0], "%.*s", (int)(eq - arg), arg);
     *b = (Binding){name, eq + 1};
     return 0;
@@ -175,12 +175,19 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
     else if (strcmp(key, "--weights") == 0)
         o->weights[o->n_weights++] = value;
     else if (strcmp(key, "--input") == 0)
-        return parse_binding(cmd, value, &o->inputs[o->n_inputs++]);
+        return parse_binding(cmd, value, &o->inputs[o->n_inputs++], "NAME=FILE");
     else if (strcmp(key, "--output") == 0)
-        return parse_binding(cmd, value, &o->outputs[o->n_outputs++]);
+        return parse_binding(cmd, value, &o->outputs[o->n_outputs++], "NAME=FILE");
     else if (strcmp(key, "--bind") == 0)
-        return parse_binding(cmd, value, &o->binds[o->n_binds++]);
-    else if (strcmp(key, "--weights-out") == 0)
+        return parse_binding(cmd, value, &o->binds[o->n_binds++], "NAME=FILE");
+    else if (strcmp(key, "--dim") == 0) {
+        Binding *dim = &o->dims[o->n_dims];
+        long size;
+        if (parse_binding(cmd, value, dim, "NAME=SIZE") ||
+            parse_count(cmd, "--dim's SIZE", dim->file, 1, KILN_MAX_NUMEL, &size))
+            return EXIT_USAGE;
+        o->dim_sizes[o->n_dims++] = size;
+    } else if (strcmp(key, "--weights-out") == 0)
         o->weights_out = value;
     else if (strcmp(key, "--save-weights") == 0)
         o->save_weights = value;
@@ -264,7 +271,7 @@ int parse_options(int argc, char **argv, int first, const Command *cmd, Options 
             return usage_error(cmd, "option '%s' takes no value", key);
         }
         if (o->n_weights == MAX_FILES || o->n_inputs == MAX_FILES || o->n_outputs == MAX_FILES ||
-            o->pipeline.n_disabled == MAX_FILES || o->n_binds == MAX_FILES)
+            o->pipeline.n_disabled == MAX_FILES || o->n_binds == MAX_FILES || o->n_dims == MAX_FILES)
             return usage_error(cmd, "too many options (at most %d of a kind)", MAX_FILES);
         if (set_option(cmd, spec->name, arg, value, o))
             return EXIT_USAGE;
@@ -331,10 +338,12 @@ int read_model(const Options *o, ModelInput *in, Diag *d) {
 
 int parse_read_model(const Options *o, const ModelInput *in, bool require_weights, Diag *d, Graph **g,
                      TensorList *weights) {
-    OnnxBind binds[MAX_FILES];
+    OnnxBind binds[2 * MAX_FILES];
     for (int i = 0; i < o->n_binds; i++)
-        binds[i] = (OnnxBind){o->binds[i].name, o->binds[i].file, false};
-    if (!(*g = model_input_parse(in, binds, o->n_binds, weights, d)))
+        binds[i] = (OnnxBind){.name = o->binds[i].name, .file = o->binds[i].file};
+    for (int i = 0; i < o->n_dims; i++)
+        binds[o->n_binds + i] = (OnnxBind){.name = o->dims[i].name, .size = o->dim_sizes[i]};
+    if (!(*g = model_input_parse(in, binds, o->n_binds + o->n_dims, weights, d)))
         return EXIT_USER;
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;
 }

@@ -92,15 +92,17 @@ int safetensors_encode(const TensorList *l, unsigned char **buf, size_t *len);
  * each node one or a few kiln ops. Shape-like parameters (Reshape's shape, Slice's
  * starts, Resize's scales, ...) must be constants at import: initializers, Constant
  * nodes, shapes folded at import, or graph inputs bound to a value with a binding
- * (NAME=FILE, FILE an .npy or an ONNX TensorProto .pb). Every error names the file
+ * (NAME=FILE, FILE an .npy or an ONNX TensorProto .pb). A graph input's dims must be
+ * static, or symbolic (dim_param) and fixed at a size by a binding. Every error names the file
  * and the node (name, op type, domain, opset) or tensor; all unsupported nodes of a
  * model are listed at once. */
 
 typedef struct {
-    const char *name; /* a graph input */
-    const char *file; /* its value: .npy (f32) or .pb (an ONNX TensorProto) */
+    const char *name; /* a graph input, or (file NULL) a symbolic dim (dim_param) */
+    const char *file; /* the input's value: .npy (f32) or .pb (an ONNX TensorProto) */
     bool if_needed;   /* a constant only where an op needs one; elsewhere still an
                          input (the conformance runner binds every input this way) */
+    int64_t size;     /* the symbolic dim's, wherever a graph input or output has it */
 } OnnxBind;
 
 /* Whether a model path names an ONNX file (ends in .onnx). */

@@ -54,7 +54,8 @@ Graph *model_input_parse(const ModelInput *in, const OnnxBind *binds, int n_bind
             diag_error(d, (Loc){0}, "cannot import '%s'", in->name);
         ir_free(dir);
     } else if (n_binds) {
-        diag_error(d, (Loc){0}, "--bind applies to the inputs of .onnx models; '%s' is not one", in->name);
+        diag_error(d, (Loc){0}, "%s applies to the %s of .onnx models; '%s' is not one",
+                   binds[0].file ? "--bind" : "--dim", binds[0].file ? "inputs" : "symbolic dims", in->name);
     } else if ((g = parse_model(in->src, d)) && verify_graph(g, d)) {
         graph_free(g);
         g = NULL;

@@ -678,7 +678,18 @@ static int read_binding(Importer *im, const OnnxBind *b, OConst **c) {
     return 0;
 }
 
-/* The declared tensor type of a graph input or output: dtype and static shape. */
+/* The binding that fixes dim, a symbolic one, at a size; NULL when none does. */
+static const OnnxBind *dim_binding(const Importer *im, const Onnx__TensorShapeProto__Dimension *dim) {
+    if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+        return NULL;
+    for (int b = 0; b < im->n_binds; b++)
+        if (!im->binds[b].file && strcmp(im->binds[b].name, str(dim->dim_param)) == 0)
+            return &im->binds[b];
+    return NULL;
+}
+
+/* The declared tensor type of a graph input or output: dtype and static shape, its
+ * symbolic dims fixed where a binding names them. */
 static int declared_type(Importer *im, const Onnx__ValueInfoProto *vi, int32_t *dtype, Type *t, bool *known) {
     *known = false;
     const Onnx__TypeProto *tp = vi->type;
@@ -696,12 +707,39 @@ static int declared_type(Importer *im, const Onnx__ValueInfoProto *vi, int32_t *
     t->rank = (int)tt->shape->n_dim;
     for (int k = 0; k < t->rank; k++) {
         const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[k];
-        if (!dim || dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+        const OnnxBind *fixed = dim ? dim_binding(im, dim) : NULL;
+        if (fixed)
+            t->dims[k] = fixed->size;
+        else if (dim && dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            t->dims[k] = dim->dim_value;
+        else
             return 0;
-        t->dims[k] = dim->dim_value;
     }
     *known = true;
     return 0;
+}
+
+/* Why graph input vi's declared shape is not static: its first dim that is
+ * symbolic (with the name to fix it by) or missing. */
+static int no_static_shape(Importer *im, const Onnx__ValueInfoProto *vi, const char *name) {
+    const Onnx__TensorShapeProto *shape = vi->type->tensor_type->shape;
+    for (size_t k = 0; shape && k < shape->n_dim; k++) {
+        const Onnx__TensorShapeProto__Dimension *dim = shape->dim[k];
+        if (dim && dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+            return diag_error(
+                im->d, (Loc){0},
+                "%s: graph input '%s' has no static shape: dim %zu is the symbolic '%s'; kiln's "
+                "shapes are static, so give it a size (kiln: --dim %s=SIZE)",
+                im->file, name, k, str(dim->dim_param), str(dim->dim_param));
+        if (!dim || dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            return diag_error(
+                im->d, (Loc){0},
+                "%s: graph input '%s' has no static shape: dim %zu has no size; kiln's shapes are "
+                "static",
+                im->file, name, k);
+    }
+    return diag_error(im->d, (Loc){0}, "%s: graph input '%s' has no shape; kiln's shapes are static",
+                      im->file, name);
 }
 
 static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
@@ -718,11 +756,7 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
             im->file, s->name, onnx_dtype_name(dtype), s->name);
     t.dtype = (DType)onnx_kiln_dtype(dtype);
     if (!known)
-        return diag_error(
-            im->d, (Loc){0},
-            "%s: graph input '%s' has no static shape (a dim is symbolic or missing); kiln's shapes "
-            "are static",
-            im->file, s->name);
+        return no_static_shape(im, vi, s->name);
     int64_t numel = 1;
     for (int k = 0; k < t.rank; k++) {
         if (t.dims[k] < 1)
@@ -742,6 +776,21 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
 }
 
 /* Step 3: initializers, bindings and inputs. */
+/* Whether graph input vi has a symbolic dim called name. */
+static bool has_dim(const Onnx__ValueInfoProto *vi, const char *name) {
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type ||
+        !tp->tensor_type->shape)
+        return false;
+    const Onnx__TensorShapeProto *shape = tp->tensor_type->shape;
+    for (size_t k = 0; k < shape->n_dim; k++)
+        if (shape->dim[k] &&
+            shape->dim[k]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+            strcmp(str(shape->dim[k]->dim_param), name) == 0)
+            return true;
+    return false;
+}
+
 static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxBind *binds, int n_binds) {
     for (size_t k = 0; k < gp->n_initializer; k++) {
         const Onnx__TensorProto *t = gp->initializer[k];
@@ -759,17 +808,21 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
     for (int b = 0; b < n_binds; b++) {
         bool found = false;
         for (size_t k = 0; k < gp->n_input && !found; k++)
-            found = strcmp(str(gp->input[k]->name), binds[b].name) == 0;
-        if (!found)
+            found = binds[b].file ? strcmp(str(gp->input[k]->name), binds[b].name) == 0
+                                  : has_dim(gp->input[k], binds[b].name);
+        if (!found && binds[b].file)
             return diag_error(im->d, (Loc){0}, "%s: '%s' is bound to '%s' but is not an input of the model",
                               im->file, binds[b].name, binds[b].file);
+        if (!found)
+            return diag_error(im->d, (Loc){0}, "%s: no graph input has a symbolic dim '%s' to fix at %lld",
+                              im->file, binds[b].name, (long long)binds[b].size);
     }
     for (size_t k = 0; k < gp->n_input; k++) {
         const Onnx__ValueInfoProto *vi = gp->input[k];
         const char *name = str(vi->name);
         const OnnxBind *bind = NULL;
         for (int b = 0; b < n_binds; b++)
-            if (strcmp(binds[b].name, name) == 0)
+            if (binds[b].file && strcmp(binds[b].name, name) == 0)
                 bind = &binds[b];
         Sym *s = *name ? im_sym(im, name) : NULL;
         bool seen = false;
@@ -1001,7 +1054,7 @@ static const char *stem(Arena *a, const char *path) {
 
 Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name, const char *dir,
                           const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d) {
-    Importer im = {.file = name, .dir = dir, .weights = weights, .d = d};
+    Importer im = {.file = name, .dir = dir, .weights = weights, .d = d, .binds = binds, .n_binds = n_binds};
     int n_weights = weights->n;
     int *order = NULL;
     bool oom = false;

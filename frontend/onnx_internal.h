@@ -47,6 +47,8 @@ typedef struct {
     const Onnx__NodeProto *node; /* being imported */
     int node_index;              /* its index in the graph's node list */
     bool *attr_used;             /* per attribute of node */
+    const OnnxBind *binds;       /* the caller's: graph inputs' values, symbolic dims' sizes */
+    int n_binds;
 } Importer;
 
 /* ---- onnx.c ---- */

@@ -56,6 +56,29 @@ rm -r "$ext" "$tmp/outside"
 # a shape input bound to a constant
 "$kiln" import "$dir/unbound_shape.onnx" --bind "shape=$dir/unbound_shape_bind.npy" -o "$tmp/bound.kiln" &&
   grep -q 'reshape(x, shape=\[3, 2\])' "$tmp/bound.kiln" || { echo "FAILED: --bind"; cat "$tmp/bound.kiln"; fail=1; }
+# a symbolic dim fixed with --dim, in the input and the output that declare it; a
+# --dim no input has is an error
+"$kiln" import "$dir/symbolic_dim.onnx" --dim N=5 -o "$tmp/dim.kiln" &&
+  grep -q 'input x : f32\[5, 3\]' "$tmp/dim.kiln" && grep -q 'y = relu(x) : f32\[5, 3\]' "$tmp/dim.kiln" ||
+  { echo "FAILED: --dim"; cat "$tmp/dim.kiln"; fail=1; }
+rm -f "$tmp/dim.kiln"
+status=0
+"$kiln" run "$dir/symbolic_dim.onnx" --dim M=5 --target interp > "$tmp/log" 2>&1 || status=$?
+if [ "$status" -ne 1 ] || ! grep -qF "no graph input has a symbolic dim 'M' to fix at 5" "$tmp/log"; then
+  echo "FAILED: --dim of no input's dim: status $status"; cat "$tmp/log"; fail=1
+fi
+# a model compiled with --dim is not the model without it: the model cache, keyed by
+# the file, must not answer the second run
+printf 'param c : f32[2, 3] = uniform(-1, 1, seed=1)\noutput c\n' > "$tmp/mk.kiln"
+"$kiln" run "$tmp/mk.kiln" --target interp --output "c=$tmp/x23.npy" &&
+  "$kiln" run "$dir/symbolic_dim.onnx" --dim N=2 --input "x=$tmp/x23.npy" --output "y=$tmp/y23.npy" ||
+  { echo "FAILED: a run with --dim N=2"; fail=1; }
+status=0
+"$kiln" run "$dir/symbolic_dim.onnx" --input "x=$tmp/x23.npy" > "$tmp/log" 2>&1 || status=$?
+if [ "$status" -ne 1 ] || ! grep -qF "dim 0 is the symbolic 'N'" "$tmp/log"; then
+  echo "FAILED: a run without --dim after one with it: status $status"; cat "$tmp/log"; fail=1
+fi
+rm -f "$tmp/mk.kiln" "$tmp/x23.npy" "$tmp/y23.npy"
 # a constant Slice with a step of INT64_MAX (its length once overflowed)
 "$kiln" import "$dir/hostile_slice_step_ok.onnx" -o "$tmp/slice.kiln" &&
   grep -q 'reshape(x, shape=\[2\])' "$tmp/slice.kiln" || { echo "FAILED: hostile_slice_step_ok.onnx"; cat "$tmp/slice.kiln"; fail=1; }

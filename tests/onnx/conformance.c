@@ -239,7 +239,7 @@ static bool run_test(const char *dir, const char *name, char *reason) {
     }
     OnnxBind binds[MAX_IO];
     for (int k = 0; k < td.n_in; k++)
-        binds[k] = (OnnxBind){td.in_name[k], td.in_path[k], true};
+        binds[k] = (OnnxBind){.name = td.in_name[k], .file = td.in_path[k], .if_needed = true};
     TensorList weights = {0};
     Graph *g = NULL;
     if (ok && !(g = onnx_import(model, binds, td.n_in, &weights, &d)))

@@ -3,6 +3,7 @@
 ONNX import tests.
 
     /usr/bin/python3 tests/onnx/gen_models.py            # the small committed models
+    /usr/bin/python3 tests/onnx/gen_models.py --dynamic  # only tiny_bert_dynamic (below)
     /usr/bin/python3 tests/onnx/gen_models.py --large DIR # ResNet-18, MobileNetV2, ViT-B/16 into DIR
 
 Debian's python3-torch and python3-torchvision; random weights (torch.manual_seed), so
@@ -209,10 +210,11 @@ def export(model, shape, out_dir, name, opset):
     print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
 
 
-def export_inputs(model, inputs, out_dir, name, opset=13, grad=False):
+def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, dynamic_axes=None):
     """A model of several named inputs (int64 or float32): each saved as
     NAME_input_INPUT.npy (or NAME_input.npy for a single one named x). With grad, also
-    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy."""
+    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy. dynamic_axes as
+    torch.onnx.export takes it."""
     model.eval()
     if grad:
         x = inputs["x"].clone().requires_grad_()
@@ -222,7 +224,7 @@ def export_inputs(model, inputs, out_dir, name, opset=13, grad=False):
         y = model(*inputs.values())
     path = os.path.join(out_dir, name + ".onnx")
     torch.onnx.export(model, tuple(inputs.values()), path, input_names=list(inputs), output_names=["y"],
-                      opset_version=opset)
+                      opset_version=opset, dynamic_axes=dynamic_axes)
     for key, value in inputs.items():
         suffix = "" if list(inputs) == ["x"] else "_" + key
         kind = "<i8" if value.dtype == torch.int64 else "<f4"
@@ -251,10 +253,29 @@ def export_sequence_models(out_dir):
     export_inputs(Gru(), {"x": torch.randn(6, 2, 8)}, out_dir, "gru_bidirectional", grad=True)
 
 
+def export_dynamic(out_dir):
+    """The BERT-style encoder as serving exports it: batch and sequence length symbolic
+    (dynamic_axes), so the graph computes its shapes from Shape; kiln imports it with
+    --dim batch=3 --dim seq=9."""
+    torch.manual_seed(1)
+    ids = torch.randint(0, 50, (3, 9))
+    types = (torch.arange(9) >= 5).long().expand(3, 9).contiguous()
+    mask = torch.ones(3, 9, dtype=torch.int64)
+    mask[2, 6:] = 0
+    axes = {name: {0: "batch", 1: "seq"} for name in ("ids", "types", "mask")}
+    axes["y"] = {0: "batch", 1: "seq"}
+    export_inputs(Bert(50, 32, 4, 2, 16), {"ids": ids, "types": types, "mask": mask}, out_dir,
+                  "tiny_bert_dynamic", dynamic_axes=axes)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--large", metavar="DIR", help="export ResNet-18, MobileNetV2 and ViT-B/16 into DIR")
+    ap.add_argument("--dynamic", action="store_true", help="export only tiny_bert_dynamic")
     args = ap.parse_args()
+    if args.dynamic:
+        export_dynamic(os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
+        return
     if args.large:
         import torchvision
         os.makedirs(args.large, exist_ok=True)
@@ -277,6 +298,7 @@ def main():
         randomize_bn(t)
         export(t, (1, 3, 32, 32), here, f"tiny_cnn_opset{opset}", opset)
     export_sequence_models(here)
+    export_dynamic(here)
 
 
 if __name__ == "__main__":
