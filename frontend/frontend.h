@@ -93,9 +93,9 @@ int safetensors_encode(const TensorList *l, unsigned char **buf, size_t *len);
  * starts, Resize's scales, ...) must be constants at import: initializers, Constant
  * nodes, shapes folded at import, or graph inputs bound to a value with a binding
  * (NAME=FILE, FILE an .npy or an ONNX TensorProto .pb). A graph input's dims must be
- * static, or symbolic (dim_param) and fixed at a size by a binding. Every error names the file
- * and the node (name, op type, domain, opset) or tensor; all unsupported nodes of a
- * model are listed at once. */
+ * static, or symbolic (dim_param) and fixed at a size by a binding (NAME=SIZE). Every
+ * error names the file and the node (name, op type, domain, opset) or tensor; all
+ * unsupported nodes of a model are listed at once. */
 
 typedef struct {
     const char *name; /* a graph input, or (file NULL) a symbolic dim (dim_param) */

@@ -775,7 +775,6 @@ static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
     return 0;
 }
 
-/* Step 3: initializers, bindings and inputs. */
 /* Whether graph input vi has a symbolic dim called name. */
 static bool has_dim(const Onnx__ValueInfoProto *vi, const char *name) {
     const Onnx__TypeProto *tp = vi->type;
@@ -791,6 +790,7 @@ static bool has_dim(const Onnx__ValueInfoProto *vi, const char *name) {
     return false;
 }
 
+/* Step 3: initializers, bindings and inputs. */
 static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxBind *binds, int n_binds) {
     for (size_t k = 0; k < gp->n_initializer; k++) {
         const Onnx__TensorProto *t = gp->initializer[k];
