@@ -85,8 +85,10 @@ typedef struct {
     int n_inputs, n_outputs;
     Binding binds[MAX_FILES]; /* --bind: ONNX graph inputs made constants */
     int n_binds;
-    Binding dims[MAX_FILES]; /* --dim: ONNX symbolic dims fixed, NAME=SIZE */
-    long dim_sizes[MAX_FILES];
+    struct {
+        const char *name;
+        long size;
+    } dims[MAX_FILES]; /* --dim NAME=SIZE: ONNX symbolic dims fixed */
     int n_dims;
     const char *weights_out;  /* --weights-out (kiln import) */
     const char *save_weights; /* --save-weights (kiln run) */

@@ -181,12 +181,11 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
     else if (strcmp(key, "--bind") == 0)
         return parse_binding(cmd, value, &o->binds[o->n_binds++], "NAME=FILE");
     else if (strcmp(key, "--dim") == 0) {
-        Binding *dim = &o->dims[o->n_dims];
-        long size;
-        if (parse_binding(cmd, value, dim, "NAME=SIZE") ||
-            parse_count(cmd, "--dim's SIZE", dim->file, 1, KILN_MAX_NUMEL, &size))
+        Binding dim;
+        if (parse_binding(cmd, value, &dim, "NAME=SIZE") ||
+            parse_count(cmd, "--dim's SIZE", dim.file, 1, KILN_MAX_NUMEL, &o->dims[o->n_dims].size))
             return EXIT_USAGE;
-        o->dim_sizes[o->n_dims++] = size;
+        o->dims[o->n_dims++].name = dim.name;
     } else if (strcmp(key, "--weights-out") == 0)
         o->weights_out = value;
     else if (strcmp(key, "--save-weights") == 0)
@@ -342,7 +341,7 @@ int parse_read_model(const Options *o, const ModelInput *in, bool require_weight
     for (int i = 0; i < o->n_binds; i++)
         binds[i] = (OnnxBind){.name = o->binds[i].name, .file = o->binds[i].file};
     for (int i = 0; i < o->n_dims; i++)
-        binds[o->n_binds + i] = (OnnxBind){.name = o->dims[i].name, .size = o->dim_sizes[i]};
+        binds[o->n_binds + i] = (OnnxBind){.name = o->dims[i].name, .size = o->dims[i].size};
     if (!(*g = model_input_parse(in, binds, o->n_binds + o->n_dims, weights, d)))
         return EXIT_USER;
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;
