@@ -317,13 +317,18 @@ int64_t packed_gemm_tiles(const Program *p, const PackedGemm *g);
  * floats before it zeros for the caller to fill, and its size in *bytes; NULL when
  * memory runs out. A B of b_batch 0 is packed once for every item. */
 float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int64_t *bytes);
+/* The floats of g's part of that table (its parameter block and packed B), in whole
+ * cache lines: where the next part may start. */
+int64_t packed_gemm_floats(const Program *p, const PackedGemm *g);
 /* Builds LOOP kernel k's body (of packed_gemm_tiles iterations): g's B packed into
  * k's table, and the micro-kernels; and sets k's grain. -1 after a diagnostic when
  * memory runs out. */
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d);
 /* Every tile of g's batch item bi, as loops over row tiles and panels, its packed B
- * in the kernel's table `table`: a GEMM that one iteration of a LOOP runs whole. */
-void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi);
+ * in the kernel's table `table`: a GEMM that one iteration of a LOOP runs whole. Its
+ * Y is stored as item y_item's (bi, unless Y is a local array of fewer items). */
+void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi,
+                         KExpr *y_item);
 
 /* cblas_sgemm(CblasRowMajor, ...) of an m x n result (int expressions) at c, the
  * sum running over `depth`, with the float scalars alpha and beta (lower_linalg.c). */

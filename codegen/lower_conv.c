@@ -791,9 +791,11 @@ static int64_t depthwise_table_floats(const Conv *c) {
     return depthwise_block_at(c) + DEPTHWISE_BLOCK_FLOATS;
 }
 
-static void fill_depthwise_table(const Program *p, const Conv *c, float *t) {
+/* ring: the rows of the window's ring (KilnWindow), 0 for none. */
+static void fill_depthwise_table(const Program *p, const Conv *c, float *t, int64_t ring) {
     relay_depthwise(p, c, t);
     KilnWindow block = window_block(&c->x, c->w.sp, c->strides, c->pads, c->dilations, c->y.sp[1]);
+    block.ring = ring;
     memcpy(t + depthwise_block_at(c), &block, sizeof block);
 }
 
@@ -826,7 +828,7 @@ static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) 
     float *table = ir_calloc((size_t)depthwise_table_floats(c), sizeof(float));
     if (!table)
         return diag_error(d, n->loc, "out of memory");
-    fill_depthwise_table(p, c, table);
+    fill_depthwise_table(p, c, table, 0);
     int rc = program_table(p, k, table, (int64_t)sizeof(float) * depthwise_table_floats(c), d);
     ir_free(table);
     if (rc)
@@ -933,7 +935,7 @@ static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d)
     return 0;
 }
 
-/* ---- A depthwise conv and the 1x1 conv that reads it, as one kernel ----
+/* ---- A MobileNet block as one kernel: [1x1 expand,] depthwise conv, 1x1 project ----
  *
  * MobileNet's blocks end in a depthwise conv whose result only a 1x1 conv reads.
  * Apart, the depthwise kernel writes that result out to memory and the GEMM reads
@@ -944,8 +946,24 @@ static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d)
  * finishes it with the depthwise conv's epilogue, and runs the 1x1 conv's GEMM
  * (kb_packed_gemm_item) on it, from the L1 cache, into the same row of the result.
  * The row lives on the stack of whichever thread runs it, so its floats are
- * bounded (FUSED_ROW_FLOATS); the depthwise result has no buffer at all. */
-enum { FUSED_ROW_FLOATS = 16384, FUSED_MIN_BYTES = 512 << 10 };
+ * bounded (FUSED_ROW_FLOATS); the depthwise result has no buffer at all.
+ *
+ * The block's first conv, a 1x1 expand whose result only the depthwise conv reads,
+ * joins them where that result is large too (MobileNetV2's features.2: 4.8 MB an
+ * image, written by one kernel and read back by the next at memory's pace). Its
+ * rows are then computed where the depthwise conv reads them: an iteration runs a
+ * band of consecutive output rows, and before each computes the expanded rows it
+ * reads that the band has not yet (the expand's GEMM, a row at a time) into a ring
+ * of as many rows as a tap column spans (KilnWindow's ring), also on the stack
+ * (RING_FLOATS). A band's first rows overlap the band before it, computed by both:
+ * bands are as tall as leaves FUSED_BANDS of them in the batch, so that the
+ * threads share the work, and at a batch of 8 no row is computed twice. */
+enum { FUSED_ROW_FLOATS = 16384, RING_FLOATS = 32768, FUSED_MIN_BYTES = 512 << 10, FUSED_BANDS = 8 };
+
+/* The narrowest expanded row computed alone: a GEMM of fewer rows wastes much of its
+ * register tiles (7 rows are a tile of 6 and a tile of 1), and EfficientNet-B0's and
+ * MobileNetV2's blocks of rows of 14 and 7 ran no faster joined, or slower. */
+enum { EXPAND_MIN_WIDTH = 24 };
 
 /* The first node reading value v as its input 0, or NULL. */
 static const Node *first_reader(const Program *p, int v) {
@@ -955,91 +973,251 @@ static const Node *first_reader(const Program *p, int v) {
     return NULL;
 }
 
-/* Whether conv node dn is a depthwise conv in vectors whose result only conv node
- * pn reads, a 1x1 conv on packed weights, and the two run as one kernel: the
- * depthwise epilogue reads nothing at an element's offset (there is no result to
- * read it beside), a row fits FUSED_ROW_FLOATS, and the result is large enough
- * for its traffic to matter. */
-static bool depthwise_feeds_pointwise(const Program *p, const Node *dn, const Node *pn) {
-    if (!is_conv(dn) || !is_conv(pn) || pn->in[0] != dn->out[0] || p->uses[dn->out[0]] != 1)
-        return false;
-    Conv dw = conv_of(p, dn), pw = conv_of(p, pn);
-    bool depthwise = dw.nhwc && dw.groups > 1 && dw.x.c == dw.groups && dw.y.c == dw.groups &&
-                     depthwise_in_vectors(p, &dw);
-    if (!depthwise || !packed_applies(p, &pw) || !is_pointwise(&pw) || pw.groups != 1 ||
-        dw.y.sp[1] * dw.y.c > FUSED_ROW_FLOATS ||
-        type_numel(&p->g->values[dw.yv].type) < FUSED_MIN_BYTES / (int64_t)sizeof(float))
-        return false;
-    for (int k = expr_first_input(dn); dn->op == OP_FUSED_CONV && k < dn->n_in; k++)
-        if (type_numel(&p->g->values[dn->in[k]].type) != 1)
+/* Whether conv node `to` reads conv node `from`'s result, and nothing else does. */
+static bool only_reader(const Program *p, const Node *from, const Node *to) {
+    return from && to && is_conv(from) && is_conv(to) && to->in[0] == from->out[0] &&
+           p->uses[from->out[0]] == 1;
+}
+
+/* Whether the inputs of conv node n's epilogue are scalars: it then reads nothing at
+ * an element's offset, and may finish a result that has no buffer to read beside. */
+static bool epilogue_reads_scalars(const Program *p, const Node *n) {
+    for (int k = expr_first_input(n); n->op == OP_FUSED_CONV && k < n->n_in; k++)
+        if (type_numel(&p->g->values[n->in[k]].type) != 1)
             return false;
     return true;
 }
 
-static int depthwise_pointwise(Program *p, const Node *dn, const Node *pn, Diag *d) {
-    Arena arena = {0};
+static bool large(const Program *p, int v) {
+    return type_numel(&p->g->values[v].type) >= FUSED_MIN_BYTES / (int64_t)sizeof(float);
+}
+
+/* The input rows a column of c's taps spans. */
+static int64_t tap_span(const Conv *c) {
+    return (c->w.sp[0] - 1) * c->dilations[0] + 1;
+}
+
+/* Whether conv c is a depthwise conv, channels last, in vectors. */
+static bool vector_depthwise(const Program *p, const Conv *c) {
+    return c->nhwc && c->groups > 1 && c->x.c == c->groups && c->y.c == c->groups &&
+           depthwise_in_vectors(p, c);
+}
+
+/* Whether conv node dn is a depthwise conv in vectors whose large result only conv
+ * node pn reads, a 1x1 conv on packed weights, and the two run as one kernel. */
+static bool depthwise_feeds_pointwise(const Program *p, const Node *dn, const Node *pn) {
+    if (!only_reader(p, dn, pn))
+        return false;
     Conv dw = conv_of(p, dn), pw = conv_of(p, pn);
-    if ((dn->op == OP_FUSED_CONV && !(dw.epilogue = node_expr(&arena, dn, d))) ||
-        (pn->op == OP_FUSED_CONV && !(pw.epilogue = node_expr(&arena, pn, d)))) {
-        arena_free(&arena);
-        return -1;
+    return vector_depthwise(p, &dw) && packed_applies(p, &pw) && is_pointwise(&pw) && pw.groups == 1 &&
+           dw.y.sp[1] * dw.y.c <= FUSED_ROW_FLOATS && large(p, dw.yv) && epilogue_reads_scalars(p, dn);
+}
+
+/* The rows of a band of depthwise conv dw's output rows, and in *bands how many
+ * bands an image has: FUSED_BANDS in the batch, or more. */
+static int64_t band_rows(const Conv *dw, int64_t *bands) {
+    int64_t ho = dw->y.sp[0], per_image = (FUSED_BANDS + dw->y.n - 1) / dw->y.n;
+    int64_t band = (ho + per_image - 1) / (per_image < ho ? per_image : ho);
+    *bands = (ho + band - 1) / band;
+    return band;
+}
+
+/* The expanded rows that the bands of an image of depthwise conv dw compute, those
+ * that two bands read twice. */
+static int64_t band_input_rows(const Conv *dw) {
+    int64_t bands, band = band_rows(dw, &bands), h = dw->x.sp[0], ho = dw->y.sp[0], rows = 0;
+    for (int64_t first = 0; first < ho; first += band) {
+        int64_t last = first + band < ho ? first + band - 1 : ho - 1;
+        int64_t lo = first * dw->strides[0] - dw->pads[0],
+                hi = last * dw->strides[0] - dw->pads[0] + tap_span(dw);
+        rows += (hi < h ? hi : h) - (lo > 0 ? lo : 0);
     }
-    int64_t ch = dw.y.c, wo = dw.y.sp[1], out_ch = pw.y.c, rows = dw.y.n * dw.y.sp[0];
-    PackedGemm g = {.batch = rows,
-                    .rows = wo,
-                    .cols = out_ch,
-                    .depth = ch,
-                    .bias = pw.bv,
-                    .y_ld = out_ch,
-                    .y_batch = wo * out_ch,
-                    .b = (const float *)(p->weights + p->buf[pw.wv].offset),
-                    .b_depth = {1, {ch}, {1}},
-                    .b_q = ch,
-                    .table_at = depthwise_table_floats(&dw),
-                    .node = pn,
-                    .epilogue = pw.epilogue};
-    offset_digit(&g.a_rows, wo, ch);
-    offset_digit(&g.a_depth, ch, 1);
-    Kernel *k = kernel_new(p, pn, K_LOOP, "depthwise_pointwise");
+    return rows;
+}
+
+/* Whether conv node en is a 1x1 conv on packed weights whose large result only
+ * depthwise conv node dn (in vectors) reads, with rows of EXPAND_MIN_WIDTH or more,
+ * the ring of dn's input rows fits, and the bands compute at most an eighth of the
+ * expanded rows twice (MobileNetV2's 56-row stride-1 blocks at batch 1, 2 rows in 7
+ * twice, ran slower than apart). */
+static bool pointwise_feeds_depthwise(const Program *p, const Node *en, const Node *dn) {
+    if (!only_reader(p, en, dn))
+        return false;
+    Conv ex = conv_of(p, en), dw = conv_of(p, dn);
+    return ex.nhwc && packed_applies(p, &ex) && is_pointwise(&ex) && ex.groups == 1 &&
+           vector_depthwise(p, &dw) && dw.x.sp[1] >= EXPAND_MIN_WIDTH &&
+           dw.x.sp[1] * dw.x.c <= RING_FLOATS / tap_span(&dw) && 8 * band_input_rows(&dw) <= 9 * dw.x.sp[0] &&
+           large(p, ex.yv) && epilogue_reads_scalars(p, en);
+}
+
+/* The expand conv that the kernel of conv node dn computes too, or NULL. */
+static const Node *expand_of(const Program *p, const Node *dn) {
+    const Node *en = p->g->nodes[p->g->values[dn->in[0]].node];
+    return pointwise_feeds_depthwise(p, en, dn) ? en : NULL;
+}
+
+/* A 1x1 conv's GEMM, c's weights packed from the table's float `at`. */
+static PackedGemm pointwise_gemm(const Program *p, const Conv *c, int64_t batch, int64_t rows, int64_t at) {
+    int64_t depth = c->x.c, cols = c->y.c;
+    PackedGemm g = {.batch = batch,
+                    .rows = rows,
+                    .cols = cols,
+                    .depth = depth,
+                    .bias = c->bv,
+                    .y_ld = cols,
+                    .y_batch = rows * cols,
+                    .b = (const float *)(p->weights + p->buf[c->wv].offset),
+                    .b_depth = {1, {depth}, {1}},
+                    .b_q = depth,
+                    .table_at = at,
+                    .node = c->node,
+                    .epilogue = c->epilogue};
+    offset_digit(&g.a_rows, rows, depth);
+    offset_digit(&g.a_depth, depth, 1);
+    return g;
+}
+
+/* The table of that kernel: dw's (fill_depthwise_table, its window reading a ring
+ * of tap_span rows where there is an expand), then the expand's GEMM e, then the
+ * project's g (each NULL: none, not both); NULL when memory runs out. */
+static float *block_table(const Program *p, const Conv *dw, const PackedGemm *e, const PackedGemm *g,
+                          int64_t *bytes) {
+    const PackedGemm *last = g ? g : e;
+    float *table = packed_gemm_table(p, last, last->table_at, bytes);
+    int64_t e_bytes;
+    float *e_table = e && g && table ? packed_gemm_table(p, e, e->table_at, &e_bytes) : NULL;
+    if (e && g && !e_table) {
+        ir_free(table);
+        return NULL;
+    }
+    if (e_table) {
+        memcpy(table + e->table_at, e_table + e->table_at,
+               (size_t)e_bytes - sizeof(float) * (size_t)e->table_at);
+        ir_free(e_table);
+    }
+    if (table)
+        fill_depthwise_table(p, dw, table, e ? tap_span(dw) : 0);
+    return table;
+}
+
+/* max(x, y) and min(x, y) of index expressions. */
+static KExpr *k_max(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_select(b, k_lt(b, x, y), y, x);
+}
+
+static KExpr *k_min(KBuilder *b, KExpr *x, KExpr *y) {
+    return k_select(b, k_lt(b, x, y), x, y);
+}
+
+/* Opens the loop over iteration i's band of output rows p0 of dw (`band` rows,
+ * `bands` an image), and computes the expanded rows that row p0 reads and the ring
+ * does not hold yet: the expand's GEMM e, from image `image` of its input into the
+ * ring. The caller then computes row p0 from the ring, and closes the loop. */
+static void open_band(const Program *p, KBuilder *b, const Conv *dw, const PackedGemm *e, int table, KExpr *i,
+                      int64_t band, int64_t bands, KExpr **image, KExpr **p0) {
+    int64_t h = dw->x.sp[0], ho = dw->y.sp[0], span = tap_span(dw);
+    *image = let_index(b, "image", k_div(b, i, k_int(b, bands)));
+    KExpr *first = let_index(b, "band_lo", k_mul(b, k_mod(b, i, k_int(b, bands)), k_int(b, band)));
+    KExpr *last = k_add(b, first, k_int(b, band));
+    if (ho % band)
+        last = let_index(b, "band_hi", k_min(b, last, k_int(b, ho)));
+    int next = kb_decl(b, "next", KT_I64, k_int(b, 0)); /* the first row not in the ring */
+    *p0 = k_var(b, kb_for(b, "p0", KT_I64, first, last, NULL, 0));
+    KExpr *in0 =
+        let_index(b, "in0", k_sub(b, k_mul(b, *p0, k_int(b, dw->strides[0])), k_int(b, dw->pads[0])));
+    KExpr *hi = let_index(b, "hi", k_min(b, k_add(b, in0, k_int(b, span)), k_int(b, h)));
+    KExpr *from = k_max(b, k_var(b, next), k_max(b, in0, k_int(b, 0)));
+    KExpr *r = k_var(b, kb_for(b, "r", KT_I64, from, hi, NULL, 0));
+    kb_packed_gemm_item(p, b, e, table, k_madd(b, *image, h, r), k_mod(b, r, k_int(b, span)));
+    kb_end(b);
+    kb_assign(b, next, hi);
+}
+
+/* Conv nodes en and pn (each NULL: none, not both) and dn between them, as one
+ * kernel (see above). */
+static int mobilenet_block(Program *p, const Node *en, const Node *dn, const Node *pn, Diag *d) {
+    const Node *nodes[3] = {en, dn, pn}, *result = pn ? pn : dn;
+    Conv c[3] = {{0}};
+    Arena arena = {0};
+    for (int f = 0; f < 3; f++)
+        if (nodes[f]) {
+            c[f] = conv_of(p, nodes[f]);
+            if (nodes[f]->op == OP_FUSED_CONV && !(c[f].epilogue = node_expr(&arena, nodes[f], d))) {
+                arena_free(&arena);
+                return -1;
+            }
+        }
+    const Conv *ex = &c[0], *dw = &c[1], *pw = &c[2];
+    int64_t ch = dw->y.c, ho = dw->y.sp[0], wo = dw->y.sp[1], images = dw->y.n;
+    int64_t bands = ho, band = en ? band_rows(dw, &bands) : 1; /* without an expand, a band is a row */
+    int64_t at = depthwise_table_floats(dw);
+    PackedGemm e = en ? pointwise_gemm(p, ex, ex->x.n * ex->x.sp[0], ex->x.sp[1], at) : (PackedGemm){0};
+    e.a_batch = e.rows * e.depth;
+    PackedGemm g = pn ? pointwise_gemm(p, pw, images * ho, wo, at + (en ? packed_gemm_floats(p, &e) : 0))
+                      : (PackedGemm){0};
+    Kernel *k = kernel_new(p, result, K_LOOP,
+                           !en  ? "depthwise_pointwise"
+                           : pn ? "pointwise_depthwise_pointwise"
+                                : "pointwise_depthwise");
+    int reads = (en ? en->n_in : 0) + dn->n_in + (pn ? pn->n_in : 0);
     int64_t bytes;
     float *table =
-        k && !kernel_room(k, dn->n_in + pn->n_in, 1) ? packed_gemm_table(p, &g, g.table_at, &bytes) : NULL;
+        k && !kernel_room(k, reads, 1) ? block_table(p, dw, en ? &e : NULL, pn ? &g : NULL, &bytes) : NULL;
     if (!table) {
         arena_free(&arena);
-        return diag_error(d, pn->loc, "out of memory");
+        return diag_error(d, result->loc, "out of memory");
     }
-    fill_depthwise_table(p, &dw, table);
     int rc = program_table(p, k, table, bytes, d);
     ir_free(table);
     if (rc) {
         arena_free(&arena);
         return -1;
     }
-    k->count = rows;
-    k->grain = grain_for(wo * ch * (dw.taps + out_ch));
-    for (int i = 0; i < dn->n_in; i++)
-        if (dn->in[i] >= 0)
-            kernel_reads(k, dn->in[i]);
-    for (int i = 1; i < pn->n_in; i++)
-        if (pn->in[i] >= 0)
-            kernel_reads(k, pn->in[i]);
-    kernel_writes(k, pn->out[0]);
-    int64_t dw_flops = depthwise_flops(&dw), pw_flops = lower_flops(4, (int64_t[]){2, rows * wo, out_ch, ch});
-    k->flops = dw_flops > INT64_MAX - pw_flops ? INT64_MAX : dw_flops + pw_flops;
+    k->count = images * bands;
+    k->grain = grain_for(band * wo * ch * (dw->taps + (pn ? pw->y.c : 0) + (en ? ex->x.c : 0)));
+    int64_t flops[3] = {en ? lower_flops(4, (int64_t[]){2, ex->x.n * ex->positions, ex->y.c, ex->x.c}) : 0,
+                        depthwise_flops(dw),
+                        pn ? lower_flops(4, (int64_t[]){2, images * ho * wo, pw->y.c, ch}) : 0};
+    k->flops = 0;
+    for (int f = 0; f < 3; f++) {
+        /* the values between the three convs have no buffer: every input but those */
+        for (int in = f > 0 && nodes[f - 1] ? 1 : 0; nodes[f] && in < nodes[f]->n_in; in++)
+            if (nodes[f]->in[in] >= 0)
+                kernel_reads(k, nodes[f]->in[in]);
+        k->flops = k->flops > INT64_MAX - flops[f] ? INT64_MAX : k->flops + flops[f];
+    }
+    kernel_writes(k, result->out[0]);
     KBuilder *b = &k->b;
-    int x = kb_value(b, dw.xv, false), t = kb_table(b), bias = dw.bv >= 0 ? kb_value(b, dw.bv, false) : -1;
-    int mid = kb_array(b, "mid", KT_F32, wo * ch, 0, false, false);
-    KExpr *i = k_var(b, k->iter), *image, *p0;
-    depthwise_iteration(b, &dw, i, &image, &p0);
-    depthwise_row(b, &dw, x, t, bias, mid, image, p0, k_int(b, 0));
-    kb_tile_epilogue(b, p, dn, dw.epilogue, -1, NULL, NULL, mid, k_int(b, 0), k_int(b, 1), k_int(b, wo * ch),
+    int t = kb_table(b), bias = dw->bv >= 0 ? kb_value(b, dw->bv, false) : -1,
+        y = kb_value(b, result->out[0], true);
+    /* the depthwise row: into a local array the project reads, else into y */
+    int row_buf = pn ? kb_array(b, "mid", KT_F32, wo * ch, 0, false, false) : y;
+    KExpr *i = k_var(b, k->iter), *image, *p0, *row = i; /* row: of the result, over the batch */
+    int x;
+    if (en) {
+        x = kb_array(b, "ring", KT_F32, tap_span(dw) * dw->x.sp[1] * dw->x.c, 0, false, false);
+        e.a = kb_value(b, ex->xv, false);
+        e.y = x;
+        open_band(p, b, dw, &e, t, i, band, bands, &image, &p0);
+        row = k_madd(b, image, ho, p0);
+    } else {
+        x = kb_value(b, dw->xv, false);
+        depthwise_iteration(b, dw, i, &image, &p0);
+    }
+    KExpr *row_at = pn ? k_int(b, 0) : let_index(b, "row_at", k_mul(b, row, k_int(b, wo * ch)));
+    depthwise_row(b, dw, x, t, bias, row_buf, en ? k_int(b, 0) : image, p0, row_at);
+    kb_tile_epilogue(b, p, dn, dw->epilogue, -1, NULL, NULL, row_buf, row_at, k_int(b, 1), k_int(b, wo * ch),
                      0, 1);
-    g.a = mid;
-    g.y = kb_value(b, pw.yv, true);
-    kb_packed_gemm_item(p, b, &g, t, i);
-    for (int e = 0; e < 2; e++)
-        if (e ? pw.epilogue : dw.epilogue)
-            kernel_annotate(k, node_attr(e ? pn : dn, ATTR_EXPR)->s);
+    if (pn) {
+        g.a = row_buf;
+        g.y = y;
+        kb_packed_gemm_item(p, b, &g, t, row, row);
+    }
+    if (en)
+        kb_end(b);
+    for (int f = 0; f < 3; f++)
+        if (c[f].epilogue)
+            kernel_annotate(k, node_attr(nodes[f], ATTR_EXPR)->s);
     arena_free(&arena);
     return 0;
 }
@@ -1185,11 +1363,15 @@ static int weight_grad_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
 }
 
 int lower_conv(Program *p, const Node *n, Diag *d) {
-    if (depthwise_feeds_pointwise(p, n, first_reader(p, n->out[0])))
-        return 0; /* the pointwise conv reading it computes it */
+    const Node *reader = first_reader(p, n->out[0]);
+    if (depthwise_feeds_pointwise(p, n, reader) || pointwise_feeds_depthwise(p, n, reader))
+        return 0; /* the kernel of the conv reading it computes it */
     const Node *dn = p->g->nodes[p->g->values[n->in[0]].node];
     if (depthwise_feeds_pointwise(p, dn, n))
-        return depthwise_pointwise(p, dn, n, d);
+        return mobilenet_block(p, expand_of(p, dn), dn, n, d);
+    const Node *en = expand_of(p, n);
+    if (en)
+        return mobilenet_block(p, en, n, NULL, d);
     Conv c = conv_of(p, n);
     Arena arena = {0};
     if (n->op == OP_FUSED_CONV && !(c.epilogue = node_expr(&arena, n, d)))

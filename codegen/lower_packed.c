@@ -153,6 +153,11 @@ static KilnGemm gemm_block(const Program *p, const PackedGemm *g) {
 /* The kernel's table: `at` floats for the caller (zeros here), then the parameter
  * block, then B as panels, for each batch item (one item when every item has the
  * same B) panel after panel, [depth][width padded]; NULL when memory runs out. */
+int64_t packed_gemm_floats(const Program *p, const PackedGemm *g) {
+    int64_t items = g->b_batch ? g->batch : 1;
+    return (BLOCK_FLOATS + items * g->depth * padded(p, g->cols) + 15) / 16 * 16;
+}
+
 float *packed_gemm_table(const Program *p, const PackedGemm *g, int64_t at, int64_t *bytes) {
     int64_t nr = panel_width(p), per_item = g->depth * padded(p, g->cols), items = g->b_batch ? g->batch : 1;
     int64_t floats = at + BLOCK_FLOATS + items * per_item;
@@ -260,7 +265,7 @@ static bool library_epilogue(const Program *p, const PackedGemm *g, int *res, in
  * to Y while in L1: kiln_bias_act's when it has it (so that most of a CNN's kernels
  * are calls alone, which Clang compiles in no time), else generated. */
 static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Blocking *k, int table, KExpr *bi,
-                  KExpr *rt, KExpr *pn) {
+                  KExpr *y_item, KExpr *rt, KExpr *pn) {
     int64_t height = k->rows * k->mr, width = k->cols * k->nr;
     KExpr *r0 = k_var(b, kb_let(b, "r0", KT_I64, k_mul(b, rt, k_int(b, k->mr))));
     KExpr *q0 = k_var(b, kb_let(b, "q0", KT_I64, k_mul(b, pn, k_int(b, k->nr))));
@@ -268,7 +273,7 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
           *panels = tile_extent(b, "panels", k->panels, k->cols, pn);
     KExpr *params = k_addr(b, table, k_int(b, g->table_at)), *a = k_addr(b, g->a, k_int(b, 0));
     if (g->cols % p->vector_floats == 0 && g->bias < 0 && !g->epilogue) {
-        KExpr *y_row = k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
+        KExpr *y_row = k_add(b, k_madd(b, y_item, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
                              k_add(b, k_int(b, g->y_at), q0));
         kb_call(b, "kiln_gemm_tiles", 9,
                 (KExpr *[]){params, a, bi, r0, rows, q0, panels, k_addr(b, g->y, y_row), k_int(b, g->y_ld)});
@@ -282,7 +287,7 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
     double lo, hi;
     int res;
     if (library_epilogue(p, g, &res, &act, &lo, &hi)) {
-        KExpr *y_at = k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
+        KExpr *y_at = k_add(b, k_madd(b, y_item, g->y_batch, k_mul(b, r0, k_int(b, g->y_ld))),
                             k_add(b, k_int(b, g->y_at), q0));
         if (res >= 0) /* the residual is read where y is written */
             y_at = k_var(b, kb_let(b, "y_at", KT_I64, y_at));
@@ -301,7 +306,7 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
     KExpr *q = k_add(b, q0, j);
     KExpr *at =
         k_var(b, kb_let(b, "at", KT_I64,
-                        k_add(b, k_madd(b, bi, g->y_batch, k_mul(b, k_add(b, r0, i), k_int(b, g->y_ld))),
+                        k_add(b, k_madd(b, y_item, g->y_batch, k_mul(b, k_add(b, r0, i), k_int(b, g->y_ld))),
                               k_add(b, k_int(b, g->y_at), q))));
     KExpr *x0 = k_load(b, sums, k_madd(b, i, width, j));
     if (g->bias >= 0)
@@ -337,17 +342,18 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     KExpr *bi = g->batch > 1
                     ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, bk.col_calls * bk.row_calls))))
                     : k_int(b, 0);
-    tiles(p, b, g, &bk, table, bi, rt, pn);
+    tiles(p, b, g, &bk, table, bi, bi, rt, pn);
     return 0;
 }
 
-void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi) {
+void kb_packed_gemm_item(const Program *p, KBuilder *b, const PackedGemm *g, int table, KExpr *bi,
+                         KExpr *y_item) {
     Blocking k = blocking_of(p, g);
     k.rows = 1; /* its own loop: the rows of one item are few */
     k.cols = k.panels < MAX_PANELS ? k.panels : MAX_PANELS;
     KExpr *rt = k_var(b, kb_for(b, "rt", KT_I64, k_int(b, 0), k_int(b, k.row_tiles), NULL, 0));
     KExpr *pn = k_var(b, kb_for(b, "pn", KT_I64, k_int(b, 0), k_int(b, k.panels), k_int(b, k.cols), 0));
-    tiles(p, b, g, &k, table, bi, rt, pn);
+    tiles(p, b, g, &k, table, bi, y_item, rt, pn);
     kb_end(b);
     kb_end(b);
 }

@@ -275,15 +275,21 @@ INLINE kiln_vf max_step(kiln_vf v, kiln_vf acc) {
     return choose((v != v) | (v > acc), v, acc);
 }
 
+/* Input row r of window d's x (its slot, in a ring: the functions below take `ring`
+ * as a constant, so that the common windows' rows take no division). */
+INLINE const float *input_row(const KilnWindow *d, const float *x, int64_t r, const bool ring) {
+    return x + (ring ? r % d->ring : r) * d->x_row;
+}
+
 /* Positions [from, to) of row p0 into y, the vector of channels from ch on: the
  * taps of rows [k0_lo, k0_hi) of kh x kw (all of them where all_rows), each
  * checked against the row's ends where check_row. */
 INLINE void vector_span(const KilnWindow *d, const float *restrict x, const float *restrict w,
                         const float *restrict bias, float *restrict y, int64_t p0, int64_t from, int64_t to,
                         int64_t ch, int64_t k0_lo, int64_t k0_hi, const int64_t kh, const int64_t kw,
-                        const bool max, const bool all_rows, const bool check_row) {
-    const int64_t c = d->c, x_row = d->x_row, x_col = d->x_col, width = d->w, s1 = d->stride[1],
-                  d1 = d->dilation[1], in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
+                        const bool max, const bool all_rows, const bool check_row, const bool ring) {
+    const int64_t c = d->c, x_col = d->x_col, width = d->w, s1 = d->stride[1], d1 = d->dilation[1],
+                  in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
     const kiln_vf first = max    ? -__builtin_inff() - (kiln_vf){0}
                           : bias ? *(const kiln_vf *)(bias + ch)
                                  : (kiln_vf){0};
@@ -294,7 +300,7 @@ INLINE void vector_span(const KilnWindow *d, const float *restrict x, const floa
         for (int64_t k0 = 0; k0 < kh; k0++) {
             if (!all_rows && (k0 < k0_lo || k0 >= k0_hi))
                 continue;
-            const float *xr = x + (in0 + k0 * d0) * x_row + ch, *wr = max ? 0 : w + k0 * kw * c + ch;
+            const float *xr = input_row(d, x, in0 + k0 * d0, ring) + ch, *wr = max ? 0 : w + k0 * kw * c + ch;
 #pragma GCC unroll 5
             for (int64_t k1 = 0; k1 < kw; k1++) {
                 const int64_t col = in1 + k1 * d1;
@@ -312,16 +318,17 @@ INLINE void vector_span(const KilnWindow *d, const float *restrict x, const floa
  * every tap lies inside x along the row. */
 INLINE void vector_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
                        int64_t p0, int64_t ch, int64_t lo, int64_t hi, int64_t k0_lo, int64_t k0_hi,
-                       const int64_t kh, const int64_t kw, const bool max, const bool all_rows) {
-    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true);
-    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, max, all_rows, false);
-    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true);
+                       const int64_t kh, const int64_t kw, const bool max, const bool all_rows,
+                       const bool ring) {
+    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring);
+    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, max, all_rows, false, ring);
+    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring);
 }
 
 /* The channels fewer than a vector, one at a time. */
 INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float *restrict w,
                        const float *restrict bias, float *restrict y, int64_t p0, int64_t k0_lo,
-                       int64_t k0_hi, const bool max) {
+                       int64_t k0_hi, const bool max, const bool ring) {
     const int64_t c = d->c, kw = d->kw, in0 = p0 * d->stride[0] - d->pad[0];
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t p1 = 0; p1 < d->wo; p1++) {
@@ -332,7 +339,7 @@ INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float
                     const int64_t col = in1 + k1 * d->dilation[1];
                     if (!inside(col, d->w))
                         continue;
-                    float v = x[(in0 + k0 * d->dilation[0]) * d->x_row + col * d->x_col + ch];
+                    float v = input_row(d, x, in0 + k0 * d->dilation[0], ring)[col * d->x_col + ch];
                     acc = !max ? acc + v * w[(k0 * kw + k1) * c + ch] : v != v || v > acc ? v : acc;
                 }
             y[p1 * c + ch] = acc;
@@ -342,7 +349,7 @@ INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float
 /* The channels a vector at a time, the last vector ending at the last channel: where
  * it overlaps the one before, it computes the same results again, in the same order. */
 INLINE void window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
-                       int64_t p0, const int64_t kh, const int64_t kw, const bool max) {
+                       int64_t p0, const int64_t kh, const int64_t kw, const bool max, const bool ring) {
     /* the tap rows whose input row lies inside x */
     const int64_t in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
     int64_t k0_lo = 0, k0_hi = kh;
@@ -351,7 +358,7 @@ INLINE void window_row(const KilnWindow *d, const float *x, const float *w, cons
     while (k0_hi > k0_lo && in0 + (k0_hi - 1) * d0 >= d->h)
         k0_hi--;
     if (d->c < KILN_VF) {
-        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi, max);
+        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi, max, ring);
         return;
     }
     /* the positions from lo to hi: p stride - pad >= 0 and
@@ -364,32 +371,35 @@ INLINE void window_row(const KilnWindow *d, const float *x, const float *w, cons
     for (int64_t ch = 0; ch < d->c; ch += KILN_VF) {
         int64_t at = ch + KILN_VF <= d->c ? ch : d->c - KILN_VF;
         if (k0_lo == 0 && k0_hi == kh)
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, max, true);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, max, true, ring);
         else
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, max, false);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, max, false, ring);
     }
 }
 
 /* window_row with the window's taps constants where they are the common ones. */
 INLINE void any_window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
-                           int64_t p0, const bool max) {
+                           int64_t p0, const bool max, const bool ring) {
     if (d->kh == 2 && d->kw == 2)
-        window_row(d, x, w, bias, y, p0, 2, 2, max);
+        window_row(d, x, w, bias, y, p0, 2, 2, max, ring);
     else if (d->kh == 3 && d->kw == 3)
-        window_row(d, x, w, bias, y, p0, 3, 3, max);
+        window_row(d, x, w, bias, y, p0, 3, 3, max, ring);
     else if (d->kh == 5 && d->kw == 5)
-        window_row(d, x, w, bias, y, p0, 5, 5, max);
+        window_row(d, x, w, bias, y, p0, 5, 5, max, ring);
     else
-        window_row(d, x, w, bias, y, p0, d->kh, d->kw, max);
+        window_row(d, x, w, bias, y, p0, d->kh, d->kw, max, ring);
 }
 
 void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0) {
-    any_window_row(window, x, w, bias, y, p0, false);
+    if (((const KilnWindow *)window)->ring)
+        any_window_row(window, x, w, bias, y, p0, false, true);
+    else
+        any_window_row(window, x, w, bias, y, p0, false, false);
 }
 
 void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0) {
-    any_window_row(window, x, NULL, NULL, y, p0, true);
+    any_window_row(window, x, NULL, NULL, y, p0, true, false);
 }
 
 /* ---- Winograd's transforms ---- */

@@ -42,9 +42,10 @@ typedef struct {
  * conv's (codegen/lower_conv.c) or a max pool's (codegen/lower_pool.c). One image's
  * x [h, w, c], its rows x_row and positions x_col floats apart; output position p
  * along dim i reaches input p stride[i] - pad[i] + k dilation[i] through tap k; wo
- * positions a row. */
+ * positions a row. A ring of n rows (ring n > 0) holds input row r at r % n instead,
+ * and only the rows the current output row reads. */
 typedef struct {
-    int64_t c, h, w, x_row, x_col, kh, kw, stride[2], pad[2], dilation[2], wo;
+    int64_t c, h, w, x_row, x_col, kh, kw, stride[2], pad[2], dilation[2], wo, ring;
 } KilnWindow;
 
 /* The sums of A B's register tiles of the `rows` rows from r0 (tile_rows at a time,

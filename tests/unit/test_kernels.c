@@ -343,6 +343,12 @@ static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
     float *mem = malloc(sizeof(float) * (size_t)((h + 2) * x_row)), *x = mem + x_row;
     float *wt = malloc(sizeof(float) * (size_t)(kh * kw * c)), *bias = malloc(sizeof(float) * (size_t)c);
     float *y = malloc(sizeof(float) * (size_t)(wo * c + KILN_VF));
+    /* the same rows through a ring of the rows a tap column spans, the others NaN */
+    int64_t span = (kh - 1) * dilation + 1;
+    KilnWindow in_ring = d;
+    in_ring.ring = span;
+    float *ring = malloc(sizeof(float) * (size_t)(span * x_row)),
+          *y_ring = malloc(sizeof(float) * (size_t)(wo * c));
     for (int64_t i = 0; i < (h + 2) * x_row; i++)
         mem[i] = NAN;
     for (int64_t r = 0; r < h; r++)
@@ -377,11 +383,22 @@ static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
                         (long long)p1, (long long)ch, got, want);
             }
         check_row_end(y, wo, c, "depthwise");
+        for (int64_t i = 0; i < span * x_row; i++)
+            ring[i] = NAN;
+        for (int64_t r = p0 * stride - pad_top; r < p0 * stride - pad_top + span; r++)
+            if (r >= 0 && r < h)
+                memcpy(ring + r % span * x_row, x + r * x_row, sizeof(float) * (size_t)x_row);
+        kiln_depthwise_row(&in_ring, ring, wt, biased ? bias : NULL, y_ring, p0);
+        if (memcmp(y, y_ring, sizeof(float) * (size_t)(wo * c)) != 0)
+            fail_msg("depthwise %lldx%lld, %lld channels, stride %lld: row %lld differs through a ring",
+                     (long long)kh, (long long)kw, (long long)c, (long long)stride, (long long)p0);
     }
     free(mem);
     free(wt);
     free(bias);
     free(y);
+    free(ring);
+    free(y_ring);
 }
 
 static void test_depthwise_row(void **state) {
