@@ -13,7 +13,8 @@
  *     padded unevenly, on channels of whole vectors, a vector and some (the last
  *     vector overlapping the one before) and fewer than one, with and without a
  *     bias: every row against a sum in double, nothing read from around x (NaN
- *     there) and nothing stored past the row;
+ *     there) and nothing stored past the row; and each row again from a ring of
+ *     the rows it reads (KilnWindow's ring, the other rows NaN), bit for bit;
  *   - kiln_max_pool_row on 2x2, 3x3 and 4x4 windows, strided, dilated and padded,
  *     on the same channel counts: bit for bit, the last NaN of a window kept, nothing
  *     read from around x (+inf there) nor stored past the row;
