@@ -574,7 +574,7 @@ static int check_name(Importer *im, const char *name, const char *what) {
 
 /* The newest opset of the default domain whose ops kiln's mapping describes
  * (docs/onnx.md). */
-enum { ONNX_MAX_OPSET = 17 };
+enum { ONNX_MAX_OPSET = 20 };
 
 /* The default domain's opset, from opset_import. */
 static int read_opset(Importer *im, const Onnx__ModelProto *m) {

@@ -245,6 +245,17 @@ static int elu_like(Importer *im, double alpha, double scale, double gamma) {
     return im_binary(im, OP_MUL, t, im_scalar(im, gamma), 0) < 0 ? -1 : 0;
 }
 
+/* Gelu (opset 20): kiln's gelu, exact or with the tanh approximation. */
+static int imp_gelu(Importer *im) {
+    const char *approximate = "none";
+    int x;
+    if (im_attr_string(im, "approximate", &approximate) < 0 || im_input(im, 0, &x))
+        return -1;
+    Node *n = im_node(im, OP_GELU, 1, &x);
+    /* kiln checks the word against its choices and says which are allowed */
+    return !n || im_set_word(im, n, ATTR_APPROXIMATE, approximate) || im_finish(im, n, 0) < 0 ? -1 : 0;
+}
+
 static int imp_elu(Importer *im) {
     double alpha;
     return attr_float_or(im, "alpha", 1, &alpha) || elu_like(im, alpha, 1, 1);
@@ -443,6 +454,7 @@ const OnnxOp onnx_ops_elementwise[] = {
     {"Elu", imp_elu},
     {"Erf", imp_erf},
     {"Exp", imp_exp},
+    {"Gelu", imp_gelu},
     {"Gemm", imp_gemm},
     {"HardSigmoid", imp_hardsigmoid},
     {"HardSwish", imp_hardswish},

@@ -200,6 +200,16 @@ static int imp_pool(Importer *im, bool max) {
         return im_error(im, "storage_order=1 is not supported");
     if (!max && im_attr_int(im, "count_include_pad", &count_pad) < 0)
         return -1;
+    if (!max && im->opset >= 19) { /* AveragePool-19's dilations; kiln's avg_pool has none */
+        int64_t dilations[ONNX_MAXL];
+        int n_dilations = 0;
+        if (im_attr_ints(im, "dilations", dilations, ONNX_MAXL, &n_dilations) < 0)
+            return -1;
+        for (int k = 0; k < n_dilations; k++)
+            if (dilations[k] != 1)
+                return im_error(im, "dilations[%d] = %lld: a dilated average pool is not supported", k,
+                                (long long)dilations[k]);
+    }
     Node *n = im_node(im, max ? OP_MAX_POOL : OP_AVG_POOL, 1, &xv);
     if (!n || set_window(im, n, &w, true, max) || im_set_int(im, n, ATTR_CEIL_MODE, ceil_mode != 0))
         return -1;

@@ -312,6 +312,39 @@ static int imp_slice(Importer *im) {
                : 0;
 }
 
+/* Opset 18's axes input or attribute of Pad and Resize: the n axes of a rank-`rank`
+ * input, each into [0, rank) in a[], none given twice. */
+static int resolve_axes(Importer *im, const int64_t *axes, int n, int rank, int *a) {
+    bool seen[KILN_MAX_RANK] = {false};
+    for (int k = 0; k < n; k++) {
+        if (im_axis(im, axes[k], rank, &a[k]))
+            return -1;
+        if (seen[a[k]])
+            return im_error(im, "axis %lld is given twice", (long long)axes[k]);
+        seen[a[k]] = true;
+    }
+    return 0;
+}
+
+/* Pad-18's pads of the given axes (each begin, then each end) as pads of every axis,
+ * the others 0; *np becomes 2 rank. */
+static int pads_on_axes(Importer *im, const Type *t, const int64_t *axes, int n_axes, int64_t *pads,
+                        int *np) {
+    int a[ONNX_MAXL];
+    if (*np != 2 * n_axes)
+        return im_error(im, "pads has %d entries for %d axes", *np, n_axes);
+    if (resolve_axes(im, axes, n_axes, t->rank, a))
+        return -1;
+    int64_t all[2 * KILN_MAX_RANK] = {0};
+    for (int k = 0; k < n_axes; k++) {
+        all[a[k]] = pads[k];
+        all[t->rank + a[k]] = pads[n_axes + k];
+    }
+    memcpy(pads, all, sizeof(int64_t) * 2 * (size_t)t->rank);
+    *np = 2 * t->rank;
+    return 0;
+}
+
 static int imp_pad(Importer *im) {
     int64_t pads[ONNX_MAXL];
     int np = 0, r;
@@ -327,13 +360,18 @@ static int imp_pad(Importer *im) {
         if ((r = im_input_ints(im, 1, "pads", pads, &np)) < 0 ||
             im_bound_input(im, 2, "constant_value", &value))
             return -1;
-        if (im_has_input(im, 3))
-            return im_error(im, "the axes input is not supported");
     }
     if (r == 0)
         return im_error(im, "pads is required");
     int x;
-    if (im_input(im, 0, &x))
+    Type t;
+    if (im_input(im, 0, &x) || im_input_type(im, 0, &t))
+        return -1;
+    int64_t axes[ONNX_MAXL];
+    int n_axes = 0;
+    if (im->opset >= 18 && (r = im_input_ints(im, 3, "axes", axes, &n_axes)) < 0)
+        return -1;
+    if (n_axes && (r = pads_on_axes(im, &t, axes, n_axes, pads, &np)) < 0)
         return -1;
     Node *n = im_node(im, OP_PAD, 1, &x);
     return !n || im_set_ints(im, n, ATTR_PADS, pads, np) || im_set_word(im, n, ATTR_MODE, mode) ||
@@ -382,16 +420,23 @@ static int imp_split(Importer *im) {
     if (r < 0)
         return -1;
     int a, n_out = im_n_outputs(im), x;
-    if (im_axis(im, axis, t.rank, &a) || im_input(im, 0, &x))
+    int64_t parts = 0; /* opset 18's num_outputs: parts of ceil(dim / parts), the last smaller */
+    if (im_axis(im, axis, t.rank, &a) || im_input(im, 0, &x) ||
+        (im->opset >= 18 && im_attr_int(im, "num_outputs", &parts) < 0))
         return -1;
     if (n_out < 1 || n_out > ONNX_MAXL)
         return im_error(im, "has %d outputs", n_out);
+    if (parts && r)
+        return im_error(im, "has both split and num_outputs");
+    if (parts && parts != n_out)
+        return im_error(im, "num_outputs is %lld for %d outputs", (long long)parts, n_out);
     if (r == 0) {
-        if (t.dims[a] % n_out)
-            return im_error(im, "dim %d (%lld) does not split into %d equal parts", a, (long long)t.dims[a],
-                            n_out);
+        int64_t part = t.dims[a] / n_out + (parts && t.dims[a] % n_out); /* parts round up */
+        if (parts ? part * (n_out - 1) >= t.dims[a] : t.dims[a] % n_out)
+            return im_error(im, "dim %d (%lld) does not split into %d %sparts", a, (long long)t.dims[a],
+                            n_out, parts ? "" : "equal ");
         for (int k = 0; k < n_out; k++)
-            split[k] = t.dims[a] / n_out;
+            split[k] = k < n_out - 1 ? part : t.dims[a] - part * (n_out - 1);
         n_split = n_out;
     }
     if (n_split != n_out)
@@ -500,9 +545,51 @@ static int imp_space_to_depth(Importer *im) {
 
 /* ---- Resampling ---- */
 
-/* Resize (opsets 10, 11, 13) and Upsample (opsets 7 and 9, scales as an attribute
- * and then an input): kiln's resize, whose attributes are Resize's. Resize-10 and
- * Upsample compute with asymmetric coordinates and, for nearest, floor. */
+/* Resize-18's attributes: antialias and keep_aspect_ratio_policy at their defaults
+ * (kiln's resize has neither), and axes, the dims that scales or sizes give, as
+ * scales and sizes of every dim, the others unchanged. */
+static int resize_18(Importer *im, const Type *t, const char *coord, double *scales, int *n_scales,
+                     int64_t *sizes, int *n_sizes) {
+    int64_t antialias = 0, axes[ONNX_MAXL];
+    const char *policy = "stretch";
+    int n_axes = 0;
+    if (im_attr_int(im, "antialias", &antialias) < 0 ||
+        im_attr_string(im, "keep_aspect_ratio_policy", &policy) < 0 ||
+        im_attr_ints(im, "axes", axes, ONNX_MAXL, &n_axes) < 0)
+        return -1;
+    if (antialias)
+        return im_error(im, "antialias=%lld is not supported", (long long)antialias);
+    if (strcmp(policy, "stretch") != 0 && *n_sizes)
+        return im_error(im, "keep_aspect_ratio_policy '%s' is not supported (only 'stretch')", policy);
+    if (!n_axes)
+        return 0;
+    if (strcmp(coord, "tf_crop_and_resize") == 0)
+        return im_error(im, "tf_crop_and_resize with axes is not supported");
+    int given = *n_scales ? *n_scales : *n_sizes;
+    if (given != n_axes)
+        return im_error(im, "%s has %d entries for %d axes", *n_scales ? "scales" : "sizes", given, n_axes);
+    int a[ONNX_MAXL];
+    if (resolve_axes(im, axes, n_axes, t->rank, a))
+        return -1;
+    double all_scales[KILN_MAX_RANK];
+    int64_t all_sizes[KILN_MAX_RANK];
+    for (int k = 0; k < t->rank; k++) {
+        all_scales[k] = 1;
+        all_sizes[k] = t->dims[k];
+    }
+    for (int k = 0; k < n_axes; k++) {
+        all_scales[a[k]] = *n_scales ? scales[k] : 1;
+        all_sizes[a[k]] = *n_sizes ? sizes[k] : t->dims[a[k]];
+    }
+    memcpy(scales, all_scales, sizeof(double) * (size_t)t->rank);
+    memcpy(sizes, all_sizes, sizeof(int64_t) * (size_t)t->rank);
+    *(*n_scales ? n_scales : n_sizes) = t->rank;
+    return 0;
+}
+
+/* Resize (opsets 10, 11, 13, 18 and 19) and Upsample (opsets 7 and 9, scales as an
+ * attribute and then an input): kiln's resize, whose attributes are Resize's.
+ * Resize-10 and Upsample compute with asymmetric coordinates and, for nearest, floor. */
 static int imp_resize_op(Importer *im, bool upsample) {
     double scales[ONNX_MAXL];
     int64_t sizes[ONNX_MAXL];
@@ -541,7 +628,9 @@ static int imp_resize_op(Importer *im, bool upsample) {
     if (n_scales && n_sizes)
         return im_error(im, "both scales and sizes are given");
     int x;
-    if (im_input(im, 0, &x))
+    Type t;
+    if (im_input(im, 0, &x) || im_input_type(im, 0, &t) ||
+        (im->opset >= 18 && resize_18(im, &t, coord, scales, &n_scales, sizes, &n_sizes)))
         return -1;
     Node *n = im_node(im, OP_RESIZE, 1, &x);
     if (!n || (n_scales && im_set_floats(im, n, ATTR_SCALES, scales, n_scales)) ||
@@ -647,6 +736,8 @@ static int imp_cast(Importer *im) {
     int64_t to = 0;
     if (im_attr_int(im, "to", &to) < 0)
         return -1;
+    if (im->opset >= 19)
+        im_attr_ignore(im, "saturate"); /* how float8 conversions overflow; kiln has no float8 */
     OConst *src = im_folded(im, 0);
     bool to_float = to == 1 || to == 10 || to == 11 || to == 16;
     bool to_int =

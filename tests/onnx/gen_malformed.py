@@ -170,6 +170,32 @@ save(model([helper.make_node("RNN", ["x", "", "r"], ["y"], name="rnn", hidden_si
            [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 4])], rnn_weights[1:]), "rnn_no_w.onnx")
 save(model([helper.make_node("LSTM", ["x", "w", "r"], ["y"], name="lstm", hidden_size=1, input_forget=1)],
            [f32("x", [3, 1, 2])], [f32("y", [3, 1, 1, 1])], rnn_weights), "lstm_input_forget.onnx")
+# what opsets 18 to 20 added that kiln's ops lack, and their counts that disagree
+save(model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", antialias=1, mode="linear")],
+           [f32("x", [1, 1, 4, 4])], [f32("y", [1, 1, 2, 2])],
+           [numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], dtype=np.float32), "scales")], opset=18),
+     "resize_antialias.onnx")
+save(model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize",
+                             keep_aspect_ratio_policy="not_larger")],
+           [f32("x", [1, 1, 4, 6])], [f32("y", [1, 1, 2, 3])],
+           [numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.int64), "sizes")], opset=18),
+     "resize_keep_aspect.onnx")
+save(model([helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", axes=[2])],
+           [f32("x", [1, 1, 4, 4])], [f32("y", [1, 1, 8, 8])],
+           [numpy_helper.from_array(np.array([2, 2], dtype=np.float32), "scales")], opset=18),
+     "resize_axes_count.onnx")
+save(model([helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[2, 2], dilations=[1, 2])],
+           [f32("x", [1, 1, 5, 5])], [f32("y", [1, 1, 4, 3])], opset=19), "avg_pool_dilated.onnx")
+save(model([helper.make_node("Split", ["x"], ["a", "b"], name="split", num_outputs=3)],
+           [f32("x", [6])], [f32("a", [2]), f32("b", [2])], opset=18), "split_num_outputs.onnx")
+save(model([helper.make_node("Split", ["x"], ["a", "b", "c"], name="split", num_outputs=3)],
+           [f32("x", [4])], [f32("a", [2]), f32("b", [2]), f32("c", [0])], opset=18), "split_parts.onnx")
+save(model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="pad")],
+           [f32("x", [2, 3])], [f32("y", [4, 3])],
+           [numpy_helper.from_array(np.array([1, 0, 1, 0], dtype=np.int64), "pads"),
+            numpy_helper.from_array(np.array([0, -2], dtype=np.int64), "axes")], opset=18), "pad_axes_twice.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2])], [f32("y", [2])], opset=21),
+     "opset_21.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
