@@ -194,6 +194,19 @@ save(model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="pad"
            [f32("x", [2, 3])], [f32("y", [4, 3])],
            [numpy_helper.from_array(np.array([1, 0, 1, 0], dtype=np.int64), "pads"),
             numpy_helper.from_array(np.array([0, -2], dtype=np.int64), "axes")], opset=18), "pad_axes_twice.onnx")
+save(model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="pad")],
+           [f32("x", [2, 3])], [f32("y", [3, 3])],
+           [numpy_helper.from_array(np.array([1, 0], dtype=np.int64), "pads"),
+            numpy_helper.from_array(np.array([0, 1], dtype=np.int64), "axes")], opset=18), "pad_axes_count.onnx")
+save(model([helper.make_node("Split", ["x", "split"], ["a", "b"], name="split", num_outputs=2)],
+           [f32("x", [4])], [f32("a", [2]), f32("b", [2])],
+           [numpy_helper.from_array(np.array([2, 2], dtype=np.int64), "split")], opset=18), "split_both.onnx")
+save(model([helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resize", axes=[2, 3],
+                             coordinate_transformation_mode="tf_crop_and_resize")],
+           [f32("x", [1, 1, 4, 4])], [f32("y", [1, 1, 8, 8])],
+           [numpy_helper.from_array(np.array([0, 0, 1, 1], dtype=np.float32), "roi"),
+            numpy_helper.from_array(np.array([2, 2], dtype=np.float32), "scales")], opset=18),
+     "resize_crop_axes.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2])], [f32("y", [2])], opset=21),
      "opset_21.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
