@@ -70,10 +70,15 @@ typedef enum { TARGET_C, TARGET_CUDA } Target;
 
 typedef struct {
     KernelKind kind;
-    const Node *node;      /* the op node it computes (part of) */
-    char *name;            /* a C identifier, unique in the program */
-    char *comment;         /* the ops it computes, e.g. "conv layer1.0.conv1 (im2col)" */
-    int64_t count;         /* K_LOOP: iterations */
+    const Node *node; /* the op node it computes (part of) */
+    char *name;       /* a C identifier, unique in the program */
+    char *comment;    /* the ops it computes, e.g. "conv layer1.0.conv1 (im2col)" */
+    int64_t count;    /* K_LOOP: iterations */
+    /* K_LOOP of a program with a symbolic dim: a run at size n runs only the first
+       ceil(n sym_rows / sym_tile) sym_width iterations, which compute the rows of
+       the first n units of the dim in order, sym_rows rows a unit, sym_tile rows per
+       sym_width iterations (kernel_follows); sym_rows 0: every run runs all count. */
+    int64_t sym_rows, sym_tile, sym_width;
     int64_t grain;         /* K_LOOP: fewest iterations worth giving a thread */
     int *reads, n_reads;   /* value ids the body reads */
     int *writes, n_writes; /* value ids it writes; -1 - k: the caller's k-th output, as `outK` */
@@ -210,6 +215,11 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
  * iterations, at least `grain` of them to a thread, that reads every input n has
  * and writes its first result; NULL after a diagnostic when memory runs out. */
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d);
+/* Declares that LOOP kernel k computes value type t's rows (`rows` of them at the
+ * symbolic dim's bound: t's first dim, or that times what each row of it holds) in
+ * order, `tile` rows per `width` iterations, so that a run at a smaller size runs
+ * only the iterations its rows need; nothing when t has no symbolic dim. */
+void kernel_follows(const Program *p, Kernel *k, const Type *t, int64_t rows, int64_t tile, int64_t width);
 /* A let of an int64 index, or the expression itself where it is a constant or a
  * variable already. */
 KExpr *let_index(KBuilder *b, const char *name, KExpr *e);

@@ -178,8 +178,9 @@ static void emit_infos(const Program *p, Str *out, const char *what, const int *
     for (int i = 0; i < n; i++) {
         const Type *t = &p->g->values[ids[i]].type;
         str_printf(out, "static const int64_t %s%d_shape[] = {", what, i);
-        for (int k = 0; k < t->rank; k++)
-            str_printf(out, "%s%lld", k ? ", " : "", (long long)t->dims[k]);
+        for (int k = 0; k < t->rank; k++) /* -k: k times the symbolic dim (abi.md) */
+            str_printf(out, "%s%lld", k ? ", " : "",
+                       (long long)(k == 0 && t->sym ? -t->sym_mult : t->dims[k]));
         str_printf(out, "%s};\n", t->rank ? "" : "0");
     }
     str_printf(out, "static const kiln_tensor_info model_%s[] = {\n", what);
@@ -192,6 +193,17 @@ static void emit_infos(const Program *p, Str *out, const char *what, const int *
     if (n == 0)
         str_printf(out, "    {0}\n");
     str_printf(out, "};\n");
+}
+
+/* Per port, the bytes of one unit of the symbolic dim (0: a port without it). */
+static void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *ids, int n) {
+    str_printf(out, "static const int64_t model_%s_unit_bytes[] = {", what);
+    for (int i = 0; i < n; i++) {
+        const Type *t = &p->g->values[ids[i]].type;
+        int64_t unit = t->sym ? type_numel(t) / p->g->sym.bound * dtype_size(t->dtype) : 0;
+        str_printf(out, "%s%lld", i ? ", " : "", (long long)unit);
+    }
+    str_printf(out, "%s};\n", n ? "" : "0");
 }
 
 /* The per-kernel tables and the clock of a profiling build (sized at least 1, as C
@@ -336,19 +348,23 @@ void emit_model_def(const Program *p, Str *out, const char *rt) {
                "    return fault >= 1 && fault <= %d ? model_faults[fault - 1] : 0;\n"
                "}\n",
                p->n_faults);
+    const SymDim *sym = &p->g->sym;
+    str_printf(out, "\nstatic const char *const model_sym_names[] = {\"");
+    c_string(out, sym->name ? sym->name : "");
+    str_printf(out, "\"};\nstatic const int64_t model_sym_bounds[] = {%lld};\n", (long long)sym->bound);
     str_printf(out, "\nstatic const kiln_model_def model_def = {\n    KILN_ABI_VERSION, KILN_EXT_PARAMS | "
-                    "KILN_EXT_COMM | KILN_EXT_RUN_ERROR, \"");
+                    "KILN_EXT_COMM | KILN_EXT_RUN_ERROR | KILN_EXT_SYM, \"");
     c_string(out, p->g->name);
     str_printf(out,
                "\", %d, %d, model_inputs, model_outputs,\n"
                "    model_create, %s_run, %s_destroy,\n"
                "    %d, model_params, model_read_param, model_write_param, model_create_comm,\n"
-               "    model_run_error,\n"
+               "    model_run_error, %d, model_sym_names, model_sym_bounds, %s_run_sym,\n"
                "};\n\n"
                "__attribute__((visibility(\"default\"))) const kiln_model_def *kiln_model(void) {\n"
                "    return &model_def;\n"
                "}\n",
-               p->n_inputs, p->g->n_outputs, rt, rt, n_params);
+               p->n_inputs, p->g->n_outputs, rt, rt, n_params, sym->name ? 1 : 0, rt);
 }
 
 void emit_header(const Graph *g, Str *out) {
@@ -360,6 +376,11 @@ void emit_header(const Graph *g, Str *out) {
         return;
     }
     graph_inputs(g, ids, n);
+    if (g->sym.name) {
+        c_comment(out, "%s: a symbolic dim, from 1 to %lld at each run_sym (docs/abi.md)", g->sym.name,
+                  (long long)g->sym.bound);
+        str_printf(out, "\n");
+    }
     char ty[160];
     for (int i = 0; i < n; i++) {
         c_comment(out, "inputs[%d]:  %s %s", i, g->values[ids[i]].name,
@@ -442,7 +463,15 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
         str_printf(out, "    double kiln_prof_then = kiln_prof_now(), kiln_prof_at;\n");
     for (int k = 0; k < p->n_kernels; k++) {
         const Kernel *kn = &p->kernels[k];
-        if (kn->kind == K_LOOP)
+        if (kn->kind == K_LOOP && kn->sym_rows && kn->sym_tile == 1) /* the rows of args->sym units */
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, %lld);\n", kn->name,
+                       (long long)(kn->sym_rows * kn->sym_width), (long long)kn->grain);
+        else if (kn->kind == K_LOOP && kn->sym_rows)
+            str_printf(
+                out, "    kiln_rt_parallel(inst, %s, args, (args->sym * %lld + %lld) / %lld * %lld, %lld);\n",
+                kn->name, (long long)kn->sym_rows, (long long)(kn->sym_tile - 1), (long long)kn->sym_tile,
+                (long long)kn->sym_width, (long long)kn->grain);
+        else if (kn->kind == K_LOOP)
             str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
                        (long long)kn->count, (long long)kn->grain);
         else if (kn->kind == K_GEMM)
@@ -460,9 +489,15 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
     if (p->n_kernels == 0)
         str_printf(out, "    (void)inst, (void)args;\n");
     str_printf(out, "}\n\n");
-    str_printf(out, "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s};\n\n",
-               (long long)p->workspace_bytes, (long long)p->state_bytes,
-               uses_blas(p) ? "openblas_set_num_threads" : "NULL");
+    emit_unit_bytes(p, out, "in", p->inputs, p->n_inputs);
+    emit_unit_bytes(p, out, "out", p->g->outputs, p->g->n_outputs);
+    str_printf(
+        out,
+        "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s,\n"
+        "                                    %lld, %d, %d, model_in_unit_bytes, model_out_unit_bytes};\n\n",
+        (long long)p->workspace_bytes, (long long)p->state_bytes,
+        uses_blas(p) ? "openblas_set_num_threads" : "NULL", (long long)p->g->sym.bound, p->n_inputs,
+        p->g->n_outputs);
     emit_model_def(p, out, "kiln_rt");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");

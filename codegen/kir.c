@@ -255,6 +255,10 @@ KExpr *k_symbol(KBuilder *b, const char *name) {
     return e;
 }
 
+KExpr *k_sym_size(KBuilder *b) {
+    return node(b, KE_SYM_SIZE, KT_I64);
+}
+
 KExpr *k_special(KBuilder *b, KSpecial s) {
     KExpr *e = node(b, KE_SPECIAL, KT_I32);
     if (e != &dummy_expr)
@@ -827,6 +831,7 @@ static int check_expr(Verifier *v, const KExpr *e) {
             return fail(v, "variable %s read outside its scope", var_name(v, e->var));
         return 0;
     case KE_SPECIAL: return v->target == KIR_CUDA ? 0 : fail(v, "a thread index outside CUDA");
+    case KE_SYM_SIZE: return v->target == KIR_CUDA ? fail(v, "the symbolic dim's size on CUDA") : 0;
     case KE_LOAD:
     case KE_ADDR:
         if (check_buf(v, e->buf) || check_expr(v, e->a))

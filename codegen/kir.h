@@ -36,14 +36,15 @@
 typedef enum { KT_BOOL, KT_I32, KT_I64, KT_F32, KT_F64, KT_PTR, KT_VF32 } KType;
 
 typedef enum {
-    KE_INT,     /* i */
-    KE_FLOAT,   /* f, as the literal of its type */
-    KE_VAR,     /* variable `var` */
-    KE_LOAD,    /* buffer `buf` at index a */
-    KE_ADDR,    /* the address of buffer `buf`'s element a (a KT_PTR, for calls) */
-    KE_VLOAD,   /* the KT_VF32 of float buffer `buf`'s elements from a on */
-    KE_SYMBOL,  /* a constant of a called library, `name` (CblasRowMajor) */
-    KE_SPECIAL, /* a CUDA thread or block index, `special` */
+    KE_INT,      /* i */
+    KE_FLOAT,    /* f, as the literal of its type */
+    KE_VAR,      /* variable `var` */
+    KE_LOAD,     /* buffer `buf` at index a */
+    KE_ADDR,     /* the address of buffer `buf`'s element a (a KT_PTR, for calls) */
+    KE_VLOAD,    /* the KT_VF32 of float buffer `buf`'s elements from a on */
+    KE_SYMBOL,   /* a constant of a called library, `name` (CblasRowMajor) */
+    KE_SPECIAL,  /* a CUDA thread or block index, `special` */
+    KE_SYM_SIZE, /* the size of the model's symbolic dim at this run (C only) */
     KE_NEG,
     KE_NOT,
     KE_CAST, /* a to `type` */
@@ -198,6 +199,7 @@ KExpr *k_vload(KBuilder *b, int buf, KExpr *index);
 KExpr *k_vsplat(KBuilder *b, double v);
 KExpr *k_symbol(KBuilder *b, const char *name);
 KExpr *k_special(KBuilder *b, KSpecial s);
+KExpr *k_sym_size(KBuilder *b);
 KExpr *k_neg(KBuilder *b, KExpr *a);
 KExpr *k_not(KBuilder *b, KExpr *a);
 KExpr *k_cast(KBuilder *b, KType t, KExpr *a);

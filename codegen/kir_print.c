@@ -41,6 +41,7 @@ static int prec(const KExpr *e) {
     case KE_LOAD:
     case KE_SYMBOL:
     case KE_SPECIAL:
+    case KE_SYM_SIZE:
     case KE_CALL: return PREC_PRIMARY;
     case KE_FORMULA: return 0; /* its text is parenthesized wherever it is an operand */
     case KE_NEG:
@@ -185,6 +186,7 @@ static void print_expr(Printer *pr, const KExpr *e, int min_prec) {
     }
     case KE_SYMBOL: str_printf(o, "%s", e->name); break;
     case KE_SPECIAL: str_printf(o, "%s", special_text[e->special]); break;
+    case KE_SYM_SIZE: str_printf(o, "args->sym"); break;
     case KE_NEG:
     case KE_NOT:
         str_printf(o, e->kind == KE_NEG ? "-" : "!");

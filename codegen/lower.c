@@ -140,6 +140,14 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
     return k;
 }
 
+void kernel_follows(const Program *p, Kernel *k, const Type *t, int64_t rows, int64_t tile, int64_t width) {
+    if (!t->sym || rows % p->g->sym.bound)
+        return; /* rows that do not follow the dim (a block over all of t) */
+    k->sym_rows = rows / p->g->sym.bound;
+    k->sym_tile = tile;
+    k->sym_width = width;
+}
+
 KilnWindow window_block(const View *x, const int64_t *kernel, const int64_t *strides, const int64_t *pads,
                         const int64_t *dilations, int64_t wo) {
     return (KilnWindow){.c = x->c,
@@ -327,6 +335,7 @@ static int copy_kernel(Program *p, const Node *n, const char *what, int src, int
         return diag_error(d, (Loc){0}, "out of memory");
     k->count = type_numel(&p->g->values[src].type);
     k->grain = 16384;
+    kernel_follows(p, k, &p->g->values[src].type, k->count, 1, 1);
     kernel_writes(k, dst);
     kernel_reads(k, src);
     KBuilder *b = &k->b;
@@ -492,6 +501,13 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
         kb_end(b);
         if (k->ir->body && k->ir->body->kind == KS_FOR)
             k->ir->body->hi = k_int(b, k->count);
+        int64_t bound = p->g->sym.bound;
+        if (k->sym_rows && (k->sym_rows * bound + k->sym_tile - 1) / k->sym_tile * k->sym_width != k->count)
+            return diag_internal(
+                d, k->node->loc,
+                "kernel %s: its rows (%lld a unit, %lld per %lld iterations) are not its %lld iterations",
+                k->name, (long long)k->sym_rows, (long long)k->sym_tile, (long long)k->sym_width,
+                (long long)k->count);
     }
     if (b->oom)
         return diag_error(d, k->node->loc, "out of memory");
@@ -587,6 +603,14 @@ static int drop_unread_weights(Program *p, Diag *d) {
 }
 
 Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
+    if (g->sym.name && o->target == TARGET_CUDA) {
+        diag_error(
+            d, g->sym.loc,
+            "the CUDA target does not compile the symbolic dim %s yet; run the model with --target c or "
+            "interp",
+            g->sym.name);
+        return NULL;
+    }
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs)) ||

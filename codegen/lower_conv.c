@@ -290,6 +290,7 @@ static int im2col(Program *p, const Node *n, const Conv *c, int64_t bytes, Diag 
     if (c->nhwc)
         run *= c->w.sp[last];
     KExpr *i = iterate_dims(k, dims, nd, run);
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     /* the dims the iteration fixes: all but the last */
     KExpr *inside = NULL;
     for (int s = 0; s < last; s++) {
@@ -567,6 +568,7 @@ static int pad_input(Program *p, const Node *n, const Conv *c, const int64_t *sp
     for (int s = 0; s < last; s++)
         dims[nd++] = dim(p_name[s], sp[s], &at.p[s]);
     KExpr *i = iterate_dims(k, dims, nd, row_len);
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KExpr *inside = NULL;
     for (int s = 0; s < last; s++) {
         at.in[s] = k_var(b, kb_let(b, in_name[s], KT_I64, k_sub(b, at.p[s], k_int(b, c->pads[s]))));
@@ -707,6 +709,7 @@ static int depthwise(Program *p, const Node *n, const Conv *c, Diag *d) {
         kernel_loop(p, n, "depthwise", c->y.n * c->y.c * c->positions / run, grain_for(c->taps * run), d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     k->flops = depthwise_flops(c);
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
@@ -825,6 +828,7 @@ static int depthwise_vectors(Program *p, const Node *n, const Conv *c, Diag *d) 
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * ho, grain_for(c->taps * wo * ch), d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     float *table = ir_calloc((size_t)depthwise_table_floats(c), sizeof(float));
     if (!table)
         return diag_error(d, n->loc, "out of memory");
@@ -854,6 +858,7 @@ static int depthwise_nhwc(Program *p, const Node *n, const Conv *c, Diag *d) {
     Kernel *k = kernel_loop(p, n, "depthwise", c->y.n * c->positions / run, grain_for(c->taps * run * ch), d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     k->flops = depthwise_flops(c);
     bool relaid = p->buf[n->in[1]].kind == BUF_WEIGHT;
     if (relaid && relay_depthwise_weights(p, n, c, k, d))
@@ -916,6 +921,7 @@ static int depthwise_elements(Program *p, const Node *n, const Conv *c, Diag *d)
     Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];
     iterate_dims(k, dims, output_dims(c, dims, &at), c->taps);
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     int64_t m = c->y.c / c->groups;
     KExpr *ch = m > 1 ? let_index(b, "c", k_div(b, at.o, k_int(b, m))) : at.o;
     int x = kb_value(b, c->xv, false), w = kb_value(b, c->wv, false);
@@ -1178,6 +1184,7 @@ static int mobilenet_block(Program *p, const Node *en, const Node *dn, const Nod
         return -1;
     }
     k->count = images * bands;
+    kernel_follows(p, k, &p->g->values[result->out[0]].type, k->count, 1, 1); /* image by image */
     k->grain = grain_for(band * wo * ch * (dw->taps + (pn ? pw->y.c : 0) + (en ? ex->x.c : 0)));
     int64_t flops[3] = {en ? lower_flops(4, (int64_t[]){2, ex->x.n * ex->positions, ex->y.c, ex->x.c}) : 0,
                         depthwise_flops(dw),
@@ -1594,6 +1601,7 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
                              grain_for(c->taps * per_iteration), d);
     if (!gk)
         return -1;
+    kernel_follows(p, gk, &p->g->values[n->out[0]].type, gk->count, 1, 1); /* image by image */
     gk->scratch_bytes = bytes;
     b = &gk->b;
     Coords at = coords_zero(b);
@@ -1651,6 +1659,7 @@ int lower_conv_transpose(Program *p, const Node *n, Diag *d) {
     Kernel *k = kernel_loop(p, n, NULL, c.y.n * c.y.c * c.positions, grain_for(cg * c.taps), d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KBuilder *b = &k->b;
     Coords at = coords_zero(b);
     Dim dims[KILN_MAX_RANK];

@@ -25,9 +25,12 @@ static bool ident_start(char c) {
 }
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
-    Kernel *k = kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), ELEMENTWISE_GRAIN, d);
-    if (k)
+    const Type *t = &p->g->values[n->out[0]].type;
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(t), ELEMENTWISE_GRAIN, d);
+    if (k) {
         k->in_place = true;
+        kernel_follows(p, k, t, k->count, 1, 1);
+    }
     return k;
 }
 
@@ -325,6 +328,7 @@ int lower_broadcast(Program *p, const Node *n, const bool *used, ElementFn f, co
     if (!k)
         return -1;
     k->in_place = true; /* blocked or not, an input of y's type is read where y is written */
+    kernel_follows(p, k, to, k->count, 1, 1);
     /* the comment names the fused ops: "elementwise y: clip(add($0, $1), min=0)" */
     if (text)
         kernel_annotate(k, text);

@@ -68,6 +68,7 @@ int lower_gather(Program *p, const Node *n, Diag *d) {
     Kernel *k = fault < 0 ? NULL : kernel_loop(p, n, NULL, outer * count, 16384 / (inner + 1) + 1, d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* slices in order */
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter);
     KExpr *o = let_index(b, "o", k_div(b, i, k_int(b, count))),

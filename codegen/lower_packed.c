@@ -332,16 +332,29 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     k->grain = work >= CHUNK_WORK ? 1 : (CHUNK_WORK + work - 1) / work;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
+    /* With the symbolic dim in Y's rows, a run computes the row calls of its rows
+       only: as many as its size needs, in each panel and batch item. */
+    const Type *y = &p->g->values[g->node->out[0]].type;
+    int64_t bound = p->g->sym.bound;
+    bool follows = y->sym && g->rows % bound == 0;
+    KExpr *row_calls = k_int(b, bk.row_calls);
+    if (follows) {
+        kernel_follows(p, k, y, g->rows, height, bk.col_calls * (g->batch > 1 ? g->batch : 1));
+        KExpr *rows = k_mul(b, k_sym_size(b), k_int(b, g->rows / bound));
+        row_calls = k_var(b, kb_let(b, "row_calls", KT_I64,
+                                    k_div(b, k_add(b, rows, k_int(b, height - 1)), k_int(b, height))));
+    }
     /* consecutive iterations share their panels when B is too large to stay in cache */
     bool inner = rows_inner(p, g);
-    int64_t col_step = inner ? bk.row_calls : 1, row_step = inner ? 1 : bk.col_calls;
-    KExpr *col = k_mod(b, k_div(b, i, k_int(b, col_step)), k_int(b, bk.col_calls));
-    KExpr *row = k_mod(b, k_div(b, i, k_int(b, row_step)), k_int(b, bk.row_calls));
+    KExpr *col_step = inner ? row_calls : k_int(b, 1), *row_step = k_int(b, inner ? 1 : bk.col_calls);
+    KExpr *col = k_mod(b, k_div(b, i, col_step), k_int(b, bk.col_calls));
+    KExpr *row = k_mod(b, k_div(b, i, row_step), row_calls);
     KExpr *pn = k_var(b, kb_let(b, "pn", KT_I64, k_mul(b, col, k_int(b, bk.cols))));
     KExpr *rt = k_var(b, kb_let(b, "rt", KT_I64, k_mul(b, row, k_int(b, bk.rows))));
-    KExpr *bi = g->batch > 1
-                    ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_int(b, bk.col_calls * bk.row_calls))))
-                    : k_int(b, 0);
+    KExpr *bi =
+        g->batch > 1
+            ? k_var(b, kb_let(b, "bi", KT_I64, k_div(b, i, k_mul(b, row_calls, k_int(b, bk.col_calls)))))
+            : k_int(b, 0);
     tiles(p, b, g, &bk, table, bi, bi, rt, pn);
     return 0;
 }

@@ -92,7 +92,11 @@ static KExpr *channel_loop(KBuilder *b, int64_t channels) {
 
 /* One iteration per output element, each doing `work`. */
 static Kernel *loop_over_output(Program *p, const Node *n, int64_t work, Diag *d) {
-    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), grain_for(work), d);
+    const Type *t = &p->g->values[n->out[0]].type;
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(t), grain_for(work), d);
+    if (k)
+        kernel_follows(p, k, t, k->count, 1, 1);
+    return k;
 }
 
 /* ---- max_pool and avg_pool ---- */
@@ -108,6 +112,7 @@ static int max_pool_rows(Program *p, const Node *n, const View *x, const View *y
     KilnWindow window = window_block(x, kernel, strides, pads, dil, wo);
     if (!k || program_table(p, k, &window, sizeof window, d))
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
     KExpr *image = y->n > 1 ? k_mul(b, k_div(b, i, k_int(b, ho)), k_int(b, x->sn)) : zero;
@@ -143,6 +148,7 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
             : loop_over_output(p, n, window, d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* position by position */
     KBuilder *b = &k->b;
     int xb = kb_value(b, n->in[0], false), yb = kb_value(b, n->out[0], true);
     KExpr *i = k_var(b, k->iter), *start[MAX_SPATIAL], *in[MAX_SPATIAL];
@@ -224,6 +230,7 @@ static int global_avg_pool_nhwc(Program *p, const Node *n, const View *x, int64_
     Kernel *k = kernel_loop(p, n, NULL, x->n * blocks, grain_for(count * CHANNEL_BLOCK), d);
     if (!k)
         return -1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
     KExpr *image = k_var(b, kb_let(b, "image", KT_I64, k_div(b, i, k_int(b, blocks))));

@@ -14,6 +14,7 @@ int lower_random(Program *p, const Node *n, Diag *d) {
     if (!k)
         return -1;
     k->in_place = true; /* x is read only at the element written (the key is no f32) */
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1);
     KBuilder *b = &k->b;
     int key = kb_value(b, n->in[n->op == OP_DROPOUT ? 1 : 0], false);
     KExpr *i = k_var(b, k->iter);

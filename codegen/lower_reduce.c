@@ -24,7 +24,10 @@ enum { REDUCE_WORK = 16384 }; /* input elements worth giving a thread */
 
 static Kernel *new_loop(Program *p, const Node *n, int64_t count, int64_t work_per_iteration, Diag *d) {
     int64_t grain = work_per_iteration >= REDUCE_WORK ? 1 : REDUCE_WORK / work_per_iteration;
-    return kernel_loop(p, n, NULL, count, grain, d);
+    Kernel *k = kernel_loop(p, n, NULL, count, grain, d);
+    if (k) /* results and rows in order, the symbolic dim's outermost (never reduced) */
+        kernel_follows(p, k, &p->g->values[n->out[0]].type, count, 1, 1);
+    return k;
 }
 
 /* for (NAME = 0; NAME < count; NAME++), opened; returns NAME as an expression. */

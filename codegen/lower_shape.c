@@ -20,7 +20,11 @@
 enum { COPY_GRAIN = 16384 };
 
 static Kernel *loop_over_output(Program *p, const Node *n, Diag *d) {
-    return kernel_loop(p, n, NULL, type_numel(&p->g->values[n->out[0]].type), COPY_GRAIN, d);
+    const Type *t = &p->g->values[n->out[0]].type;
+    Kernel *k = kernel_loop(p, n, NULL, type_numel(t), COPY_GRAIN, d);
+    if (k)
+        kernel_follows(p, k, t, k->count, 1, 1);
+    return k;
 }
 
 /* e as a let named `name`, unless it is a constant or a variable already. */
@@ -58,6 +62,7 @@ static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *
         kernel_loop(p, n, NULL, type_numel(y) / block, block >= COPY_GRAIN ? 1 : COPY_GRAIN / block, d);
     if (!k)
         return -1;
+    kernel_follows(p, k, y, k->count, 1, 1);
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter), *o[KILN_MAX_RANK];
     kb_unravel(b, i, &outer, "o", o);

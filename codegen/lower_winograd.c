@@ -204,6 +204,7 @@ static Kernel *transform_kernel(Program *p, const Node *n, const Wino *w, const 
     }
     k->count = w->x.n * w->th;
     k->grain = 1;
+    kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KilnWinograd params = {.m = w->t->m,
                            .c = w->x.c,
                            .h = w->x.sp[0],

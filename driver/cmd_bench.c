@@ -27,6 +27,9 @@
 static const OptionSpec options[] = {
     {"--iters", "N", "timed runs (default 50)"},
     {"--warmup", "N", "untimed runs first (default 5)"},
+    {"--batch", "N[,N...]",
+     "time the model at these sizes of its symbolic dim, each in turn (default: its bound; the --input "
+     "files give theirs)"},
     {"--profile", NULL,
      "time a build with a clock around every kernel (a .kiln model only), and print each kernel's mean time "
      "per run, its share and, where lowering counted its FLOPs, its GFLOP/s"},
@@ -91,8 +94,8 @@ static void fill_input(float *x, int64_t n, int input) {
 
 /* The model's input and output buffers: inputs from their --input files or filled,
  * outputs zeroed. The tensors are owned by in[] and out[]. */
-static int make_buffers(const char *model, const kiln_model_def *def, const Options *o, Tensor **in,
-                        Tensor **out, Diag *d) {
+static int make_buffers(const char *model, const kiln_model_def *def, const Options *o, int64_t size,
+                        Tensor **in, Tensor **out, Diag *d) {
     if (def->n_inputs > MAX_PORTS || def->n_outputs > MAX_PORTS)
         return diag_error(d, (Loc){0}, "%s: more than %d inputs or outputs", model, MAX_PORTS);
     for (int b = 0; b < o->n_inputs; b++) {
@@ -110,8 +113,8 @@ static int make_buffers(const char *model, const kiln_model_def *def, const Opti
     for (int k = 0; k < def->n_inputs + def->n_outputs; k++) {
         bool is_in = k < def->n_inputs;
         const kiln_tensor_info *info = is_in ? &def->inputs[k] : &def->outputs[k - def->n_inputs];
-        Type t;
-        if (tensor_info_type(model, info, &t, d))
+        Type declared = {0};
+        if (tensor_info_type(model, def, info, &declared, d))
             return -1;
         Tensor **slot = is_in ? &in[k] : &out[k - def->n_inputs];
         const char *file = NULL;
@@ -120,14 +123,17 @@ static int make_buffers(const char *model, const kiln_model_def *def, const Opti
                 file = o->inputs[b].file;
         if (file) {
             char want[160], got[160];
+            int64_t given;
             if (npy_read(file, slot, d))
                 return -1;
-            if (!type_equal(&(*slot)->type, &t))
-                return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", info->name,
-                                  type_str(&t, want, sizeof want), file,
+            if (!type_admits(&declared, &(*slot)->type, &given) || (given && given != size))
+                return diag_error(d, (Loc){0}, "input '%s' must be %s at %s = %lld, but %s holds %s",
+                                  info->name, type_str(&declared, want, sizeof want),
+                                  declared.sym ? declared.sym : "its size", (long long)size, file,
                                   type_str(&(*slot)->type, got, sizeof got));
             continue;
         }
+        Type t = type_at(&declared, size);
         if (!(*slot = tensor_new(&t)))
             return diag_error(d, (Loc){0}, "out of memory for tensor '%s'", info->name);
         if (is_in && t.dtype == DT_F32) /* others stay 0, an index valid for any dim */
@@ -186,30 +192,24 @@ static int print_profile(ProfileFn profile, long iters, Diag *d) {
     return 0;
 }
 
-/* Warm-up, timed runs, the summary line, and with --profile the table. */
-static int time_model(const Options *o, kiln_module *m, Diag *d) {
+/* Warm-up, timed runs at `size` of the model's symbolic dim (0: it has none), the
+ * summary line, and with --profile the table. */
+static int time_model(const Options *o, kiln_module *m, ProfileFn profile, int64_t size, Diag *d) {
     const kiln_model_def *def = kiln_def(m);
-    ProfileFn profile = NULL;
-    if (o->profile) {
-        void *sym = dlsym(m->handle, "kiln_profile");
-        memcpy(&profile, &sym, sizeof profile); /* POSIX: dlsym's pointer may hold a function */
-        if (!profile)
-            return diag_error(d, (Loc){0}, "'%s' has no profiling clocks; --profile needs a .kiln model",
-                              o->model);
-    }
     Tensor **in = ir_calloc(MAX_PORTS, sizeof *in), **out = ir_calloc(MAX_PORTS, sizeof *out);
     const void **inputs = ir_calloc(MAX_PORTS, sizeof *inputs);
     void **outputs = ir_calloc(MAX_PORTS, sizeof *outputs);
     double *times = ir_calloc((size_t)o->iters, sizeof *times);
-    int rc = times && in && out && inputs && outputs ? make_buffers(o->model, def, o, in, out, d)
+    int rc = times && in && out && inputs && outputs ? make_buffers(o->model, def, o, size, in, out, d)
                                                      : diag_error(d, (Loc){0}, "out of memory");
     for (int i = 0; !rc && i < def->n_inputs; i++)
         inputs[i] = in[i]->data;
     for (int k = 0; !rc && k < def->n_outputs; k++)
         outputs[k] = out[k]->data;
     kiln_error err = {.message = ""};
+    const int64_t *sizes = size ? &size : NULL;
     for (long r = 0; !rc && r < o->warmup; r++)
-        if (kiln_run(m, inputs, outputs, &err))
+        if (kiln_run_sym(m, sizes, inputs, outputs, &err))
             rc = diag_relay_error(d, &err);
     if (!rc && profile) {
         double *seconds;
@@ -220,7 +220,7 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     }
     for (long r = 0; !rc && r < o->iters; r++) {
         double start = now_seconds();
-        if (kiln_run(m, inputs, outputs, &err))
+        if (kiln_run_sym(m, sizes, inputs, outputs, &err))
             rc = diag_relay_error(d, &err);
         times[r] = (now_seconds() - start) * 1e3;
     }
@@ -228,8 +228,11 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
         qsort(times, (size_t)o->iters, sizeof *times, compare_doubles);
         double median =
             o->iters % 2 ? times[o->iters / 2] : (times[o->iters / 2 - 1] + times[o->iters / 2]) / 2;
-        printf("%s: median %.4g ms, min %.4g ms, max %.4g ms over %ld runs (%d threads)\n", o->model, median,
-               times[0], times[o->iters - 1], o->iters, model_threads());
+        char at[128] = "";
+        if (size)
+            snprintf(at, sizeof at, " at %s = %lld", def->sym_names[0], (long long)size);
+        printf("%s%s: median %.4g ms, min %.4g ms, max %.4g ms over %ld runs (%d threads)\n", o->model, at,
+               median, times[0], times[o->iters - 1], o->iters, model_threads());
     }
     if (!rc && profile)
         rc = print_profile(profile, o->iters, d);
@@ -242,6 +245,33 @@ static int time_model(const Options *o, kiln_module *m, Diag *d) {
     ir_free(inputs);
     ir_free(outputs);
     ir_free(times);
+    return rc;
+}
+
+/* time_model at each --batch size (or the bound), or once for a model without a
+ * symbolic dim. */
+static int time_sizes(const Options *o, kiln_module *m, Diag *d) {
+    const kiln_model_def *def = kiln_def(m);
+    ProfileFn profile = NULL;
+    if (o->profile) {
+        void *sym = dlsym(m->handle, "kiln_profile");
+        memcpy(&profile, &sym, sizeof profile); /* POSIX: dlsym's pointer may hold a function */
+        if (!profile)
+            return diag_error(d, (Loc){0}, "'%s' has no profiling clocks; --profile needs a .kiln model",
+                              o->model);
+    }
+    bool sym = (def->extensions & KILN_EXT_SYM) && def->n_sym == 1;
+    if (!sym && o->n_sizes)
+        return diag_error(d, (Loc){0}, "--batch: '%s' has no symbolic dim", o->model);
+    if (!sym)
+        return time_model(o, m, profile, 0, d);
+    for (int k = 0; k < o->n_sizes; k++)
+        if (o->sizes[k] > def->sym_bounds[0])
+            return diag_error(d, (Loc){0}, "--batch %ld: '%s' runs at %s from 1 to %lld", o->sizes[k],
+                              o->model, def->sym_names[0], (long long)def->sym_bounds[0]);
+    int rc = 0;
+    for (int k = 0; !rc && k < (o->n_sizes ? o->n_sizes : 1); k++)
+        rc = time_model(o, m, profile, o->n_sizes ? o->sizes[k] : def->sym_bounds[0], d);
     return rc;
 }
 
@@ -295,7 +325,7 @@ int cmd_bench(int argc, char **argv) {
         fputs(report.s, stdout);
     str_free(&report);
     if (!rc)
-        rc = time_model(&o, m, &d);
+        rc = time_sizes(&o, m, &d);
     kiln_free(m);
     tensors_free(&weights);
     graph_free(g);

@@ -85,9 +85,10 @@ static int graph_signature(const Graph *g, Signature *s, Diag *d) {
     return 0;
 }
 
-static int port_of(const char *model, const kiln_tensor_info *t, Port *p, Diag *d) {
+static int port_of(const char *model, const kiln_model_def *def, const kiln_tensor_info *t, Port *p,
+                   Diag *d) {
     p->name = t->name;
-    return tensor_info_type(model, t, &p->type, d);
+    return tensor_info_type(model, def, t, &p->type, d);
 }
 
 static int compiled_signature(const char *model, const kiln_model_def *def, Signature *s, Diag *d) {
@@ -96,16 +97,18 @@ static int compiled_signature(const char *model, const kiln_model_def *def, Sign
     s->n_in = def->n_inputs;
     s->n_out = def->n_outputs;
     for (int i = 0; i < s->n_in; i++)
-        if (port_of(model, &def->inputs[i], &s->in[i], d))
+        if (port_of(model, def, &def->inputs[i], &s->in[i], d))
             return -1;
     for (int k = 0; k < s->n_out; k++)
-        if (port_of(model, &def->outputs[k], &s->out[k], d))
+        if (port_of(model, def, &def->outputs[k], &s->out[k], d))
             return -1;
     return 0;
 }
 
-/* Reads every input from its --input file, in declaration order. */
-static int read_inputs(const Signature *s, const Options *o, Tensor **in, Diag *d) {
+/* Reads every input from its --input file, in declaration order, and the size of the
+ * symbolic dim they give (0: the model has none). */
+static int read_inputs(const Signature *s, const Options *o, Tensor **in, int64_t *sym_size, Diag *d) {
+    *sym_size = 0;
     for (int i = 0; i < o->n_inputs; i++) {
         bool found = false;
         for (int k = 0; k < s->n_in; k++)
@@ -133,11 +136,23 @@ static int read_inputs(const Signature *s, const Options *o, Tensor **in, Diag *
         ir_free(buf);
         if (rc)
             return -1;
-        if (!type_equal(&in[i]->type, &p->type)) {
-            char got[160];
-            return diag_error(d, (Loc){0}, "input '%s' must be %s, but %s holds %s", p->name, ty,
+        int64_t size_here;
+        char got[160];
+        char range[100] = "";
+        if (p->type.sym)
+            snprintf(range, sizeof range, " (%s from 1 to %lld)", p->type.sym,
+                     (long long)(p->type.dims[0] / p->type.sym_mult));
+        if (!type_admits(&p->type, &in[i]->type, &size_here))
+            return diag_error(d, (Loc){0}, "input '%s' must be %s%s, but %s holds %s", p->name, ty, range,
                               o->inputs[b].file, type_str(&in[i]->type, got, sizeof got));
-        }
+        if (size_here && *sym_size && size_here != *sym_size)
+            return diag_error(
+                d, (Loc){0},
+                "input '%s' (%s) from %s is %s: %s = %lld, but the inputs before it give %s = %lld", p->name,
+                ty, o->inputs[b].file, type_str(&in[i]->type, got, sizeof got), p->type.sym,
+                (long long)size_here, p->type.sym, (long long)*sym_size);
+        if (size_here)
+            *sym_size = size_here;
     }
     return 0;
 }
@@ -209,14 +224,14 @@ static int write_updated_params(const Options *o, kiln_module *m, Diag *d) {
         int k = 0;
         while (k < def->n_params && strcmp(def->params[k].name, w->name) != 0)
             k++;
-        Type type;
+        Type type = {0};
         char a[160], b[160];
         if (k == def->n_params) {
             diag_warning(d, (Loc){0},
                          "weight '%s' is not a param that '%s' updates; ignored (the others are "
                          "compiled in)",
                          w->name, o->model);
-        } else if (!(rc = tensor_info_type(o->model, &def->params[k], &type, d)) &&
+        } else if (!(rc = tensor_info_type(o->model, def, &def->params[k], &type, d)) &&
                    !type_equal(&type, &w->tensor->type)) {
             rc = diag_error(d, (Loc){0}, "weight '%s' has type %s, but '%s' declares it %s", w->name,
                             type_str(&w->tensor->type, a, sizeof a), o->model, type_str(&type, b, sizeof b));
@@ -238,8 +253,8 @@ static int compiled_updated_params(const char *model, kiln_module *m, TensorList
     const kiln_model_def *def = kiln_def(m);
     for (int i = 0; i < def->n_params; i++) {
         const char *name = def->params[i].name;
-        Type type;
-        if (tensor_info_type(model, &def->params[i], &type, d))
+        Type type = {0};
+        if (tensor_info_type(model, def, &def->params[i], &type, d))
             return -1;
         Tensor *t = tensors_find(saved, name);
         if (!t && (!(t = tensor_new(&type)) || tensors_add(saved, name, t)))
@@ -308,6 +323,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
     Tensor **in = ir_calloc(MAX_PORTS, sizeof *in), **out = ir_calloc(MAX_PORTS, sizeof *out);
     Check check = {0}; /* --check: the interpreter's outputs on the inputs, before the passes */
     bool interp = o->target && strcmp(o->target, "interp") == 0, inputs_read = false;
+    int64_t sym_size = 0; /* the size of the model's symbolic dim the inputs give */
     int rc = 0;
     if (!sig || !in || !out) {
         rc = diag_error(d, (Loc){0}, "out of memory");
@@ -345,7 +361,8 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
             rc = rc || parse_read_model(o, &file, true, d, &g, &weights);
             progress_stage("optimizing");
             rc = rc || (o->save_weights && source_params(g, &weights, &saved, d));
-            if (!rc && pipeline.check && !(rc = graph_signature(g, sig, d) || read_inputs(sig, o, in, d))) {
+            if (!rc && pipeline.check &&
+                !(rc = graph_signature(g, sig, d) || read_inputs(sig, o, in, &sym_size, d))) {
                 pipeline.check_inputs = (const Tensor *const *)in;
                 inputs_read = true;
             }
@@ -364,7 +381,7 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
                             o->outputs[i].file, o->outputs[i].name);
     }
     if (!rc && !inputs_read)
-        rc = read_inputs(sig, o, in, d);
+        rc = read_inputs(sig, o, in, &sym_size, d);
     if (!rc && o->pipeline.check && o->steps > 1)
         rc = diag_error(d, (Loc){0}, "--check compares one run; it cannot be combined with --steps");
     for (long step = 0; !rc && interp && step < o->steps; step++) {
@@ -381,13 +398,15 @@ static int run_model(const Options *o, Outputs *outs, Diag *d) {
             rc = diag_error(d, (Loc){0}, "out of memory");
         for (int i = 0; !rc && i < sig->n_in; i++)
             inputs[i] = in[i]->data;
-        for (int k = 0; !rc && k < sig->n_out; k++)
-            if (!(out[k] = tensor_new(&sig->out[k].type)))
+        for (int k = 0; !rc && k < sig->n_out; k++) {
+            Type t = type_at(&sig->out[k].type, sym_size);
+            if (!(out[k] = tensor_new(&t)))
                 rc = diag_error(d, (Loc){0}, "out of memory");
             else
                 outputs[k] = out[k]->data;
+        }
         for (long step = 0; !rc && step < o->steps; step++)
-            if (kiln_run(m, inputs, outputs, &err))
+            if (kiln_run_sym(m, sym_size ? &sym_size : NULL, inputs, outputs, &err))
                 rc = diag_relay_error(d, &err);
         ir_free(inputs);
         ir_free(outputs);

@@ -100,11 +100,13 @@ typedef struct {
     bool memory_report;      /* --memory-report */
     long steps;              /* --steps: runs of a training step (kiln run) */
     long iters, warmup;      /* --iters, --warmup (kiln bench) */
-    bool profile;            /* --profile (kiln bench) */
-    bool quiet;              /* --quiet: no progress line */
-    const char *cpu;         /* --cpu: the -march; NULL: native */
-    kiln_options settings;   /* the compile's settings from the environment (kiln_options_from_env) */
-    const Command *command;  /* the command being parsed, for its messages */
+    long sizes[16];          /* --batch: sizes of the symbolic dim to time (kiln bench) */
+    int n_sizes;
+    bool profile;           /* --profile (kiln bench) */
+    bool quiet;             /* --quiet: no progress line */
+    const char *cpu;        /* --cpu: the -march; NULL: native */
+    kiln_options settings;  /* the compile's settings from the environment (kiln_options_from_env) */
+    const Command *command; /* the command being parsed, for its messages */
 } Options;
 
 /* An output file of a command (outputs.c). */
@@ -152,7 +154,8 @@ void outputs_abort(Outputs *s);
 int exit_status(int rc, Diag *d);
 /* The type of a compiled model's tensor t (kiln/model.h); -1 after a diagnostic
  * naming it and `model` when kiln does not handle its dtype or rank. */
-int tensor_info_type(const char *model, const kiln_tensor_info *t, Type *type, Diag *d);
+int tensor_info_type(const char *model, const kiln_model_def *def, const kiln_tensor_info *t, Type *type,
+                     Diag *d);
 
 /* How the options compile a graph in process: the environment's settings with
  * --target and --cpu, memory planning as the pipeline selects it, and the

@@ -112,7 +112,8 @@ int usage_error(const Command *cmd, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-int tensor_info_type(const char *model, const kiln_tensor_info *t, Type *type, Diag *d) {
+int tensor_info_type(const char *model, const kiln_model_def *def, const kiln_tensor_info *t, Type *type,
+                     Diag *d) {
     static const DType dtypes[] = {
         [KILN_F32] = DT_F32, [KILN_I64] = DT_I64, [KILN_I32] = DT_I32, [KILN_BOOL] = DT_BOOL};
     bool known =
@@ -122,6 +123,16 @@ int tensor_info_type(const char *model, const kiln_tensor_info *t, Type *type, D
                           t->name);
     *type = type_make(t->rank, t->shape);
     type->dtype = dtypes[t->dtype];
+    bool sym = (def->extensions & KILN_EXT_SYM) && def->n_sym == 1;
+    for (int k = 0; k < t->rank; k++)
+        if (t->shape[k] < 1 &&
+            !(k == 0 && sym && t->shape[k] < 0 && ck_mul(-t->shape[k], def->sym_bounds[0], &type->dims[0])))
+            return diag_error(d, (Loc){0}, "%s: tensor '%s' has a shape this kiln does not handle", model,
+                              t->name);
+    if (t->rank && t->shape[0] < 0) {
+        type->sym = def->sym_names[0];
+        type->sym_mult = -t->shape[0];
+    }
     return 0;
 }
 
@@ -213,7 +224,18 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
         return parse_count(cmd, key, value, 1, 100000000, &o->iters);
     else if (strcmp(key, "--warmup") == 0)
         return parse_count(cmd, key, value, 0, 100000000, &o->warmup);
-    else if (strcmp(key, "--profile") == 0)
+    else if (strcmp(key, "--batch") == 0) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", value);
+        for (char *save = NULL, *size = strtok_r(list, ",", &save); size; size = strtok_r(NULL, ",", &save)) {
+            if (o->n_sizes == (int)(sizeof o->sizes / sizeof *o->sizes))
+                return usage_error(cmd, "--batch takes at most %d sizes", o->n_sizes);
+            if (parse_count(cmd, key, size, 1, KILN_MAX_NUMEL, &o->sizes[o->n_sizes++]))
+                return EXIT_USAGE;
+        }
+        if (o->n_sizes == 0)
+            return usage_error(cmd, "--batch needs sizes, such as 1,8,32");
+    } else if (strcmp(key, "--profile") == 0)
         o->profile = true;
     else if (strcmp(key, "--quiet") == 0)
         o->quiet = true;

@@ -20,6 +20,8 @@ typedef enum {
     T_RPAREN,
     T_LBRACK,
     T_RBRACK,
+    T_LE,   /* <=, in `dim N <= 64` */
+    T_STAR, /* *, in a symbolic dim's multiple (f32[N*4, 3]) */
     T_ERROR,
 } TokKind;
 

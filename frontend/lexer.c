@@ -51,6 +51,8 @@ const char *tok_kind_name(TokKind k) {
     case T_RPAREN: return "')'";
     case T_LBRACK: return "'['";
     case T_RBRACK: return "']'";
+    case T_LE: return "'<='";
+    case T_STAR: return "'*'";
     case T_ERROR: return "error";
     }
     return "?";
@@ -241,6 +243,16 @@ Token lex_next(Lexer *lx) {
                 lx->depth--;
             break;
         case '"': return lex_quoted(lx, p);
+        case '*': t.kind = T_STAR; break;
+        case '<':
+            if (p[1] != '=') {
+                diag_error(lx->diag, t.loc, "unexpected character '<' (a dim's bound is written '<=')");
+                return error_token(lx, p);
+            }
+            t.kind = T_LE;
+            t.len = 2;
+            lx->p = p + 2;
+            return t;
         default:
             if (is_digit(*p) || (*p == '-' && (is_digit(p[1]) || strncmp(p + 1, "inf", 3) == 0)) ||
                 (*p == '.' && is_digit(p[1])))

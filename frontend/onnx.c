@@ -744,7 +744,7 @@ static int no_static_shape(Importer *im, const Onnx__ValueInfoProto *vi, const c
 
 static int declare_input(Importer *im, const Onnx__ValueInfoProto *vi, Sym *s) {
     int32_t dtype;
-    Type t;
+    Type t = {0};
     bool known;
     if (declared_type(im, vi, &dtype, &t, &known))
         return -1;
@@ -840,7 +840,7 @@ static int declare_sources(Importer *im, const Onnx__GraphProto *gp, const OnnxB
             if (read_binding(im, bind, &c))
                 return -1;
             int32_t dtype;
-            Type t;
+            Type t = {0};
             bool known;
             if (declared_type(im, vi, &dtype, &t, &known))
                 return -1;
@@ -1001,7 +1001,7 @@ static int set_outputs(Importer *im, const Onnx__GraphProto *gp) {
         if (s->value < 0 && materialize(im, s))
             return -1;
         int32_t dtype;
-        Type t;
+        Type t = {0};
         bool known;
         if (declared_type(im, vi, &dtype, &t, &known))
             return -1;

@@ -276,7 +276,7 @@ static int imp_celu(Importer *im) {
  * count is per channel (dim 1), so it is reshaped to [C, 1, ...] to broadcast so. */
 static int imp_prelu(Importer *im) {
     int x, slope, r, m;
-    Type xt, st;
+    Type xt = {0}, st = {0};
     if (im_input(im, 0, &x) || im_input(im, 1, &slope) || im_input_type(im, 0, &xt) ||
         im_input_type(im, 1, &st))
         return -1;

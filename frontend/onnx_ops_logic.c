@@ -137,7 +137,7 @@ static int imp_where(Importer *im) {
 
 /* Xor of bools: not(equal(a, b)), folded when both are constants. */
 static int imp_xor(Importer *im) {
-    Type t[2];
+    Type t[2] = {{0}};
     if (im_n_inputs(im) != 2)
         return im_error(im, "needs 2 inputs");
     if (im_input_type(im, 0, &t[0]) || im_input_type(im, 1, &t[1]))

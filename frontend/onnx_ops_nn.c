@@ -116,7 +116,7 @@ static int set_window(Importer *im, Node *n, const Window *w, bool kernel, bool 
 
 static int imp_conv(Importer *im, bool transpose) {
     int in[3], n_in = 2;
-    Type x, wt;
+    Type x = {0}, wt = {0};
     if (im_input(im, 0, &in[0]) || im_input(im, 1, &in[1]) || im_input_type(im, 0, &x) ||
         im_input_type(im, 1, &wt))
         return -1;
@@ -187,7 +187,7 @@ static int imp_conv_transpose(Importer *im) {
 
 static int imp_pool(Importer *im, bool max) {
     int xv;
-    Type x;
+    Type x = {0};
     if (im_input(im, 0, &xv) || im_input_type(im, 0, &x))
         return -1;
     Window w;
@@ -235,7 +235,7 @@ static int imp_global_avg_pool(Importer *im) {
 /* GlobalMaxPool: reduce_max over the spatial dims, kept. */
 static int imp_global_max_pool(Importer *im) {
     int x;
-    Type t;
+    Type t = {0};
     if (im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;
     int64_t axes[KILN_MAX_RANK];
@@ -291,7 +291,7 @@ static int imp_layer_norm(Importer *im) {
         return 0;
     /* The optional outputs: the mean and 1 / sqrt(var + epsilon) over the normalized
      * dims, kept with size 1. */
-    Type t;
+    Type t = {0};
     int a;
     if (im_input_type(im, 0, &t) || im_axis(im, axis, t.rank, &a))
         return -1;
@@ -318,7 +318,7 @@ static int imp_layer_norm(Importer *im) {
 static int imp_instance_norm(Importer *im) {
     double eps = 1e-5;
     int x, scale, bias;
-    Type t;
+    Type t = {0};
     if (im_attr_float(im, "epsilon", &eps) < 0 || im_input(im, 0, &x) || im_input_type(im, 0, &t) ||
         im_input(im, 1, &scale) || im_input(im, 2, &bias))
         return -1;
@@ -348,7 +348,7 @@ static int imp_instance_norm(Importer *im) {
  * input flattened to 2-D at axis (default 1), which is a reshape around it. */
 static int imp_softmax_op(Importer *im, OpId op) {
     int x;
-    Type t;
+    Type t = {0};
     int64_t axis = im->opset >= 13 ? -1 : 1;
     if (im_attr_int(im, "axis", &axis) < 0 || im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;

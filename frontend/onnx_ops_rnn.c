@@ -253,7 +253,7 @@ static int optional_input(Importer *im, int k, const char *what, const int64_t *
     *value = -1;
     if (!im_has_input(im, k))
         return 0;
-    Type t;
+    Type t = {0};
     if (im_input_type(im, k, &t))
         return -1;
     Type want = type_make(rank, dims);
@@ -289,7 +289,7 @@ static int imp_recurrent(Importer *im, Cell cell) {
     if (read_activations(im, &r, n_dirs))
         return -1;
 
-    Type xt_type;
+    Type xt_type = {0};
     int x;
     if (im_input(im, 0, &x) || im_input_type(im, 0, &xt_type))
         return -1;

@@ -50,7 +50,7 @@ static int imp_reshape(Importer *im) {
         return -1;
     if (r == 0)
         return im_error(im, "the shape is required");
-    Type t;
+    Type t = {0};
     if (im_input_type(im, 0, &t))
         return -1;
     if (n > KILN_MAX_RANK)
@@ -121,7 +121,7 @@ static int squeeze_like(Importer *im, bool un) {
         return -1;
     if (un && r == 0)
         return im_error(im, "axes is required");
-    Type t;
+    Type t = {0};
     if (im_input_type(im, 0, &t))
         return -1;
     OConst *c0 = im_folded(im, 0);
@@ -364,7 +364,7 @@ static int imp_pad(Importer *im) {
     if (r == 0)
         return im_error(im, "pads is required");
     int x;
-    Type t;
+    Type t = {0};
     if (im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;
     int64_t axes[ONNX_MAXL];
@@ -384,7 +384,7 @@ static int imp_pad(Importer *im) {
 static int imp_expand(Importer *im) {
     int64_t shape[ONNX_MAXL];
     int ns = 0, r, x;
-    Type t;
+    Type t = {0};
     if ((r = im_input_ints(im, 1, "shape", shape, &ns)) < 0 || im_input_type(im, 0, &t))
         return -1;
     if (r == 0)
@@ -410,7 +410,7 @@ static int imp_expand(Importer *im) {
 static int imp_split(Importer *im) {
     int64_t axis = 0, split[ONNX_MAXL];
     int n_split = 0, r;
-    Type t;
+    Type t = {0};
     if (im_attr_int(im, "axis", &axis) < 0 || im_input_type(im, 0, &t))
         return -1;
     if (im->opset < 13)
@@ -466,7 +466,7 @@ static int imp_split(Importer *im) {
 static int imp_tile(Importer *im) {
     int64_t reps[ONNX_MAXL];
     int nr = 0, x;
-    Type t;
+    Type t = {0};
     if (im_input_ints(im, 1, "repeats", reps, &nr) < 0 || im_input_type(im, 0, &t) || im_input(im, 0, &x))
         return -1;
     if (nr != t.rank)
@@ -496,7 +496,7 @@ static int space_depth(Importer *im, bool to_space) {
     int64_t bs = 0;
     const char *mode = "DCR";
     int x;
-    Type t;
+    Type t = {0};
     if (im_attr_int(im, "blocksize", &bs) < 0 || (to_space && im_attr_string(im, "mode", &mode) < 0) ||
         im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;
@@ -628,7 +628,7 @@ static int imp_resize_op(Importer *im, bool upsample) {
     if (n_scales && n_sizes)
         return im_error(im, "both scales and sizes are given");
     int x;
-    Type t;
+    Type t = {0};
     if (im_input(im, 0, &x) || im_input_type(im, 0, &t) ||
         (im->opset >= 18 && resize_18(im, &t, coord, scales, &n_scales, sizes, &n_sizes)))
         return -1;
@@ -710,7 +710,7 @@ static int int_list_const(Importer *im, const int64_t *v, int n, int rank) {
 }
 
 static int imp_shape(Importer *im) {
-    Type t;
+    Type t = {0};
     int64_t start = 0, end = KILN_MAX_RANK;
     int r;
     if (im_attr_int(im, "start", &start) < 0 || (r = im_attr_int(im, "end", &end)) < 0 ||
@@ -724,7 +724,7 @@ static int imp_shape(Importer *im) {
 }
 
 static int imp_size(Importer *im) {
-    Type t;
+    Type t = {0};
     if (im_input_type(im, 0, &t))
         return -1;
     int64_t n = type_numel(&t);
@@ -773,7 +773,7 @@ static int imp_cast(Importer *im) {
                         "cast of a run-time tensor to %s; kiln's run-time tensors are FLOAT, INT64, INT32 "
                         "or BOOL",
                         onnx_dtype_name((int32_t)to));
-    Type t;
+    Type t = {0};
     if (im_input_type(im, 0, &t) || im_input(im, 0, &x))
         return -1;
     if ((int)t.dtype == kiln_to)
@@ -856,7 +856,7 @@ static int imp_range(Importer *im) {
 static int imp_gather(Importer *im) {
     int64_t axis = 0;
     OConst *idx;
-    Type t;
+    Type t = {0};
     if (im_attr_int(im, "axis", &axis) < 0 || im_input_type(im, 0, &t))
         return -1;
     if (!im_folded(im, 1) || im_folded(im, 1)->numel > ONNX_MAXL) { /* indices known only at run time */

@@ -115,7 +115,28 @@ static int parse_number(Parser *p, double *v) {
     return advance(p);
 }
 
-/* type := DTYPE '[' [INT {',' INT}] ']' */
+/* dim := INT | SYM ['*' INT]: SYM, the model's symbolic dim, only as the first */
+static int parse_dim(Parser *p, Type *t) {
+    Loc loc = p->tok.loc;
+    const SymDim *sym = &p->g->sym;
+    if (p->tok.kind != T_IDENT)
+        return parse_int(p, &t->dims[t->rank], "a dimension");
+    if (!sym->name || !tok_is(&p->tok, sym->name))
+        return diag_error(p->d, loc, "'%.*s' is not a declared dim (declare it first: dim %.*s <= SIZE)",
+                          p->tok.len, p->tok.start, p->tok.len, p->tok.start);
+    if (t->rank > 0)
+        return diag_error(p->d, loc, "the symbolic dim %s can only be a type's first dim", sym->name);
+    int64_t mult = 1;
+    if (advance(p) || (p->tok.kind == T_STAR && (advance(p) || parse_int(p, &mult, "an integer after '*'"))))
+        return -1;
+    if (mult < 1 || !ck_mul(mult, sym->bound, &t->dims[0]))
+        return diag_error(p->d, loc, "%s*%lld is not a positive size", sym->name, (long long)mult);
+    t->sym = sym->name;
+    t->sym_mult = mult;
+    return 0;
+}
+
+/* type := DTYPE '[' [dim {',' dim}] ']' */
 static int parse_type(Parser *p, Type *t) {
     Loc loc = p->tok.loc;
     if (p->tok.kind != T_IDENT)
@@ -127,7 +148,7 @@ static int parse_type(Parser *p, Type *t) {
     if (dtype < 0)
         return diag_error(p->d, loc, "unknown dtype '%.*s' (expected f32, i64, i32 or bool)", p->tok.len,
                           p->tok.start);
-    *t = (Type){(DType)dtype, 0, {0}};
+    *t = (Type){(DType)dtype, 0, {0}, NULL, 0};
     if (advance(p) || expect(p, T_LBRACK, "'[' after the dtype"))
         return -1;
     int64_t numel = 1;
@@ -135,16 +156,16 @@ static int parse_type(Parser *p, Type *t) {
         if (t->rank > 0 && expect(p, T_COMMA, "',' or ']'"))
             return -1;
         Loc dloc = p->tok.loc;
-        int64_t dim = 0;
-        if (parse_int(p, &dim, "a dimension"))
-            return -1;
         if (t->rank == KILN_MAX_RANK)
             return diag_error(p->d, dloc, "too many dimensions (at most %d)", KILN_MAX_RANK);
+        if (parse_dim(p, t))
+            return -1;
+        int64_t dim = t->dims[t->rank];
         if (dim < 1)
             return diag_error(p->d, dloc, "dimension %lld must be positive", (long long)dim);
         if (!ck_mul(numel, dim, &numel) || numel > KILN_MAX_NUMEL)
             return diag_error(p->d, dloc, "tensor too large");
-        t->dims[t->rank++] = dim;
+        t->rank++;
     }
     return advance(p);
 }
@@ -478,7 +499,7 @@ static int parse_call(Parser *p, NameLoc *results, int n_results) {
             if (i > 0 && expect(p, T_COMMA, "',' and the next result type"))
                 return -1;
             Loc tloc = p->tok.loc;
-            Type t;
+            Type t = {0};
             if (parse_type(p, &t))
                 return -1;
             const Type *inferred = &p->g->values[n->out[i]].type;
@@ -641,11 +662,14 @@ static bool holds(DType t, double v) {
 static int parse_decl(Parser *p, OpId op) {
     const char *name;
     Loc loc;
-    Type t;
+    Type t = {0};
     if (advance(p) || parse_name(p, &name, &loc) || expect(p, T_COLON, "':' and a type") || parse_type(p, &t))
         return -1;
     if (check_new_name(p, name, loc))
         return -1;
+    if (t.sym && op != OP_INPUT)
+        return diag_error(p->d, loc, "%s '%s' cannot have the symbolic dim %s: only inputs and results do",
+                          op_table[op].name, name, t.sym);
     Node *n = graph_add_node(p->g, op, 0, 1, loc);
     if (!n)
         return diag_error(p->d, loc, "out of memory");
@@ -742,17 +766,48 @@ static int parse_update(Parser *p) {
     return 0;
 }
 
-/* 'update' is a statement keyword only where a name cannot stand: a value may still
- * be called update ("update = add(...)"). */
-static bool starts_update(const Parser *p) {
-    if (!tok_is(&p->tok, "update"))
+/* dim := 'dim' IDENT '<=' INT: the model's symbolic dim and its bound */
+static int parse_sym_dim(Parser *p) {
+    SymDim *sym = &p->g->sym;
+    Loc loc = {0};
+    if (advance(p))
+        return -1;
+    loc = p->tok.loc;
+    if (p->tok.kind != T_IDENT || is_keyword(p->tok.start, (size_t)p->tok.len))
+        return error_at_tok(p, "the dim's name (an identifier)");
+    if (sym->name)
+        return diag_error(p->d, loc, "a second symbolic dim '%.*s': a model has at most one (%s)", p->tok.len,
+                          p->tok.start, sym->name);
+    if (p->tok.len > 64 || dtype_lookup(p->tok.start, (size_t)p->tok.len) >= 0)
+        return diag_error(p->d, loc, "'%.*s' cannot name a dim (a dtype, or longer than 64 bytes)",
+                          p->tok.len > 64 ? 64 : p->tok.len, p->tok.start);
+    const char *name = arena_strndup(&p->g->arena, p->tok.start, (size_t)p->tok.len);
+    if (!name)
+        return diag_error(p->d, loc, "out of memory");
+    int64_t bound = 0;
+    Loc bound_loc = {0};
+    if (advance(p) || expect(p, T_LE, "'<=' and the dim's bound"))
+        return -1;
+    bound_loc = p->tok.loc;
+    if (parse_int(p, &bound, "the dim's bound (an integer)"))
+        return -1;
+    if (bound < 2 || bound > KILN_MAX_NUMEL)
+        return diag_error(p->d, bound_loc, "dim %s's bound %lld is not between 2 and 2^40", name,
+                          (long long)bound);
+    *sym = (SymDim){name, bound, loc};
+    return 0;
+}
+
+/* 'update' and 'dim' are statement keywords only where a name cannot stand. */
+static bool starts_statement(const Parser *p, const char *keyword) {
+    if (!tok_is(&p->tok, keyword))
         return false;
     Lexer ahead = p->lx;
     Token next = lex_next(&ahead);
     return next.kind != T_EQ && next.kind != T_COMMA;
 }
 
-/* stmt := 'model' name | decl | update | output | name {',' name} '=' call */
+/* stmt := 'model' name | dim | decl | update | output | name {',' name} '=' call */
 static int parse_statement(Parser *p) {
     Token t = p->tok;
     if (t.kind == T_IDENT && is_keyword(t.start, (size_t)t.len)) {
@@ -784,8 +839,10 @@ static int parse_statement(Parser *p) {
         return parse_decl(p, OP_CONST);
     if (tok_is(&t, "output"))
         return parse_output(p);
-    if (starts_update(p))
+    if (starts_statement(p, "update"))
         return parse_update(p);
+    if (starts_statement(p, "dim"))
+        return parse_sym_dim(p);
     NameLoc results[MAX_ARGS];
     int n = 0;
     do {

@@ -102,7 +102,7 @@ int graph_define(Graph *g, const char *name, Node *n, int index) {
     if (!copy)
         return -1;
     int id = g->n_values++;
-    g->values[id] = (Value){copy, {DT_F32, 0, {0}}, -1, index};
+    g->values[id] = (Value){copy, {DT_F32, 0, {0}, NULL, 0}, -1, index};
     for (int i = g->n_nodes - 1; i >= 0; i--) /* usually the node just added */
         if (g->nodes[i] == n) {
             g->values[id].node = i;
@@ -117,7 +117,7 @@ int graph_define(Graph *g, const char *name, Node *n, int index) {
 }
 
 const Value *graph_value(const Graph *g, int id) {
-    static const Value no_value = {"<no value>", {DT_F32, 0, {0}}, -1, 0};
+    static const Value no_value = {"<no value>", {DT_F32, 0, {0}, NULL, 0}, -1, 0};
     return KILN_CHECK(id >= 0 && id < g->n_values) ? &g->values[id] : &no_value;
 }
 
@@ -292,6 +292,8 @@ int infer_node(Graph *g, Node *n, Diag *d) {
         return -1;
     if (op_has(n->op, F_ANY_DTYPE))
         g->values[n->out[0]].type.dtype = g->values[n->in[0]].type.dtype;
+    if (g->sym.name && infer_symbolic(g, n, d))
+        return -1;
     for (int k = 0; k < n->n_out; k++)
         if (n->out[k] >= 0 && check_size(n, &g->values[n->out[k]].type, d))
             return -1;

@@ -3,7 +3,9 @@
  * It walks the nodes in order, materializes each declaration (inputs as given,
  * params from the weights or their initializer, consts from their literal), calls
  * the op table's reference kernel with freshly allocated results, and frees every
- * value after its last use. Kernels are in the op_*.c files. */
+ * value after its last use. A model with a symbolic dim runs at the size its
+ * inputs give: each result is allocated at that size, and the kernels work from
+ * their tensors' own types. Kernels are in the op_*.c files. */
 #include "ir.h"
 
 #include <string.h>
@@ -63,7 +65,36 @@ int param_value(const Graph *g, const Node *param, const TensorList *weights, Te
     return 0;
 }
 
-static int eval_node(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
+/* The size of the graph's symbolic dim the inputs give (1 when it has none): every
+ * input's type must admit them, all at one size. */
+static int inputs_sym_size(const Graph *g, const Tensor *const *inputs, int64_t *size, Diag *d) {
+    int next = 0;
+    *size = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op != OP_INPUT)
+            continue;
+        const Type *want = &g->values[n->out[0]].type;
+        const Tensor *in = inputs[next++];
+        int64_t size_here = 0;
+        char a[160], b[160];
+        if (!type_admits(want, &in->type, &size_here))
+            return diag_error(d, n->loc, "input '%s' is %s, which is not %s", g->values[n->out[0]].name,
+                              type_str(&in->type, a, sizeof a), type_str(want, b, sizeof b));
+        if (size_here && *size && size_here != *size)
+            return diag_error(d, n->loc,
+                              "input '%s' is %s: %s = %lld, but the inputs before it give %s = %lld",
+                              g->values[n->out[0]].name, type_str(&in->type, a, sizeof a), want->sym,
+                              (long long)size_here, want->sym, (long long)*size);
+        if (size_here)
+            *size = size_here;
+    }
+    if (!*size)
+        *size = 1;
+    return 0;
+}
+
+static int eval_node(const Graph *g, const Node *n, int64_t sym_size, Tensor **vals, Diag *d) {
     const OpInfo *o = &op_table[n->op];
     if (!o->eval) {
         if (n->op == OP_GRAD)
@@ -81,7 +112,8 @@ static int eval_node(const Graph *g, const Node *n, Tensor **vals, Diag *d) {
     for (int i = 0; !rc && i < n->n_in; i++)
         in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
     for (int i = 0; !rc && i < n->n_out; i++) {
-        out[i] = vals[n->out[i]] = tensor_new(&g->values[n->out[i]].type);
+        Type t = type_at(&g->values[n->out[i]].type, sym_size);
+        out[i] = vals[n->out[i]] = tensor_new(&t);
         if (!out[i])
             rc = diag_error(d, n->loc, "out of memory for '%s'", g->values[n->out[i]].name);
     }
@@ -111,6 +143,9 @@ int interp_run_updates(const Graph *g, const TensorList *weights, const Tensor *
         last_use[g->outputs[k]] = g->n_nodes;
     for (int k = 0; k < g->n_updates; k++)
         last_use[g->updates[k].value] = g->n_nodes;
+    int64_t sym_size = 1;
+    if (g->sym.name)
+        rc = inputs_sym_size(g, inputs, &sym_size, d);
 
     for (int i = 0; i < g->n_nodes && !rc; i++) {
         const Node *n = g->nodes[i];
@@ -127,7 +162,7 @@ int interp_run_updates(const Graph *g, const TensorList *weights, const Tensor *
             if (!*slot)
                 rc = diag_error(d, n->loc, "out of memory");
             break;
-        default: rc = eval_node(g, n, vals, d); break;
+        default: rc = eval_node(g, n, sym_size, vals, d); break;
         }
         for (int k = 0; k < n->n_in; k++) {
             int v = n->in[k];

@@ -140,10 +140,16 @@ static inline bool ck_mul(int64_t a, int64_t b, int64_t *r) {
  * are reserved names. */
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_I64, DT_I32, DT_BOOL } DType;
 
+/* A type whose first dim scales with the model's symbolic dim (docs/language.md,
+ * "Symbolic dims") names it in `sym`, and dims[0] is sym_mult times it, held at the
+ * dim's bound: every pass, the memory plan and lowering see the model at its
+ * largest, and ir/symbolic.c keeps the rest of the type from depending on it. */
 typedef struct {
     DType dtype;
     int rank;
     int64_t dims[KILN_MAX_RANK];
+    const char *sym; /* the symbolic dim dims[0] scales with, or NULL: a static type */
+    int64_t sym_mult;
 } Type;
 
 const char *dtype_name(DType t);
@@ -154,9 +160,14 @@ int64_t dtype_size(DType t);
 bool dtype_is_int(DType t); /* i64 or i32 */
 int64_t type_numel(const Type *t);
 bool type_equal(const Type *a, const Type *b);
-/* "f32[2, 3]" into buf; returns buf. */
+/* "f32[2, 3]" (or "f32[N*4, 3]") into buf; returns buf. */
 char *type_str(const Type *t, char *buf, size_t n);
 Type type_make(int rank, const int64_t *dims);
+/* t with its symbolic dim at size n: a static type (t itself when it has none). */
+Type type_at(const Type *t, int64_t n);
+/* Whether `given` (a static type) is `want` at some size of its symbolic dim, from 1
+ * to its bound, that size then in *size (0 when want has none). */
+bool type_admits(const Type *want, const Type *given, int64_t *size);
 
 /* ---- Tensors ---- */
 
@@ -377,6 +388,13 @@ typedef struct Node {
     Tensor *data;    /* OP_CONST: the literal (owned by the graph) */
 } Node;
 
+/* A symbolic dim: sizes from 1 to `bound`, chosen at each run. */
+typedef struct {
+    const char *name;
+    int64_t bound;
+    Loc loc;
+} SymDim;
+
 /* A training step's param update: after a run, `param` takes the value `value` had. */
 typedef struct {
     int param, value;
@@ -397,6 +415,7 @@ typedef struct Graph {
     /* name -> value id + 1, open addressing */
     int *table;
     int table_cap;
+    SymDim sym; /* the model's symbolic dim (`dim N <= 64`); sym.name NULL: none */
 } Graph;
 
 Graph *graph_new(void);
@@ -503,6 +522,9 @@ int expr_calls(const Expr *e);
 /* ---- Shape inference, verification, printing ---- */
 
 int infer_node(Graph *g, Node *n, Diag *d);
+/* Where n's results have the graph's symbolic dim, after n's inference at its bound,
+ * and the checks that n keeps its items apart (ir/symbolic.c). */
+int infer_symbolic(Graph *g, Node *n, Diag *d);
 int verify_graph(Graph *g, Diag *d);
 void print_graph(const Graph *g, FILE *f);
 /* The graph as Graphviz text (dot.c): declarations, ops and outputs as nodes, a

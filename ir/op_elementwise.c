@@ -17,7 +17,7 @@ int infer_unary(Graph *g, Node *n, Diag *d) {
 
 int infer_broadcast(Graph *g, Node *n, Diag *d) {
     const Type *a = in_type(g, n, 0), *b = in_type(g, n, 1);
-    Type out;
+    Type out = {0};
     if (!broadcast_types(a, b, &out))
         return diag_error(d, n->loc, "%s: shapes %s and %s cannot be broadcast together",
                           op_table[n->op].name, tstr(a), tstr(b));

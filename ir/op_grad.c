@@ -57,7 +57,7 @@ int infer_unary_grad(Graph *g, Node *n, Diag *d) {
 
 int infer_binary_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *a = in_type(g, n, 1), *b = in_type(g, n, 2);
-    Type ab;
+    Type ab = {0};
     if (!broadcast_types(a, b, &ab))
         return diag_error(d, n->loc, "binary_grad: shapes %s and %s cannot be broadcast together", tstr(a),
                           tstr(b));

@@ -94,7 +94,7 @@ static int gather_type(Graph *g, Node *n, const Type *x, int indices_at, const c
     if (x->rank - 1 + idx->rank > KILN_MAX_RANK)
         return diag_error(d, n->loc, "%s: the result of %s at indices %s has more than %d dims", op, tstr(x),
                           tstr(idx), KILN_MAX_RANK);
-    *out = (Type){x->dtype, 0, {0}};
+    *out = (Type){x->dtype, 0, {0}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         if (k != axis)
             out->dims[out->rank++] = x->dims[k];
@@ -105,7 +105,7 @@ static int gather_type(Graph *g, Node *n, const Type *x, int indices_at, const c
 }
 
 int infer_gather(Graph *g, Node *n, Diag *d) {
-    Type out;
+    Type out = {0};
     if (gather_type(g, n, in_type(g, n, 0), 1, "gather", &out, d))
         return -1;
     set_out_type(g, n, 0, out);
@@ -114,7 +114,7 @@ int infer_gather(Graph *g, Node *n, Diag *d) {
 
 int infer_gather_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
-    Type y;
+    Type y = {0};
     if (x->dtype != DT_F32 || dy->dtype != DT_F32)
         return diag_error(d, n->loc, "gather_grad: dy %s and x %s must be f32", tstr(dy), tstr(x));
     if (gather_type(g, n, x, 2, "gather_grad", &y, d))

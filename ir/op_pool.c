@@ -104,7 +104,7 @@ static int pool_type(const Node *n, const Type *x, Type *y, Diag *d) {
 }
 
 int infer_pool(Graph *g, Node *n, Diag *d) {
-    Type y;
+    Type y = {0};
     if (pool_type(n, in_type(g, n, 0), &y, d))
         return -1;
     set_out_type(g, n, 0, y);
@@ -115,7 +115,7 @@ int infer_pool(Graph *g, Node *n, Diag *d) {
  * the gradient x's. */
 int infer_pool_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
-    Type y;
+    Type y = {0};
     if (check_grad_ranks(n, dy, x, d) || pool_type(n, x, &y, d))
         return -1;
     if (!type_equal(dy, &y))
@@ -309,7 +309,7 @@ static int adaptive_type(const Node *n, const Type *x, Type *y, Diag *d) {
 }
 
 int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
-    Type y;
+    Type y = {0};
     if (adaptive_type(n, in_type(g, n, 0), &y, d))
         return -1;
     set_out_type(g, n, 0, y);
@@ -319,7 +319,7 @@ int infer_adaptive_avg_pool(Graph *g, Node *n, Diag *d) {
 /* adaptive_avg_pool_grad(dy, x): dy has the pool's result type, and the gradient x's. */
 int infer_adaptive_avg_pool_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
-    Type y;
+    Type y = {0};
     if (check_grad_ranks(n, dy, x, d) || adaptive_type(n, x, &y, d))
         return -1;
     if (!type_equal(dy, &y))

@@ -39,7 +39,7 @@ int infer_reduce(Graph *g, Node *n, Diag *d) {
     if (reduce_axes(n, x, reduced, d))
         return -1;
     bool keep = node_bool(n, ATTR_KEEPDIMS);
-    Type out = {DT_F32, 0, {0}};
+    Type out = {DT_F32, 0, {0}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         if (!reduced[k] || keep)
             out.dims[out.rank++] = reduced[k] ? 1 : x->dims[k];
@@ -252,7 +252,7 @@ int infer_argmax(Graph *g, Node *n, Diag *d) {
     int axis;
     if (scan_axis(n, x, &axis, d))
         return -1;
-    Type out = {DT_I64, 0, {0}};
+    Type out = {DT_I64, 0, {0}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         if (k != axis || node_bool(n, ATTR_KEEPDIMS))
             out.dims[out.rank++] = k == axis ? 1 : x->dims[k];

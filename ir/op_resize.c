@@ -152,7 +152,7 @@ static int resampled_type(const Node *n, const Type *x, Type *out, Diag *d) {
 }
 
 int infer_resample(Graph *g, Node *n, Diag *d) {
-    Type out;
+    Type out = {0};
     if (resampled_type(n, in_type(g, n, 0), &out, d))
         return -1;
     set_out_type(g, n, 0, out);
@@ -161,7 +161,7 @@ int infer_resample(Graph *g, Node *n, Diag *d) {
 
 int infer_resample_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
-    Type y;
+    Type y = {0};
     if (check_grad_ranks(n, dy, x, d) || resampled_type(n, x, &y, d))
         return -1;
     if (!type_equal(dy, &y))

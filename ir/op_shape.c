@@ -39,7 +39,7 @@ int infer_reshape(Graph *g, Node *n, Diag *d) {
     if (a->n > KILN_MAX_RANK)
         return diag_error(d, a->loc, "reshape: shape has %d dimensions, at most %d are allowed", a->n,
                           KILN_MAX_RANK);
-    Type out = {DT_F32, a->n, {0}};
+    Type out = {DT_F32, a->n, {0}, NULL, 0};
     int64_t numel = type_numel(x), known = 1;
     int inferred = -1;
     bool fits = true;
@@ -85,7 +85,7 @@ int infer_flatten(Graph *g, Node *n, Diag *d) {
                           -x->rank, x->rank, tstr(x));
     if (axis < 0)
         axis += x->rank;
-    Type out = {DT_F32, 2, {1, 1}};
+    Type out = {DT_F32, 2, {1, 1}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         out.dims[k < axis ? 0 : 1] *= x->dims[k];
     set_out_type(g, n, 0, out);
@@ -111,7 +111,7 @@ int infer_squeeze(Graph *g, Node *n, Diag *d) {
                               tstr(x), (long long)x->dims[axis]);
         drop[axis] = true;
     }
-    Type out = {DT_F32, 0, {0}};
+    Type out = {DT_F32, 0, {0}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         if (!drop[k])
             out.dims[out.rank++] = x->dims[k];
@@ -138,7 +138,7 @@ int infer_unsqueeze(Graph *g, Node *n, Diag *d) {
             return diag_error(d, a->loc, "unsqueeze: axes name dimension %d of the result twice", axis);
         added[axis] = true;
     }
-    Type out = {DT_F32, rank, {0}};
+    Type out = {DT_F32, rank, {0}, NULL, 0};
     for (int k = 0, next = 0; k < rank; k++)
         out.dims[k] = added[k] ? 1 : x->dims[next++];
     set_out_type(g, n, 0, out);
@@ -176,7 +176,7 @@ int infer_transpose(Graph *g, Node *n, Diag *d) {
     int perm[KILN_MAX_RANK];
     if (read_perm(n, x, perm, d))
         return -1;
-    Type out = {DT_F32, x->rank, {0}};
+    Type out = {DT_F32, x->rank, {0}, NULL, 0};
     for (int k = 0; k < x->rank; k++)
         out.dims[k] = x->dims[perm[k]];
     set_out_type(g, n, 0, out);
@@ -332,7 +332,7 @@ int slice_ranges(const Node *n, const Type *x, int64_t *start, int64_t *step, Ty
 
 int infer_slice(Graph *g, Node *n, Diag *d) {
     int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK];
-    Type out;
+    Type out = {0};
     if (slice_ranges(n, in_type(g, n, 0), start, step, &out, d))
         return -1;
     set_out_type(g, n, 0, out);
@@ -342,7 +342,7 @@ int infer_slice(Graph *g, Node *n, Diag *d) {
 int eval_slice(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Type *x = &in[0]->type, *y = &out[0]->type;
     int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], xs[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
-    Type t;
+    Type t = {0};
     if (slice_ranges(n, x, start, step, &t, d))
         return -1;
     type_strides(x, xs);
@@ -409,7 +409,7 @@ static int pad_widths(const Node *n, const Type *x, int64_t *begin, int64_t *end
 
 int infer_pad(Graph *g, Node *n, Diag *d) {
     int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK];
-    Type out;
+    Type out = {0};
     if (pad_widths(n, in_type(g, n, 0), begin, end, &out, d))
         return -1;
     set_out_type(g, n, 0, out);
@@ -420,7 +420,7 @@ int infer_pad(Graph *g, Node *n, Diag *d) {
 int infer_pad_grad(Graph *g, Node *n, Diag *d) {
     const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1);
     int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK];
-    Type y;
+    Type y = {0};
     if (check_grad_ranks(n, dy, x, d) || pad_widths(n, x, begin, end, &y, d))
         return -1;
     if (!type_equal(dy, &y))
@@ -449,7 +449,7 @@ static int64_t pad_source(PadMode mode, int64_t i, int64_t dim, int64_t b, int64
 int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Type *x = &in[0]->type, *y = &out[0]->type;
     int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK], xs[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
-    Type t;
+    Type t = {0};
     if (pad_widths(n, x, begin, end, &t, d))
         return -1;
     PadMode mode = pad_mode(n);
@@ -474,7 +474,7 @@ int eval_pad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
 int eval_pad_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
     const Type *y = &in[0]->type, *x = &in[1]->type;
     int64_t begin[KILN_MAX_RANK], end[KILN_MAX_RANK], xs[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
-    Type t;
+    Type t = {0};
     if (pad_widths(n, x, begin, end, &t, d))
         return -1;
     PadMode mode = pad_mode(n);

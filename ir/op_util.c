@@ -28,7 +28,7 @@ int norm_axis(int64_t axis, int rank) {
 
 bool broadcast_types(const Type *a, const Type *b, Type *out) {
     int r = a->rank > b->rank ? a->rank : b->rank;
-    *out = (Type){a->dtype, r, {0}};
+    *out = (Type){a->dtype, r, {0}, NULL, 0};
     for (int i = 0; i < r; i++) {
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
         int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
@@ -40,7 +40,7 @@ bool broadcast_types(const Type *a, const Type *b, Type *out) {
 }
 
 bool broadcasts_to(const Type *t, const Type *to) {
-    Type b;
+    Type b = {0};
     return broadcast_types(t, to, &b) && type_equal(&b, to);
 }
 

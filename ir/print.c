@@ -1,11 +1,12 @@
 /* The printer: a graph as canonical text that parses back into the same graph.
  *
- * `model NAME`, then every node in order, then `output`. One space around `=` and
- * after every `,` and `:`. Attributes in the op table's order, only those set (the
- * parser has dropped those equal to their default). Floats in the shortest form
- * that reads back to the same value; names quoted when they are not identifiers or
- * are keywords, strings always, with the lexer's escapes where needed. Printing a
- * parsed printed graph gives the identical bytes. */
+ * `model NAME`, the symbolic dim if there is one, then every node in order, then
+ * `output`. One space around `=` and after every `,` and `:`. Attributes in the op
+ * table's order, only those set (the parser has dropped those equal to their
+ * default). Floats in the shortest form that reads back to the same value; names
+ * quoted when they are not identifiers or are keywords, strings always, with the
+ * lexer's escapes where needed. Printing a parsed printed graph gives the identical
+ * bytes. */
 #include "ir.h"
 
 #include <string.h>
@@ -196,6 +197,8 @@ void print_graph(const Graph *g, FILE *f) {
     fputs("model ", f);
     print_name(g->name, f);
     fputc('\n', f);
+    if (g->sym.name)
+        fprintf(f, "dim %s <= %lld\n", g->sym.name, (long long)g->sym.bound);
     for (int i = 0; i < g->n_nodes; i++)
         print_node(g, g->nodes[i], f);
     for (int k = 0; k < g->n_updates; k++) {

@@ -51,30 +51,62 @@ bool type_equal(const Type *a, const Type *b) {
     for (int i = 0; i < a->rank; i++)
         if (a->dims[i] != b->dims[i])
             return false;
-    return true;
+    return a->sym_mult == b->sym_mult;
 }
 
 char *type_str(const Type *t, char *buf, size_t n) {
     size_t len = (size_t)snprintf(buf, n, "%s[", dtype_name(t->dtype));
     for (int i = 0; i < t->rank && len < n; i++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+        if (i == 0 && t->sym && t->sym_mult != 1)
+            len += (size_t)snprintf(buf + len, n - len, "%s*%lld", t->sym, (long long)t->sym_mult);
+        else if (i == 0 && t->sym)
+            len += (size_t)snprintf(buf + len, n - len, "%s", t->sym);
+        else
+            len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
     if (len < n)
         snprintf(buf + len, n - len, "]");
     return buf;
 }
 
 Type type_make(int rank, const int64_t *dims) {
-    Type t = {DT_F32, rank, {0}};
+    Type t = {DT_F32, rank, {0}, NULL, 0};
     for (int i = 0; i < rank; i++)
         t.dims[i] = dims[i];
     return t;
+}
+
+Type type_at(const Type *t, int64_t n) {
+    Type r = *t;
+    if (t->sym)
+        r.dims[0] = t->sym_mult * n;
+    r.sym = NULL;
+    r.sym_mult = 0;
+    return r;
+}
+
+bool type_admits(const Type *want, const Type *given, int64_t *size) {
+    *size = 0;
+    if (!want->sym)
+        return type_equal(want, given);
+    if (given->dtype != want->dtype || given->rank != want->rank || given->sym)
+        return false;
+    for (int i = 1; i < want->rank; i++)
+        if (given->dims[i] != want->dims[i])
+            return false;
+    int64_t mult = want->sym_mult;
+    if (given->dims[0] % mult || given->dims[0] > want->dims[0] || given->dims[0] < mult)
+        return false;
+    *size = given->dims[0] / mult;
+    return true;
 }
 
 Tensor *tensor_new(const Type *t) {
     Tensor *r = ir_malloc(sizeof *r);
     if (!r)
         return NULL;
-    r->type = *t;
+    r->type = *t; /* a tensor holds one size of a symbolic type: its own */
+    r->type.sym = NULL;
+    r->type.sym_mult = 0;
     r->bytes = ir_calloc((size_t)type_numel(t), (size_t)dtype_size(t->dtype));
     if (!r->data) {
         ir_free(r);

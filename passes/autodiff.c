@@ -67,7 +67,7 @@ static int scalar(AD *a, int of, double value) {
     char base[512];
     snprintf(base, sizeof base, "%s.grad", a->c->g->values[of].name);
     Node *n = pass_new_node(a->c, OP_CONST, 0, NULL, base, a->loc);
-    Type t = {DT_F32, 0, {0}};
+    Type t = {DT_F32, 0, {0}, NULL, 0};
     if (!n || !(n->data = tensor_new(&t)))
         return n ? diag_error(a->c->d, a->loc, "out of memory") : -1;
     n->data->data[0] = (float)value;
@@ -599,7 +599,7 @@ static int slice_rule(AD *a, const Node *n, int dy) {
     Type tx = vtype(a, x);
     int rank = tx.rank;
     int64_t first[KILN_MAX_RANK], step[KILN_MAX_RANK], low[KILN_MAX_RANK], pads[2 * KILN_MAX_RANK];
-    Type ty;
+    Type ty = {0};
     if (slice_ranges(n, &tx, first, step, &ty, a->c->d))
         return -1;
     int64_t rev_axes[KILN_MAX_RANK], rev_starts[KILN_MAX_RANK], rev_ends[KILN_MAX_RANK],

@@ -79,7 +79,8 @@ static int transpose_node(Layout *l, int v, int name_of, Loc loc) {
     char base[256];
     snprintf(base, sizeof base, "%s.nhwc", g->values[name_of].name);
     Node *n = pass_new_node(l->c, view ? OP_RESHAPE : OP_TRANSPOSE, 1, &v, base, loc);
-    if (!n || pass_set_ints(l->c, n, view ? ATTR_SHAPE : ATTR_PERM, view ? dims : perm, rank))
+    if (!n ||
+        (view ? pass_set_shape(l->c, n, dims, rank, t->sym) : pass_set_ints(l->c, n, ATTR_PERM, perm, rank)))
         return -1;
     return pass_finish(l->c, n);
 }
@@ -113,8 +114,7 @@ static int operand_nhwc(Layout *l, int v, int rank, Loc loc) {
     snprintf(base, sizeof base, "%s.%s", g->values[v].name, view ? "nhwc" : "aligned");
     Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
     int x;
-    if (!r || pass_set_ints(l->c, r, ATTR_SHAPE, view ? dims : aligned, rank) ||
-        (x = pass_finish(l->c, r)) < 0)
+    if (!r || pass_set_shape(l->c, r, view ? dims : aligned, rank, t->sym) || (x = pass_finish(l->c, r)) < 0)
         return -1;
     return view ? x : transpose_node(l, x, v, loc);
 }
@@ -134,7 +134,7 @@ static int take_over(Layout *l, int i, int y_nhwc) {
     if (!back)
         return diag_error(l->c->d, n->loc, "out of memory");
     back->in[0] = y_nhwc;
-    if (view ? pass_set_ints(l->c, back, ATTR_SHAPE, g->values[y].type.dims, rank)
+    if (view ? pass_set_shape(l->c, back, g->values[y].type.dims, rank, t->sym)
              : pass_set_ints(l->c, back, ATTR_PERM, perm, rank))
         return -1;
     graph_redefine(g, y, back, 0);

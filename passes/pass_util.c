@@ -137,6 +137,14 @@ int pass_set_ints(PassContext *c, Node *n, AttrId attr, const int64_t *v, int co
     return 0;
 }
 
+int pass_set_shape(PassContext *c, Node *n, const int64_t *dims, int rank, bool sym) {
+    int64_t shape[KILN_MAX_RANK];
+    memcpy(shape, dims, sizeof *dims * (size_t)rank);
+    if (sym)
+        shape[0] = -1;
+    return pass_set_ints(c, n, ATTR_SHAPE, shape, rank);
+}
+
 int pass_finish(PassContext *c, Node *n) {
     if (attrs_normalize(c->g, n, c->d) || infer_node(c->g, n, c->d))
         return diag_internal(c->d, n->loc, "a pass built an invalid '%s' (a bug in kiln)",

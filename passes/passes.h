@@ -100,6 +100,9 @@ void pass_set_float(Node *n, AttrId attr, double v);
 /* choice: the index of the enum's word, e.g. LAYOUT_NHWC */
 void pass_set_enum(Node *n, AttrId attr, int choice);
 int pass_set_ints(PassContext *c, Node *n, AttrId attr, const int64_t *v, int count);
+/* A reshape's shape: dims, the first one -1 when sym (the value reshaped has the
+ * graph's symbolic dim, whatever size it has at a run). */
+int pass_set_shape(PassContext *c, Node *n, const int64_t *dims, int rank, bool sym);
 int pass_finish(PassContext *c, Node *n);
 /* ---- --check (check.c) ---- */
 

@@ -70,12 +70,15 @@ kiln_module *kiln_module_new(void *handle, void (*unload)(void *handle), const k
         return NULL;
     }
     bool params = def->extensions & KILN_EXT_PARAMS, comm = def->extensions & KILN_EXT_COMM,
-         run_error = def->extensions & KILN_EXT_RUN_ERROR;
+         run_error = def->extensions & KILN_EXT_RUN_ERROR, sym = def->extensions & KILN_EXT_SYM;
     if (!def->create || !def->run || !def->destroy || def->n_inputs < 0 || def->n_outputs < 0 ||
         (def->n_inputs && !def->inputs) || (def->n_outputs && !def->outputs) ||
         (params &&
          (def->n_params < 0 || (def->n_params && !def->params) || !def->read_param || !def->write_param)) ||
-        (comm && (!params || !def->create_comm)) || (run_error && (!comm || !def->run_error))) {
+        (comm && (!params || !def->create_comm)) || (run_error && (!comm || !def->run_error)) ||
+        (sym && (!run_error || !def->run_sym || def->n_sym < 0 || def->n_sym > 1 ||
+                 (def->n_sym &&
+                  (!def->sym_names || !def->sym_names[0] || !def->sym_bounds || def->sym_bounds[0] < 1))))) {
         kiln_set_error(err, "'%s' is a malformed kiln model (its kiln_model_def lacks a function or table)",
                        shown_as);
         unload(handle);
@@ -115,30 +118,41 @@ kiln_module *kiln_load(const char *path, kiln_error *err) {
     return kiln_module_open(path, path, err);
 }
 
-int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err) {
+int kiln_run_sym(kiln_module *m, const int64_t *sizes, const void *const *inputs, void *const *outputs,
+                 kiln_error *err) {
     if (!m)
         return kiln_set_error(err, "kiln_run: no module");
-    if ((m->def->n_inputs > 0 && !inputs) || (m->def->n_outputs > 0 && !outputs))
+    const kiln_model_def *def = m->def;
+    if ((def->n_inputs > 0 && !inputs) || (def->n_outputs > 0 && !outputs))
         return kiln_set_error(err, "kiln_run: the %s array is NULL (the model '%s' has %d)",
-                              !inputs && m->def->n_inputs > 0 ? "inputs" : "outputs", m->def->name,
-                              !inputs && m->def->n_inputs > 0 ? m->def->n_inputs : m->def->n_outputs);
-    for (int i = 0; i < m->def->n_inputs; i++)
+                              !inputs && def->n_inputs > 0 ? "inputs" : "outputs", def->name,
+                              !inputs && def->n_inputs > 0 ? def->n_inputs : def->n_outputs);
+    for (int i = 0; i < def->n_inputs; i++)
         if (!inputs[i])
-            return kiln_set_error(err, "kiln_run: input %d ('%s') is NULL", i, m->def->inputs[i].name);
-    for (int i = 0; i < m->def->n_outputs; i++)
+            return kiln_set_error(err, "kiln_run: input %d ('%s') is NULL", i, def->inputs[i].name);
+    for (int i = 0; i < def->n_outputs; i++)
         if (!outputs[i])
-            return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, m->def->outputs[i].name);
-    int fault = m->def->run(m->instance, inputs, outputs);
-    const char *why = fault && (m->def->extensions & KILN_EXT_RUN_ERROR) ? m->def->run_error(fault) : NULL;
+            return kiln_set_error(err, "kiln_run: output %d ('%s') is NULL", i, def->outputs[i].name);
+    int n_sym = def->extensions & KILN_EXT_SYM ? def->n_sym : 0;
+    if (sizes && n_sym > 0 && (sizes[0] < 1 || sizes[0] > def->sym_bounds[0]))
+        return kiln_set_error(err, "kiln_run: the model '%s' runs at %s from 1 to %lld, not %lld", def->name,
+                              def->sym_names[0], (long long)def->sym_bounds[0], (long long)sizes[0]);
+    int fault = sizes && n_sym > 0 ? def->run_sym(m->instance, sizes, inputs, outputs)
+                                   : def->run(m->instance, inputs, outputs);
+    const char *why = fault && (def->extensions & KILN_EXT_RUN_ERROR) ? def->run_error(fault) : NULL;
     const char *comm_why = fault && m->comm.error ? m->comm.error(m->comm.ctx) : NULL;
     if (why && comm_why)
-        return kiln_set_error(err, "the model '%s' failed to run: %s: %s", m->def->name, why, comm_why);
+        return kiln_set_error(err, "the model '%s' failed to run: %s: %s", def->name, why, comm_why);
     if (why)
-        return kiln_set_error(err, "the model '%s' failed to run: %s", m->def->name, why);
+        return kiln_set_error(err, "the model '%s' failed to run: %s", def->name, why);
     if (fault)
         return kiln_set_error(err, "the model '%s' failed to run (its run-time check %d failed)%s%s",
-                              m->def->name, fault, comm_why ? ": " : "", comm_why ? comm_why : "");
+                              def->name, fault, comm_why ? ": " : "", comm_why ? comm_why : "");
     return 0;
+}
+
+int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err) {
+    return kiln_run_sym(m, NULL, inputs, outputs, err);
 }
 
 const kiln_model_def *kiln_def(const kiln_module *m) {

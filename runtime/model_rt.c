@@ -59,6 +59,11 @@ struct KilnInstance {
     kiln_comm comm; /* size 0: none */
     float *ws;
     float *st;
+    /* a program with a symbolic dim: each port's buffer of the bound's size (NULL for
+       a port without it), and the pointers a smaller run hands its kernels */
+    void **staged;
+    const void **run_in;
+    void **run_out;
     int n_threads;
     pthread_t *workers;
     /* The loop being run. Its fields are written by the caller before the ticket
@@ -291,7 +296,34 @@ void kiln_rt_destroy(void *instance) {
     }
     free(in->ws);
     free(in->st);
+    for (int k = 0; in->staged && k < in->prog->n_in + in->prog->n_out; k++)
+        free(in->staged[k]);
+    free(in->staged);
+    free(in->run_in);
+    free(in->run_out);
     free(in);
+}
+
+/* The buffers a run smaller than the symbolic dim's bound stages its ports in. */
+static int kiln_rt_stage(KilnInstance *in, char *err, size_t errlen) {
+    const KilnProgram *prog = in->prog;
+    int ports = prog->n_in + prog->n_out;
+    in->staged = calloc((size_t)ports + 1, sizeof *in->staged);
+    in->run_in = calloc((size_t)prog->n_in + 1, sizeof *in->run_in);
+    in->run_out = calloc((size_t)prog->n_out + 1, sizeof *in->run_out);
+    if (!in->staged || !in->run_in || !in->run_out) {
+        snprintf(err, errlen, "out of memory creating the instance");
+        return 1;
+    }
+    for (int k = 0; k < ports; k++) {
+        int64_t unit = k < prog->n_in ? prog->in_unit_bytes[k] : prog->out_unit_bytes[k - prog->n_in];
+        if (unit && !(in->staged[k] = calloc((size_t)prog->sym_bound, (size_t)unit))) {
+            snprintf(err, errlen, "out of memory: a port of the symbolic dim needs %lld bytes",
+                     (long long)(unit * prog->sym_bound));
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Whether comm (NULL: none) can be used, with a message in err when not. */
@@ -335,6 +367,10 @@ int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instan
         }
         memcpy(in->st, prog->weights, bytes);
     }
+    if (prog->sym_bound && kiln_rt_stage(in, err, errlen)) {
+        kiln_rt_destroy(in);
+        return 1;
+    }
     if (in->n_threads > 1) {
         in->home_cpu = kiln_rt_cpu();
         in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
@@ -368,16 +404,37 @@ int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const voi
     return 0;
 }
 
-int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
+int kiln_rt_run_sym(void *instance, const int64_t *sizes, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
+    const KilnProgram *prog = in->prog;
+    int64_t size = prog->sym_bound ? sizes[0] : 0;
+    if (prog->sym_bound && (size < 1 || size > prog->sym_bound))
+        return -1;
+    int staged = size < prog->sym_bound;
+    for (int k = 0; staged && k < prog->n_in; k++) {
+        in->run_in[k] = in->staged[k] ? in->staged[k] : inputs[k];
+        if (in->staged[k])
+            memcpy(in->staged[k], inputs[k], (size_t)(size * prog->in_unit_bytes[k]));
+    }
+    for (int k = 0; staged && k < prog->n_out; k++)
+        in->run_out[k] = in->staged[prog->n_in + k] ? in->staged[prog->n_in + k] : outputs[k];
     int fault = 0;
-    KilnArgs a = {(const float *const *)inputs,
-                  (float *const *)outputs,
+    KilnArgs a = {(const float *const *)(staged ? in->run_in : (const void **)inputs),
+                  (float *const *)(staged ? in->run_out : outputs),
                   in->ws,
-                  (const float *)in->prog->weights,
+                  (const float *)prog->weights,
                   in->st,
                   &fault,
-                  in->comm.size ? &in->comm : NULL};
-    in->prog->run(in, &a);
+                  in->comm.size ? &in->comm : NULL,
+                  prog->sym_bound ? size : 0};
+    prog->run(in, &a);
+    for (int k = 0; staged && k < prog->n_out; k++)
+        if (in->staged[prog->n_in + k])
+            memcpy(outputs[k], in->staged[prog->n_in + k], (size_t)(size * prog->out_unit_bytes[k]));
     return fault;
+}
+
+int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs) {
+    KilnInstance *in = instance;
+    return kiln_rt_run_sym(instance, &in->prog->sym_bound, inputs, outputs);
 }

@@ -23,6 +23,7 @@ typedef struct {
     float *st;
     int *fault;            /* a run-time check that failed: the program's fault number, else 0 */
     const kiln_comm *comm; /* the processes a collective reduces over; NULL: this one alone */
+    int64_t sym;           /* the size of the model's symbolic dim at this run; 0: it has none */
 } KilnArgs;
 
 /* Raises fault f of the program (the number a kernel's check was given); any
@@ -47,6 +48,13 @@ typedef struct {
     const unsigned char *weights;
     void (*run)(KilnInstance *inst, const KilnArgs *a);
     void (*set_blas_threads)(int n); /* NULL when the model calls no BLAS */
+    /* A symbolic dim's bound (0: the model has none), and the bytes of one unit of it
+       in each input and output (0: a port without it). A run at a smaller size copies
+       those ports through buffers of the bound's size, so that every kernel may read
+       and write as many rows as the bound has. */
+    int64_t sym_bound;
+    int32_t n_in, n_out;
+    const int64_t *in_unit_bytes, *out_unit_bytes;
 } KilnProgram;
 
 /* Runs kernel k over [0, count) on the instance's threads, in chunks of at least
@@ -59,6 +67,9 @@ void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t
 int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instance, char *err, size_t errlen);
 void kiln_rt_destroy(void *instance);
 int kiln_rt_run(void *instance, const void *const *inputs, void *const *outputs);
+/* run_sym: at sizes[0] of the symbolic dim (ignored without one); -1 when it is
+   outside 1 to the bound. kiln_rt_run runs at the bound. */
+int kiln_rt_run_sym(void *instance, const int64_t *sizes, const void *const *inputs, void *const *outputs);
 int kiln_rt_read_state(void *instance, int64_t offset, int64_t bytes, void *dst);
 int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const void *src);
 

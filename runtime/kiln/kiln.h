@@ -89,8 +89,13 @@ KILN_API kiln_module *kiln_load(const char *path_to_so, kiln_error *err);
  * the defaults. */
 KILN_API kiln_module *kiln_jit(const char *model_text, const kiln_options *opts, kiln_error *err);
 KILN_API kiln_module *kiln_jit_file(const char *path, const kiln_options *opts, kiln_error *err);
-/* Runs the model once on dense, C-order float buffers of the sizes kiln_def gives. */
+/* Runs the model once on dense, C-order float buffers of the sizes kiln_def gives
+ * (a model with a symbolic dim at its bound). */
 KILN_API int kiln_run(kiln_module *m, const void *const *inputs, void *const *outputs, kiln_error *err);
+/* Runs a model with a symbolic dim at sizes[0] of it (docs/abi.md), on buffers of
+ * the shapes at that size; sizes NULL, or a model without one: kiln_run. */
+KILN_API int kiln_run_sym(kiln_module *m, const int64_t *sizes, const void *const *inputs,
+                          void *const *outputs, kiln_error *err);
 KILN_API const kiln_model_def *kiln_def(const kiln_module *m);
 /* Copies the param `name` that the model's runs update (one of kiln_def(m)->params,
  * docs/abi.md) out of the instance into dst, or from src into it, between runs;

@@ -17,7 +17,7 @@ extern "C" {
 enum { KILN_ABI_VERSION = 1 };
 /* kiln_model_def.extensions: which groups of fields past `destroy` the description
    has, in the order of their bits; a model with one has every lower one's too */
-enum { KILN_EXT_PARAMS = 1, KILN_EXT_COMM = 2, KILN_EXT_RUN_ERROR = 4 };
+enum { KILN_EXT_PARAMS = 1, KILN_EXT_COMM = 2, KILN_EXT_RUN_ERROR = 4, KILN_EXT_SYM = 8 };
 enum kiln_dtype { KILN_F32 = 1, KILN_F16 = 2, KILN_BF16 = 3, KILN_I64 = 4, KILN_I32 = 5, KILN_BOOL = 6 };
 
 typedef struct {
@@ -69,6 +69,15 @@ typedef struct kiln_model_def {
     /* With KILN_EXT_RUN_ERROR: what run's nonzero result fault means, the run-time
        check that failed with its op and place in the model; NULL for no check's number. */
     const char *(*run_error)(int32_t fault);
+    /* With KILN_EXT_SYM: the model's symbolic dims (kiln makes at most one), by name
+       and bound. An input's or output's shape entry -k is k times dim 0's size at a
+       run (-1: the size itself). run_sym runs at sizes[i] of dim i, each from 1 to
+       its bound, on buffers of the shapes at those sizes, and returns -1, having
+       run nothing, when a size is outside that; run runs at the bounds. */
+    int32_t n_sym;
+    const char *const *sym_names;
+    const int64_t *sym_bounds;
+    int (*run_sym)(void *instance, const int64_t *sizes, const void *const *inputs, void *const *outputs);
 } kiln_model_def;
 
 /* The one symbol a compiled model exports. */

@@ -218,7 +218,7 @@ static void test_target_outputs(void **state) {
     got[1]->data[4] = k.want[1]->data[4];
     assert_int_equal(check_outputs(&k, g, got, "target c", "target 'c'", &d), 0);
     tensor_free(got[1]);
-    got[1] = tensor_new(&(Type){DT_F32, 1, {6}}); /* the right size, the wrong shape */
+    got[1] = tensor_new(&(Type){DT_F32, 1, {6}, NULL, 0}); /* the right size, the wrong shape */
     assert_int_equal(check_outputs(&k, g, got, "target c", "target 'c'", &d), -1);
     fclose(out);
     assert_non_null(strstr(text,

@@ -263,6 +263,53 @@ static void test_load_version_1(void **state) {
     kiln_free(m);
 }
 
+/* A model with a symbolic dim: its description (the dim's name and bound, shape
+ * entries -1), a run at each size from 1 to the bound that writes the rows of that
+ * size and no more, kiln_run at the bound, and a size outside them refused by name. */
+static const char sym_text[] = "model rows\n"
+                               "dim B <= 4\n"
+                               "input x : f32[B, 3]\n"
+                               "param w : f32[3] = fill(2.0)\n"
+                               "y = mul(x, w)\n"
+                               "s = sum(y, axes=[1])\n"
+                               "output s\n";
+
+static void test_symbolic_dim(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_jit(sym_text, NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit: %s", err.message);
+    const kiln_model_def *def = kiln_def(m);
+    assert_true(def->extensions & KILN_EXT_SYM);
+    assert_int_equal(def->n_sym, 1);
+    assert_string_equal(def->sym_names[0], "B");
+    assert_int_equal(def->sym_bounds[0], 4);
+    assert_int_equal(def->inputs[0].shape[0], -1);
+    assert_int_equal(def->inputs[0].shape[1], 3);
+    assert_int_equal(def->outputs[0].rank, 1);
+    assert_int_equal(def->outputs[0].shape[0], -1);
+    float x[12], s[5];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i;
+    for (int64_t n = 1; n <= 4; n++) {
+        for (int i = 0; i < 5; i++)
+            s[i] = -1;
+        assert_int_equal(kiln_run_sym(m, &n, (const void *const[]){x}, (void *const[]){s}, &err), 0);
+        for (int i = 0; i < 5; i++)
+            assert_float_equal(s[i], i < n ? 2 * (9 * i + 3) : -1, 1e-4);
+    }
+    s[3] = -1;
+    assert_int_equal(kiln_run(m, (const void *const[]){x}, (void *const[]){s}, &err), 0);
+    assert_float_equal(s[3], 60, 1e-4);
+    for (int64_t n = 0; n <= 5; n += 5) {
+        assert_int_not_equal(kiln_run_sym(m, &n, (const void *const[]){x}, (void *const[]){s}, &err), 0);
+        printf("message: %s\n", err.message);
+        assert_non_null(strstr(err.message, "the model 'rows' runs at B from 1 to 4, not"));
+    }
+    kiln_free(m);
+}
+
 /* A step that updates its params: each run adds x to w and counts itself in n. */
 static const char step_text[] = "model step\n"
                                 "input x : f32[2]\n"
@@ -693,6 +740,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_hostile_load_null),
         cmocka_unit_test(test_load_version_1),
         cmocka_unit_test(test_params),
+        cmocka_unit_test(test_symbolic_dim),
         cmocka_unit_test(test_comm),
         cmocka_unit_test(test_comm_without_run_error),
     };

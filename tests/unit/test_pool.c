@@ -50,7 +50,7 @@ static void uneven_hits(const KilnArgs *a, int64_t begin, int64_t end) {
     count_hits(a, begin, end);
 }
 
-static const KilnProgram no_kernels = {0, 0, NULL, NULL, NULL};
+static const KilnProgram no_kernels = {.workspace_bytes = 0};
 
 static KilnInstance *make(int threads) {
     char n[16], err[128];
@@ -127,7 +127,8 @@ static void loops_after_sleep(void **state) {
 static void state_read_and_write(void **unused) {
     (void)unused;
     static const float weights[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    static const KilnProgram stateful = {0, sizeof weights, (const unsigned char *)weights, NULL, NULL};
+    static const KilnProgram stateful = {.state_bytes = sizeof weights,
+                                         .weights = (const unsigned char *)weights};
     setenv("KILN_NUM_THREADS", "1", 1);
     void *in = NULL;
     char err[128];
@@ -166,7 +167,7 @@ static void reduce_run(KilnInstance *inst, const KilnArgs *args) {
     KILN_ALLREDUCE(args->in[0], args->out[0], 4, mean_flag, 7);
 }
 
-static const KilnProgram reducing = {0, 0, NULL, reduce_run, NULL};
+static const KilnProgram reducing = {.run = reduce_run};
 
 /* Runs `reducing` on x with comm (NULL: none): the fault, the result in y. */
 static int reduce(const kiln_comm *comm, int mean, const float *x, float *y) {
