@@ -42,7 +42,12 @@ typedef struct {
 #define OPT_BIND                                                                                             \
     { "--bind", "NAME=FILE", "make the ONNX graph input NAME the constant in FILE (.npy or TensorProto .pb)" }
 #define OPT_DIM                                                                                              \
-    { "--dim", "NAME=SIZE", "fix the ONNX symbolic dim NAME (a dim_param of the graph inputs) at SIZE" }
+    {                                                                                                        \
+        "--dim", "NAME=SIZE|NAME<=BOUND",                                                                    \
+            "fix the ONNX symbolic dim NAME (a dim_param of the graph inputs) at SIZE, or keep it the "      \
+            "model's "                                                                                       \
+            "symbolic batch, from 1 to BOUND"                                                                \
+    }
 #define OPT_LEVEL                                                                                            \
     { "-O", "0|1|2", "no optimization, cheap passes, or everything (default -O2)" }
 #define OPT_PASSES                                                                                           \
@@ -88,6 +93,7 @@ typedef struct {
     struct {
         const char *name;
         long size;
+        bool bound;    /* NAME<=SIZE: the model's symbolic dim, of that bound */
     } dims[MAX_FILES]; /* --dim NAME=SIZE: ONNX symbolic dims fixed */
     int n_dims;
     const char *weights_out;  /* --weights-out (kiln import) */

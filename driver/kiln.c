@@ -193,10 +193,18 @@ static int set_option(const Command *cmd, const char *key, const char *arg, cons
         return parse_binding(cmd, value, &o->binds[o->n_binds++], "NAME=FILE");
     else if (strcmp(key, "--dim") == 0) {
         Binding dim;
-        if (parse_binding(cmd, value, &dim, "NAME=SIZE") ||
-            parse_count(cmd, "--dim's SIZE", dim.file, 1, KILN_MAX_NUMEL, &o->dims[o->n_dims].size))
+        if (parse_binding(cmd, value, &dim, "NAME=SIZE or NAME<=BOUND"))
             return EXIT_USAGE;
-        o->dims[o->n_dims++].name = dim.name;
+        char *name = (char *)dim.name; /* parse_binding's own copy */
+        bool bound = name[strlen(name) - 1] == '<';
+        if (bound)
+            name[strlen(name) - 1] = 0;
+        if (!*name || parse_count(cmd, bound ? "--dim's BOUND" : "--dim's SIZE", dim.file, bound ? 2 : 1,
+                                  KILN_MAX_NUMEL, &o->dims[o->n_dims].size))
+            return *name ? EXIT_USAGE
+                         : usage_error(cmd, "expected NAME=SIZE or NAME<=BOUND, got '%s'", value);
+        o->dims[o->n_dims].bound = bound;
+        o->dims[o->n_dims++].name = name;
     } else if (strcmp(key, "--weights-out") == 0)
         o->weights_out = value;
     else if (strcmp(key, "--save-weights") == 0)
@@ -363,7 +371,8 @@ int parse_read_model(const Options *o, const ModelInput *in, bool require_weight
     for (int i = 0; i < o->n_binds; i++)
         binds[i] = (OnnxBind){.name = o->binds[i].name, .file = o->binds[i].file};
     for (int i = 0; i < o->n_dims; i++)
-        binds[o->n_binds + i] = (OnnxBind){.name = o->dims[i].name, .size = o->dims[i].size};
+        binds[o->n_binds + i] =
+            (OnnxBind){.name = o->dims[i].name, .size = o->dims[i].size, .bound = o->dims[i].bound};
     if (!(*g = model_input_parse(in, binds, o->n_binds + o->n_dims, weights, d)))
         return EXIT_USER;
     return check_weights(*g, weights, require_weights, d) ? EXIT_USER : 0;

@@ -105,6 +105,8 @@ typedef struct {
     bool if_needed;   /* a constant only where an op needs one; elsewhere still an
                          input (the conformance runner binds every input this way) */
     int64_t size;     /* the symbolic dim's, wherever a graph input or output has it */
+    bool bound;       /* size is the bound of the symbolic dim, which stays the model's own
+                         (the first dim of the inputs that have it: a batch) */
 } OnnxBind;
 
 /* Whether a model path names an ONNX file (ends in .onnx). */

@@ -1052,7 +1052,7 @@ static const char *stem(Arena *a, const char *path) {
     return arena_strndup(a, base, n);
 }
 
-Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name, const char *dir,
+static Graph *import_once(const unsigned char *buf, size_t len, const char *name, const char *dir,
                           const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d) {
     Importer im = {.file = name, .dir = dir, .weights = weights, .d = d, .binds = binds, .n_binds = n_binds};
     int n_weights = weights->n;
@@ -1109,6 +1109,49 @@ Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name
         return NULL;
     }
     return im.g;
+}
+
+/* With a binding that keeps a symbolic dim, the model imported at its bound and at
+ * the bound - 1, and the two made one graph (onnx_sym.c). */
+Graph *onnx_import_buffer(const unsigned char *buf, size_t len, const char *name, const char *dir,
+                          const OnnxBind *binds, int n_binds, TensorList *weights, Diag *d) {
+    int sym = -1;
+    for (int b = 0; b < n_binds; b++)
+        if (binds[b].bound && sym >= 0) {
+            diag_error(d, (Loc){0}, "%s: two symbolic dims, '%s' and '%s': kiln keeps at most one", name,
+                       binds[sym].name, binds[b].name);
+            return NULL;
+        } else if (binds[b].bound) {
+            sym = b;
+        }
+    int n_weights = weights->n;
+    Graph *g = import_once(buf, len, name, dir, binds, n_binds, weights, d);
+    if (!g || sym < 0)
+        return g;
+    OnnxBind *probe_binds = ir_malloc(sizeof *probe_binds * (size_t)n_binds);
+    TensorList probe_weights = {0};
+    Graph *probe = NULL;
+    if (probe_binds) {
+        memcpy(probe_binds, binds, sizeof *probe_binds * (size_t)n_binds);
+        probe_binds[sym].size--; /* below the bound: a table of the bound's size still holds it */
+        probe = import_once(buf, len, name, dir, probe_binds, n_binds, &probe_weights, d);
+    } else {
+        diag_error(d, (Loc){0}, "out of memory");
+    }
+    int rc = probe ? onnx_generalize(g, probe, binds[sym].name, binds[sym].size, name, d) : -1;
+    graph_free(probe);
+    tensors_free(&probe_weights);
+    ir_free(probe_binds);
+    if (rc) {
+        graph_free(g);
+        while (weights->n > n_weights) { /* leave the list as it was */
+            weights->n--;
+            ir_free(weights->items[weights->n].name);
+            tensor_free(weights->items[weights->n].tensor);
+        }
+        return NULL;
+    }
+    return g;
 }
 
 char *path_dir(const char *path) {

@@ -51,6 +51,13 @@ typedef struct {
     int n_binds;
 } Importer;
 
+/* ---- onnx_sym.c ---- */
+
+/* Makes g, imported with the symbolic dim `dim` at `bound`, the graph for every size
+ * of it, by its differences from probe, imported at bound - 1; -1 after a
+ * diagnostic naming file. */
+int onnx_generalize(Graph *g, const Graph *probe, const char *dim, int64_t bound, const char *file, Diag *d);
+
 /* ---- onnx.c ---- */
 
 /* "FILE: node 'NAME' (OP, domain D, opset N): MSG" for the current node; -1. */
