@@ -140,7 +140,7 @@ typedef struct {
     int64_t bound;   /* a lower bound: the most bytes live at one kernel */
 } MemPlan;
 
-typedef struct {
+typedef struct Program {
     Graph *g;
     Buffer *buf; /* per value id */
     MemPlan plan;
@@ -167,7 +167,14 @@ typedef struct {
        makes `run` return f, and the model's run_error(f) is faults[f - 1]. */
     const char **faults;
     int n_faults;
-    Arena arena; /* the kernels' IR */
+    /* A model with a symbolic dim, on the C target: the model lowered again with the
+       dim at 1, where the bound's choices of kernels (Winograd for a batch, blocks
+       for many items) are not the best, which a run at size 1 runs instead; its
+       kernels' names start with "one_", its weights at one_weights_at in this blob. */
+    struct Program *at_one;
+    int64_t one_weights_at;
+    const char *kernel_prefix; /* "" or "one_" */
+    Arena arena;               /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
        program's own, so that programs lowered on different threads share none */
     char names[8][80];

@@ -195,6 +195,19 @@ static void emit_infos(const Program *p, Str *out, const char *what, const int *
     str_printf(out, "};\n");
 }
 
+/* The kernels of p and then of p->at_one, the k-th of them and (owner not NULL)
+ * the program it belongs to. */
+static int all_kernels(const Program *p) {
+    return p->n_kernels + (p->at_one ? p->at_one->n_kernels : 0);
+}
+
+static const Kernel *kernel_at(const Program *p, int k, const Program **owner) {
+    const Program *q = k < p->n_kernels ? p : p->at_one;
+    if (owner)
+        *owner = q;
+    return &q->kernels[k < p->n_kernels ? k : k - p->n_kernels];
+}
+
 /* Per port, the bytes of one unit of the symbolic dim (0: a port without it). */
 static void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *ids, int n) {
     str_printf(out, "static const int64_t model_%s_unit_bytes[] = {", what);
@@ -209,7 +222,7 @@ static void emit_unit_bytes(const Program *p, Str *out, const char *what, const 
 /* The per-kernel tables and the clock of a profiling build (sized at least 1, as C
  * has no empty arrays), and kiln_profile, exported for kiln bench. */
 void emit_profile_tables(const Program *p, Str *out) {
-    int n = p->n_kernels ? p->n_kernels : 1;
+    int n = all_kernels(p) ? all_kernels(p) : 1;
     str_printf(out,
                "/* Profiling: seconds per kernel, summed over runs, and what each kernel is. */\n"
                "#include <time.h>\n\n"
@@ -218,17 +231,18 @@ void emit_profile_tables(const Program *p, Str *out) {
     const char *what[2] = {"names", "comments"};
     for (int t = 0; t < 2; t++) {
         str_printf(out, "static const char *const kiln_prof_%s[%d] = {\n", what[t], n);
-        for (int k = 0; k < p->n_kernels; k++) {
+        for (int k = 0; k < all_kernels(p); k++) {
+            const Kernel *kn = kernel_at(p, k, NULL);
             str_printf(out, "    \"");
-            c_string(out, t == 0 ? p->kernels[k].name : p->kernels[k].comment);
+            c_string(out, t == 0 ? kn->name : kn->comment);
             str_printf(out, "\",\n");
         }
-        str_printf(out, "%s};\n", p->n_kernels ? "" : "    0\n");
+        str_printf(out, "%s};\n", all_kernels(p) ? "" : "    0\n");
     }
     str_printf(out, "static const int64_t kiln_prof_flops[%d] = {", n);
-    for (int k = 0; k < p->n_kernels; k++)
-        str_printf(out, "%s%lld", k ? ", " : "", (long long)p->kernels[k].flops);
-    str_printf(out, "%s};\n\n", p->n_kernels ? "" : "0");
+    for (int k = 0; k < all_kernels(p); k++)
+        str_printf(out, "%s%lld", k ? ", " : "", (long long)kernel_at(p, k, NULL)->flops);
+    str_printf(out, "%s};\n\n", all_kernels(p) ? "" : "0");
     str_printf(out,
                "static double kiln_prof_now(void) {\n"
                "    struct timespec t;\n"
@@ -244,7 +258,7 @@ void emit_profile_tables(const Program *p, Str *out) {
                "    *flops = kiln_prof_flops;\n"
                "    return %d;\n"
                "}\n\n",
-               p->n_kernels);
+               all_kernels(p));
 }
 
 static bool calls_blas(const KStmt *s) {
@@ -410,6 +424,44 @@ static const Lang lang_c_unit = {
     .vector_hint = "KILN_INDEPENDENT",
 };
 
+/* graph_run (or NAME) of q, p itself or p->at_one: each kernel called in turn, a
+ * LOOP over the iterations the run's size needs; with p's profile, each timed into
+ * its slot of p's tables. */
+static void emit_graph_run(const Program *p, const Program *q, const char *name, Str *out) {
+    int first = q == p ? 0 : p->n_kernels;
+    str_printf(out, "static void %s(KilnInstance *inst, const KilnArgs *args) {\n", name);
+    if (p->profile && q->n_kernels)
+        str_printf(out, "    double kiln_prof_then = kiln_prof_now(), kiln_prof_at;\n");
+    for (int k = 0; k < q->n_kernels; k++) {
+        const Kernel *kn = &q->kernels[k];
+        if (kn->kind == K_LOOP && kn->sym_rows && kn->sym_tile == 1) /* the rows of args->sym units */
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, %lld);\n", kn->name,
+                       (long long)(kn->sym_rows * kn->sym_width), (long long)kn->grain);
+        else if (kn->kind == K_LOOP && kn->sym_rows)
+            str_printf(
+                out, "    kiln_rt_parallel(inst, %s, args, (args->sym * %lld + %lld) / %lld * %lld, %lld);\n",
+                kn->name, (long long)kn->sym_rows, (long long)(kn->sym_tile - 1), (long long)kn->sym_tile,
+                (long long)kn->sym_width, (long long)kn->grain);
+        else if (kn->kind == K_LOOP)
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
+                       (long long)kn->count, (long long)kn->grain);
+        else if (kn->kind == K_GEMM)
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
+                       (long long)(kn->batch * kn->m));
+        else
+            str_printf(out, "    %s(args, 0, 1);\n", kn->name);
+        if (p->profile)
+            str_printf(out,
+                       "    kiln_prof_at = kiln_prof_now();\n"
+                       "    kiln_prof_seconds[%d] += kiln_prof_at - kiln_prof_then;\n"
+                       "    kiln_prof_then = kiln_prof_at;\n",
+                       first + k);
+    }
+    if (q->n_kernels == 0)
+        str_printf(out, "    (void)inst, (void)args;\n");
+    str_printf(out, "}\n\n");
+}
+
 /* Unit `unit` of `units` (emit_c_units); the whole model when units is 1. */
 static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d) {
     const Lang *l = units > 1 ? &lang_c_unit : &lang_c;
@@ -445,59 +497,43 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
                    "typedef float kiln_vf __attribute__((vector_size(%d), aligned(4)));\n\n",
                    4 * p->vector_floats);
     emit_weights_blob(p, out);
-    for (int k = 0; k < p->n_kernels; k++)
+    for (int k = 0; k < all_kernels(p); k++) {
+        const Program *owner;
+        const Kernel *kn = kernel_at(p, k, &owner);
         if (k % units == unit)
-            emit_kernel(p, l, &p->kernels[k], out);
+            emit_kernel(owner, l, kn, out);
+    }
     if (unit > 0) {
         if (out->oom)
             return diag_error(d, (Loc){0}, "out of memory generating C");
         return 0;
     }
-    for (int k = 0; k < p->n_kernels; k++)
+    for (int k = 0; k < all_kernels(p); k++)
         if (k % units != unit)
-            str_printf(out, "%s %s%s;\n", l->kernel_decl, p->kernels[k].name, l->params);
+            str_printf(out, "%s %s%s;\n", l->kernel_decl, kernel_at(p, k, NULL)->name, l->params);
     if (p->profile)
         emit_profile_tables(p, out);
-    str_printf(out, "static void graph_run(KilnInstance *inst, const KilnArgs *args) {\n");
-    if (p->profile && p->n_kernels)
-        str_printf(out, "    double kiln_prof_then = kiln_prof_now(), kiln_prof_at;\n");
-    for (int k = 0; k < p->n_kernels; k++) {
-        const Kernel *kn = &p->kernels[k];
-        if (kn->kind == K_LOOP && kn->sym_rows && kn->sym_tile == 1) /* the rows of args->sym units */
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, %lld);\n", kn->name,
-                       (long long)(kn->sym_rows * kn->sym_width), (long long)kn->grain);
-        else if (kn->kind == K_LOOP && kn->sym_rows)
-            str_printf(
-                out, "    kiln_rt_parallel(inst, %s, args, (args->sym * %lld + %lld) / %lld * %lld, %lld);\n",
-                kn->name, (long long)kn->sym_rows, (long long)(kn->sym_tile - 1), (long long)kn->sym_tile,
-                (long long)kn->sym_width, (long long)kn->grain);
-        else if (kn->kind == K_LOOP)
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
-                       (long long)kn->count, (long long)kn->grain);
-        else if (kn->kind == K_GEMM)
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
-                       (long long)(kn->batch * kn->m));
-        else
-            str_printf(out, "    %s(args, 0, 1);\n", kn->name);
-        if (p->profile)
-            str_printf(out,
-                       "    kiln_prof_at = kiln_prof_now();\n"
-                       "    kiln_prof_seconds[%d] += kiln_prof_at - kiln_prof_then;\n"
-                       "    kiln_prof_then = kiln_prof_at;\n",
-                       k);
-    }
-    if (p->n_kernels == 0)
-        str_printf(out, "    (void)inst, (void)args;\n");
-    str_printf(out, "}\n\n");
+    emit_graph_run(p, p, "graph_run", out);
+    if (p->at_one)
+        emit_graph_run(p, p->at_one, "graph_run_one", out);
     emit_unit_bytes(p, out, "in", p->inputs, p->n_inputs);
     emit_unit_bytes(p, out, "out", p->g->outputs, p->g->n_outputs);
-    str_printf(
-        out,
-        "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s,\n"
-        "                                    %lld, %d, %d, model_in_unit_bytes, model_out_unit_bytes};\n\n",
-        (long long)p->workspace_bytes, (long long)p->state_bytes,
-        uses_blas(p) ? "openblas_set_num_threads" : "NULL", (long long)p->g->sym.bound, p->n_inputs,
-        p->g->n_outputs);
+    const char *blas =
+        uses_blas(p) || (p->at_one && uses_blas(p->at_one)) ? "openblas_set_num_threads" : "NULL";
+    if (p->at_one) /* the model at size 1 of its symbolic dim, which run_sym runs there */
+        str_printf(
+            out,
+            "static const KilnProgram program_one = {%lld, 0, kiln_weights_blob + %lld, graph_run_one, "
+            "%s,\n                                        0, %d, %d, model_in_unit_bytes, "
+            "model_out_unit_bytes, NULL};\n",
+            (long long)p->at_one->workspace_bytes, (long long)p->one_weights_at, blas, p->n_inputs,
+            p->g->n_outputs);
+    str_printf(out,
+               "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s,\n"
+               "                                    %lld, %d, %d, model_in_unit_bytes, model_out_unit_bytes, "
+               "%s};\n\n",
+               (long long)p->workspace_bytes, (long long)p->state_bytes, blas, (long long)p->g->sym.bound,
+               p->n_inputs, p->g->n_outputs, p->at_one ? "&program_one" : "NULL");
     emit_model_def(p, out, "kiln_rt");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");
@@ -511,7 +547,7 @@ int emit_c_model(const Program *p, Str *out, Diag *d) {
 int c_unit_count(const Program *p) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int n = cores < 1 ? 1 : cores > C_MAX_UNITS ? C_MAX_UNITS : (int)cores;
-    int most = p->n_kernels / 8;
+    int most = all_kernels(p) / 8;
     return n < most ? n : most < 1 ? 1 : most;
 }
 

@@ -102,7 +102,8 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
     *k = (Kernel){.kind = kind, .node = n, .grain = 1};
     const char *opname = op_table[n->op].name;
     Str name = {0}, comment = {0};
-    str_printf(&name, "k%d_%s%s%s", p->n_kernels, opname, what ? "_" : "", what ? what : "");
+    str_printf(&name, "%sk%d_%s%s%s", p->kernel_prefix, p->n_kernels, opname, what ? "_" : "",
+               what ? what : "");
     str_printf(&comment, "%s %s%s%s%s", opname, p->g->values[n->out[0]].name, what ? " (" : "",
                what ? what : "", what ? ")" : "");
     k->reads = ir_calloc((size_t)n->n_in + 1, sizeof(int));
@@ -602,7 +603,8 @@ static int drop_unread_weights(Program *p, Diag *d) {
     return 0;
 }
 
-Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
+static Program *lower_program(Graph *g, const TensorList *weights, const LowerOptions *o, const char *prefix,
+                              Diag *d) {
     if (g->sym.name && o->target == TARGET_CUDA) {
         diag_error(
             d, g->sym.loc,
@@ -620,6 +622,7 @@ Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *
         return NULL;
     }
     p->g = g;
+    p->kernel_prefix = prefix;
     graph_count_uses(g, p->uses);
     p->target = o->target;
 #ifdef KILN_HAVE_OPENBLAS
@@ -678,6 +681,65 @@ fail:
     return NULL;
 }
 
+/* Whether two programs raise the same faults by the same numbers. */
+static bool same_faults(const Program *a, const Program *b) {
+    if (a->n_faults != b->n_faults)
+        return false;
+    for (int f = 0; f < a->n_faults; f++)
+        if (strcmp(a->faults[f], b->faults[f]) != 0)
+            return false;
+    return true;
+}
+
+/* p->at_one: p's graph lowered with its symbolic dim at 1 (each type at that size,
+ * the dim gone for the while), its weights appended to p's. A specialization whose
+ * faults differ is dropped (the model's messages are p's). -1 after a diagnostic. */
+static int lower_at_one(Program *p, const TensorList *weights, const LowerOptions *o, Diag *d) {
+    Graph *g = p->g;
+    Type *types = ir_malloc(sizeof *types * ((size_t)g->n_values + 1));
+    if (!types)
+        return diag_error(d, (Loc){0}, "out of memory");
+    SymDim sym = g->sym;
+    for (int v = 0; v < g->n_values; v++) {
+        types[v] = g->values[v].type;
+        g->values[v].type = type_at(&types[v], 1);
+    }
+    g->sym = (SymDim){0};
+    Program *one = lower_program(g, weights, o, "one_", d);
+    g->sym = sym;
+    for (int v = 0; v < g->n_values; v++)
+        g->values[v].type = types[v];
+    ir_free(types);
+    if (!one)
+        return -1;
+    if (!same_faults(p, one)) {
+        program_free(one);
+        return 0;
+    }
+    int64_t at = (p->weights_bytes + 63) / 64 * 64;
+    unsigned char *blob = ir_realloc(p->weights, (size_t)(at + one->weights_bytes + 1));
+    if (!blob) {
+        program_free(one);
+        return diag_error(d, (Loc){0}, "out of memory");
+    }
+    memset(blob + p->weights_bytes, 0, (size_t)(at - p->weights_bytes));
+    memcpy(blob + at, one->weights, (size_t)one->weights_bytes);
+    p->weights = blob;
+    p->weights_bytes = at + one->weights_bytes;
+    p->at_one = one;
+    p->one_weights_at = at;
+    return 0;
+}
+
+Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
+    Program *p = lower_program(g, weights, o, "", d);
+    if (p && g->sym.name && o->target == TARGET_C && g->n_updates == 0 && lower_at_one(p, weights, o, d)) {
+        program_free(p);
+        return NULL;
+    }
+    return p;
+}
+
 void program_free(Program *p) {
     if (!p)
         return;
@@ -701,5 +763,6 @@ void program_free(Program *p) {
     ir_free(p->inputs);
     ir_free(p->uses);
     ir_free(p->weights);
+    program_free(p->at_one);
     ir_free(p);
 }

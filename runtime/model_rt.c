@@ -351,6 +351,8 @@ int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instan
         in->comm = *comm;
     in->n_threads = kiln_rt_threads();
     size_t bytes = (size_t)prog->workspace_bytes;
+    if (prog->at_one && (size_t)prog->at_one->workspace_bytes > bytes)
+        bytes = (size_t)prog->at_one->workspace_bytes;
     if (bytes && posix_memalign((void **)&in->ws, 64, bytes) != 0) {
         snprintf(err, errlen, "out of memory: the workspace needs %zu bytes", bytes);
         in->ws = NULL;
@@ -410,6 +412,10 @@ int kiln_rt_run_sym(void *instance, const int64_t *sizes, const void *const *inp
     int64_t size = prog->sym_bound ? sizes[0] : 0;
     if (prog->sym_bound && (size < 1 || size > prog->sym_bound))
         return -1;
+    if (size == 1 && prog->at_one) { /* its buffers are the size-1 ports themselves */
+        prog = prog->at_one;
+        size = 0;
+    }
     int staged = size < prog->sym_bound;
     for (int k = 0; staged && k < prog->n_in; k++) {
         in->run_in[k] = in->staged[k] ? in->staged[k] : inputs[k];

@@ -42,7 +42,7 @@ typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
 typedef struct KilnInstance KilnInstance;
 
 /* What the generated code tells the runtime about its model. */
-typedef struct {
+typedef struct KilnProgram {
     int64_t workspace_bytes;
     int64_t state_bytes; /* the state starts as a copy of the weights' first state_bytes */
     const unsigned char *weights;
@@ -55,6 +55,9 @@ typedef struct {
     int64_t sym_bound;
     int32_t n_in, n_out;
     const int64_t *in_unit_bytes, *out_unit_bytes;
+    /* The model compiled for size 1 of the dim, which a run at that size runs instead
+       (on the same workspace, the larger of the two); NULL: none. */
+    const struct KilnProgram *at_one;
 } KilnProgram;
 
 /* Runs kernel k over [0, count) on the instance's threads, in chunks of at least
