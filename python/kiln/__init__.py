@@ -61,6 +61,7 @@ class _TensorInfo(ctypes.Structure):
 
 
 _KILN_EXT_PARAMS = 1
+_KILN_EXT_SYM = 8
 
 
 class _ModelDef(ctypes.Structure):
@@ -74,6 +75,14 @@ class _ModelDef(ctypes.Structure):
 
 class _ParamsDef(ctypes.Structure):
     _fields_ = _ModelDef._fields_ + [("n_params", ctypes.c_int32), ("params", ctypes.POINTER(_TensorInfo))]
+
+
+class _SymDef(ctypes.Structure):
+    # with KILN_EXT_SYM (docs/abi.md): the symbolic dim's name and bound
+    _fields_ = _ParamsDef._fields_ + [("read_param", ctypes.c_void_p), ("write_param", ctypes.c_void_p),
+                                      ("create_comm", ctypes.c_void_p), ("run_error", ctypes.c_void_p),
+                                      ("n_sym", ctypes.c_int32), ("sym_names", ctypes.POINTER(ctypes.c_char_p)),
+                                      ("sym_bounds", ctypes.POINTER(ctypes.c_int64)), ("run_sym", ctypes.c_void_p)]
 
 
 class _Options(ctypes.Structure):
@@ -95,6 +104,8 @@ def _open_library():
         ("kiln_jit_file", ctypes.c_void_p, [ctypes.c_char_p, ctypes.POINTER(_Options), err]),
         ("kiln_run", ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                                     ctypes.POINTER(ctypes.c_void_p), err]),
+        ("kiln_run_sym", ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
+                                        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), err]),
         ("kiln_def", ctypes.POINTER(_ModelDef), [ctypes.c_void_p]),
         ("kiln_read_param", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, err]),
         ("kiln_write_param", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, err]),
@@ -123,7 +134,8 @@ _safetensors_dtypes = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
                        np.dtype(np.int32): "I32", np.dtype(np.bool_): "BOOL"}
 
 TensorInfo = namedtuple("TensorInfo", "name shape dtype")
-TensorInfo.__doc__ = "A model's input, output or param: its name, shape (a tuple) and NumPy dtype."
+TensorInfo.__doc__ = ("A model's input, output or param: its name, shape (a tuple; None for the model's "
+                      "symbolic dim, a batch) and NumPy dtype.")
 
 
 def _infos(array, n):
@@ -132,8 +144,14 @@ def _infos(array, n):
         t = array[i]
         if t.dtype not in _dtypes:
             raise Error(f"'{t.name.decode()}' has element type {t.dtype}, which NumPy cannot hold")
-        infos.append(TensorInfo(t.name.decode(), tuple(t.shape[k] for k in range(t.rank)), _dtypes[t.dtype]))
+        shape = tuple(t.shape[k] if t.shape[k] >= 0 else None for k in range(t.rank))
+        infos.append(TensorInfo(t.name.decode(), shape, _dtypes[t.dtype]))
     return tuple(infos)
+
+
+def _multiples(array, n):
+    """Each tensor's multiple of the symbolic dim in its first dim (0: none)."""
+    return tuple(-array[i].shape[0] if array[i].rank and array[i].shape[0] < 0 else 0 for i in range(n))
 
 
 def _as_array(value, info, what):
@@ -146,7 +164,8 @@ def _as_array(value, info, what):
         array = np.asarray(value)
     if array.dtype != info.dtype:
         raise Error(f"{what} '{info.name}' is {array.dtype}; the model takes {info.dtype}")
-    if array.shape != info.shape:
+    if len(array.shape) != len(info.shape) or any(
+            want is not None and got != want for got, want in zip(array.shape, info.shape)):
         raise Error(f"{what} '{info.name}' has shape {list(array.shape)}; the model takes {list(info.shape)}")
     if not array.flags.c_contiguous or not array.flags.aligned:
         array = np.ascontiguousarray(array)
@@ -344,6 +363,14 @@ class Model:
         if d.extensions & _KILN_EXT_PARAMS:
             p = ctypes.cast(ctypes.pointer(d), ctypes.POINTER(_ParamsDef)).contents
             self._param_infos = _infos(p.params, p.n_params)
+        # the symbolic dim: (name, bound), and each input's and output's multiple of it
+        self.symbolic = None
+        self._in_mult, self._out_mult = _multiples(d.inputs, d.n_inputs), _multiples(d.outputs, d.n_outputs)
+        if d.extensions & _KILN_EXT_SYM:
+            sd = ctypes.cast(ctypes.pointer(d), ctypes.POINTER(_SymDef)).contents
+            if sd.n_sym == 1:
+                self.symbolic = (sd.sym_names[0].decode(), sd.sym_bounds[0])
+        self._size = ctypes.c_int64(0)
         # what each run passes to kiln_run, set under _lock
         self._in_ptrs = (ctypes.c_void_p * max(1, len(self.inputs)))()
         self._out_ptrs = (ctypes.c_void_p * max(1, len(self.outputs)))()
@@ -377,15 +404,37 @@ class Model:
         if named or len(args) != len(self.inputs):
             args = self._by_position(args, named)
         arrays = [_as_array(value, t, "input") for value, t in zip(args, self.inputs)]
-        outputs = [np.empty(t.shape, t.dtype) for t in self.outputs]
+        size = self._size_of(arrays)
+        outputs = [np.empty(((size * m,) if m else t.shape[:1]) + t.shape[1:], t.dtype)
+                   for t, m in zip(self.outputs, self._out_mult)]
         with self._lock:
             for i, a in enumerate(arrays):
                 self._in_ptrs[i] = a.ctypes.data
             for i, o in enumerate(outputs):
                 self._out_ptrs[i] = o.ctypes.data
-            if _lib.kiln_run(self._handle(), self._in_ptrs, self._out_ptrs, self._err):
+            self._size.value = size
+            sizes = ctypes.byref(self._size) if self.symbolic else None
+            if _lib.kiln_run_sym(self._handle(), sizes, self._in_ptrs, self._out_ptrs, self._err):
                 _raise(self._err)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _size_of(self, arrays):
+        """The size of the symbolic dim the inputs give (0 without one): each input with
+        it a whole multiple, all the same, from 1 to the bound."""
+        if not self.symbolic:
+            return 0
+        name, bound = self.symbolic
+        size = None
+        for a, t, m in zip(arrays, self.inputs, self._in_mult):
+            if not m:
+                continue
+            here = a.shape[0] // m
+            if a.shape[0] % m or not 1 <= here <= bound or (size is not None and here != size):
+                raise Error(f"input '{t.name}' has shape {list(a.shape)}: its first dim is {name}"
+                            f"{'*' + str(m) if m > 1 else ''} for {name} from 1 to {bound}"
+                            f"{'' if size is None else f', and the inputs before it give {name} = {size}'}")
+            size = here
+        return size or bound
 
     def _by_position(self, args, named):
         if len(args) > len(self.inputs):

@@ -55,6 +55,21 @@ def test_compile_text_and_named_inputs(tmp_path, monkeypatch):
     assert "relu" in kiln.compile("-O0.kiln").source
 
 
+def test_symbolic_batch():
+    m = kiln.compile("model rows\ndim B <= 4\ninput x : f32[B, 3]\nparam w : f32[3] = fill(2.0)\n"
+                     "y = mul(x, w)\nr = reshape(y, shape=[-1, 1])\noutput r\n")
+    assert m.symbolic == ("B", 4)
+    assert m.inputs == (kiln.TensorInfo("x", (None, 3), np.dtype(np.float32)),)
+    assert m.outputs[0].shape == (None, 1)
+    for n in (1, 3, 4):
+        x = np.arange(3 * n, dtype=np.float32).reshape(n, 3)
+        assert np.array_equal(m(x), (2 * x).reshape(3 * n, 1))
+    with pytest.raises(kiln.Error, match=r"input 'x' has shape \[5, 3\]: its first dim is B for B from 1 to 4"):
+        m(np.zeros((5, 3), np.float32))
+    with pytest.raises(kiln.Error, match=r"has shape \[2, 4\]; the model takes \[None, 3\]"):
+        m(np.zeros((2, 4), np.float32))
+
+
 def test_weights_from_arrays_and_files(tmp_path):
     text = "model m\ninput x : f32[2]\nparam w : f32[2]\ny = mul(x, w)\noutput y\n"
     w = np.array([3, -2], np.float32)
