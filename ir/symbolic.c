@@ -64,10 +64,11 @@ static const char *works_along_items(const Graph *g, const Node *n) {
 
 /* "N", or "N*4" for mult 4. */
 static const char *sym_str(const char *sym, int64_t mult, char *buf, size_t n) {
-    Type t = {DT_F32, 1, {mult}, sym, mult};
-    type_str(&t, buf, n);
-    buf[strlen(buf) - 1] = 0;
-    return buf + 4; /* past "f32[" */
+    if (mult == 1)
+        snprintf(buf, n, "%s", sym);
+    else
+        snprintf(buf, n, "%s*%lld", sym, (long long)mult);
+    return buf;
 }
 
 /* Whether a and b have one rank and the same dims from dim `from` on. */

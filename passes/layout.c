@@ -76,11 +76,12 @@ static int transpose_node(Layout *l, int v, int name_of, Loc loc) {
     for (int k = 0; k < rank; k++)
         dims[k] = t->dims[perm[k]];
     bool view = keeps_order(t, perm);
+    bool sym = t->sym != NULL; /* t moves when the node's result grows the values */
     char base[256];
     snprintf(base, sizeof base, "%s.nhwc", g->values[name_of].name);
     Node *n = pass_new_node(l->c, view ? OP_RESHAPE : OP_TRANSPOSE, 1, &v, base, loc);
     if (!n ||
-        (view ? pass_set_shape(l->c, n, dims, rank, t->sym) : pass_set_ints(l->c, n, ATTR_PERM, perm, rank)))
+        (view ? pass_set_shape(l->c, n, dims, rank, sym) : pass_set_ints(l->c, n, ATTR_PERM, perm, rank)))
         return -1;
     return pass_finish(l->c, n);
 }
@@ -108,13 +109,14 @@ static int operand_nhwc(Layout *l, int v, int rank, Loc loc) {
         dims[k] = aligned[perm[k]];
     Type at = type_make(rank, aligned);
     bool view = keeps_order(&at, perm);
+    bool sym = t->sym != NULL; /* t moves when the reshape's result grows the values */
     if (!view && t->rank == rank)
         return transpose_node(l, v, v, loc);
     char base[256];
     snprintf(base, sizeof base, "%s.%s", g->values[v].name, view ? "nhwc" : "aligned");
     Node *r = pass_new_node(l->c, OP_RESHAPE, 1, &v, base, loc);
     int x;
-    if (!r || pass_set_shape(l->c, r, view ? dims : aligned, rank, t->sym) || (x = pass_finish(l->c, r)) < 0)
+    if (!r || pass_set_shape(l->c, r, view ? dims : aligned, rank, sym) || (x = pass_finish(l->c, r)) < 0)
         return -1;
     return view ? x : transpose_node(l, x, v, loc);
 }
@@ -129,12 +131,12 @@ static int take_over(Layout *l, int i, int y_nhwc) {
     const Type *t = &g->values[y_nhwc].type;
     int64_t perm[KILN_MAX_RANK];
     int rank = perm_of(t->rank, true, perm);
-    bool view = keeps_order(t, perm);
+    bool view = keeps_order(t, perm), sym = t->sym != NULL;
     Node *back = graph_add_node(g, view ? OP_RESHAPE : OP_TRANSPOSE, 1, 1, n->loc);
     if (!back)
         return diag_error(l->c->d, n->loc, "out of memory");
     back->in[0] = y_nhwc;
-    if (view ? pass_set_shape(l->c, back, g->values[y].type.dims, rank, t->sym)
+    if (view ? pass_set_shape(l->c, back, g->values[y].type.dims, rank, sym)
              : pass_set_ints(l->c, back, ATTR_PERM, perm, rank))
         return -1;
     graph_redefine(g, y, back, 0);

@@ -40,8 +40,8 @@ typedef struct {
 /* The name of the first input of the case's first op statement, or "". */
 static void first_input(const char *from, const char *to, char *name, size_t cap) {
     name[0] = 0;
-    for (const char *line = from; line < to; line = strchr(line, '\n') + 1) {
-        const char *eq = strstr(line, " = "), *end = strchr(line, '\n');
+    for (const char *line = from, *end; line < to && (end = strchr(line, '\n')); line = end + 1) {
+        const char *eq = strstr(line, " = ");
         if (!eq || eq > end || strncmp(line, "param", 5) == 0 || line[0] == '#')
             continue;
         const char *open = strchr(eq, '(');
@@ -91,15 +91,14 @@ static void rewrite(const char *text, const Cases *c, char *out, size_t cap) {
     }
 }
 
-/* Parses text and expands grad (as battery_load does), or on an error returns NULL
- * with the line it names in *line. */
-static Graph *parse_quietly(const char *name, const char *text, TensorList *weights, int *line) {
+/* Parses src and expands grad (as battery_load does), or on an error returns NULL
+ * with the line it names in *line. The graph points into src, which must outlive it. */
+static Graph *parse_quietly(const SrcFile *src, TensorList *weights, int *line) {
     char msg[4096] = "";
     FILE *f = fmemopen(msg, sizeof msg - 1, "w");
     Diag d;
     diag_init(&d, f);
-    SrcFile src = {name, text, strlen(text)};
-    Graph *g = parse_model(&src, &d);
+    Graph *g = parse_model(src, &d);
     PipelineOptions autodiff_only = {.level = 0, .lower = true, .verify = true};
     if (g && pipeline_run(g, weights, &autodiff_only, &d) != 0) {
         graph_free(g);
@@ -107,9 +106,9 @@ static Graph *parse_quietly(const char *name, const char *text, TensorList *weig
     }
     fclose(f);
     *line = 0;
-    const char *at = strstr(msg, name);
+    const char *at = strstr(msg, src->name);
     if (!g && at)
-        sscanf(at + strlen(name), ":%d", line);
+        sscanf(at + strlen(src->name), ":%d", line);
     return g;
 }
 
@@ -192,6 +191,7 @@ static long check_symbolic(const Battery *b) {
     size_t cap = src ? 2 * src->len + 4096 : 0;
     char *text = src ? malloc(cap) : NULL;
     TensorList weights = {0};
+    SrcFile rewritten; /* the text the graph points into */
     Graph *g = NULL;
     kiln_module *m = NULL;
     kiln_error err = {.message = ""};
@@ -201,7 +201,8 @@ static long check_symbolic(const Battery *b) {
         for (int tries = 0; !g && tries <= c->n; tries++) {
             int line;
             rewrite(src->text, c, text, cap);
-            g = parse_quietly(path, text, &weights, &line);
+            rewritten = (SrcFile){path, text, strlen(text)};
+            g = parse_quietly(&rewritten, &weights, &line);
             int k = g ? -1 : case_of_line(c, src->text, line);
             if (!g && (k < 0 || !c->input[k][0])) {
                 printf("%s: line %d of the rewritten battery is an error no case explains\n", b->name, line);
