@@ -506,6 +506,9 @@ void emit_weights_blob(const Program *p, Str *out);
  * before), the kiln_model_def and kiln_model; rt is the runtime's prefix: its
  * _create, _run, _destroy, _read_state and _write_state. */
 void emit_model_def(const Program *p, Str *out, const char *rt);
+/* model_<what>_unit_bytes: per port, the bytes of one unit of the symbolic dim (0: a
+ * port without it). */
+void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *ids, int n);
 /* The per-kernel profiling tables, a clock and kiln_profile (see emit_c_model). */
 void emit_profile_tables(const Program *p, Str *out);
 void indent_lines(Str *out, const char *text, int indent);

@@ -208,8 +208,7 @@ static const Kernel *kernel_at(const Program *p, int k, const Program **owner) {
     return &q->kernels[k < p->n_kernels ? k : k - p->n_kernels];
 }
 
-/* Per port, the bytes of one unit of the symbolic dim (0: a port without it). */
-static void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *ids, int n) {
+void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *ids, int n) {
     str_printf(out, "static const int64_t model_%s_unit_bytes[] = {", what);
     for (int i = 0; i < n; i++) {
         const Type *t = &p->g->values[ids[i]].type;

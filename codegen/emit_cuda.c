@@ -182,9 +182,10 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
             return -1;
         str_printf(out, "    {\"");
         c_string(out, p->kernels[k].name);
-        str_printf(out, "\", %lld, {%lld, %lld, %lld}, %d, %d, ", (long long)p->kernels[k].count,
-                   (long long)grid[0], (long long)grid[1], (long long)grid[2], block,
-                   p->kernels[k].kind == K_GEMM);
+        const Kernel *kn = &p->kernels[k];
+        str_printf(out, "\", %lld, {%lld, %lld, %lld}, %d, %d, {%lld, %lld, %lld}, ", (long long)kn->count,
+                   (long long)grid[0], (long long)grid[1], (long long)grid[2], block, kn->kind == K_GEMM,
+                   (long long)kn->sym_rows, (long long)kn->sym_tile, (long long)kn->sym_width);
         if (p->kernels[k].allreduce_fault)
             str_printf(out, "&%s},\n", p->kernels[k].name);
         else
@@ -195,15 +196,18 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
         emit_profile_tables(p, out);
     emit_byte_sizes(out, p, "input", p->inputs, p->n_inputs);
     emit_byte_sizes(out, p, "output", p->g->outputs, p->g->n_outputs);
+    emit_unit_bytes(p, out, "in", p->inputs, p->n_inputs);
+    emit_unit_bytes(p, out, "out", p->g->outputs, p->g->n_outputs);
     str_printf(out,
                "\nstatic const KilnCudaProgram program = {\n"
                "    kiln_cuda_source, %d, kiln_launches, %s,\n"
                "    %lld, %lld, %lld, kiln_weights_blob,\n"
                "    %d, %d, kiln_input_bytes, kiln_output_bytes, %s,\n"
+               "    %lld, model_in_unit_bytes, model_out_unit_bytes,\n"
                "};\n\n",
                p->n_kernels, emulated ? "kiln_emulated" : "NULL", (long long)p->workspace_bytes,
                (long long)p->state_bytes, (long long)p->weights_bytes, p->n_inputs, p->g->n_outputs,
-               p->profile ? "kiln_prof_seconds" : "NULL");
+               p->profile ? "kiln_prof_seconds" : "NULL", (long long)p->g->sym.bound);
     emit_model_def(p, out, "kiln_cuda");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating the CUDA model");

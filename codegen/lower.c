@@ -605,14 +605,6 @@ static int drop_unread_weights(Program *p, Diag *d) {
 
 static Program *lower_program(Graph *g, const TensorList *weights, const LowerOptions *o, const char *prefix,
                               Diag *d) {
-    if (g->sym.name && o->target == TARGET_CUDA) {
-        diag_error(
-            d, g->sym.loc,
-            "the CUDA target does not compile the symbolic dim %s yet; run the model with --target c or "
-            "interp",
-            g->sym.name);
-        return NULL;
-    }
     Program *p = ir_calloc(1, sizeof *p);
     if (!p || !(p->buf = ir_calloc((size_t)g->n_values + 1, sizeof *p->buf)) ||
         !(p->inputs = ir_calloc((size_t)g->n_values + 1, sizeof *p->inputs)) ||

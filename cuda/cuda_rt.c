@@ -66,15 +66,24 @@ typedef struct {
     int mean, fault;
 } KilnCudaAllreduce;
 
+/* How a kernel's iterations follow the symbolic dim (the lowering's Kernel.sym_*):
+ * they compute the rows of its result in order, `rows` a unit of the dim, `tile`
+ * rows per `width` iterations. rows 0: every run runs them all. */
+typedef struct {
+    int64_t rows, tile, width;
+} KilnCudaFollows;
+
 /* One kernel launch: its name in the source, its iteration count (an argument),
  * the grid in blocks, and the threads per block; cooperative: it synchronizes its
- * block's threads (the emulation then runs them as fibers). allreduce: not a
+ * block's threads (the emulation then runs them as fibers); sym: how a run smaller
+ * than the symbolic dim's bound cuts the count and the grid. allreduce: not a
  * kernel but that step, else NULL. */
 typedef struct {
     const char *name;
     int64_t count;
     unsigned grid[3], block;
     int cooperative;
+    KilnCudaFollows sym;
     const KilnCudaAllreduce *allreduce;
 } KilnCudaLaunch;
 
@@ -89,6 +98,11 @@ typedef struct {
     int n_inputs, n_outputs;
     const int64_t *input_bytes, *output_bytes;
     double *profile; /* seconds per kernel, summed over runs; NULL: no profiling */
+    /* A symbolic dim's bound (0: the model has none), and the bytes of one unit of
+       it in each input and output (0: a port without it). The device buffers are
+       the bound's size; a run at a smaller size copies only its units. */
+    int64_t sym_bound;
+    const int64_t *in_unit_bytes, *out_unit_bytes;
 } KilnCudaProgram;
 
 #ifdef KILN_CUDA_EMULATE
@@ -717,6 +731,22 @@ static int kiln_cuda_reduce(const KilnCudaInstance *in, const KilnCudaAllreduce 
     return 0;
 }
 
+/* A port's bytes at size `size` of the symbolic dim (0: the whole port). */
+static size_t kiln_cuda_port_bytes(int64_t bytes, int64_t unit_bytes, int64_t size) {
+    return (size_t)(size && unit_bytes ? size * unit_bytes : bytes);
+}
+
+/* l's iteration count, and its grid in `grid`, at size `size` of the symbolic dim
+   (0: as compiled, for the bound). */
+static int64_t kiln_cuda_count(const KilnCudaLaunch *l, int64_t size, unsigned grid[3]) {
+    memcpy(grid, l->grid, sizeof l->grid);
+    if (!size || !l->sym.rows)
+        return l->count;
+    int64_t count = (size * l->sym.rows + l->sym.tile - 1) / l->sym.tile * l->sym.width;
+    grid[0] = (unsigned)((count + l->block - 1) / l->block);
+    return count;
+}
+
 #ifdef KILN_CUDA_EMULATE
 #include <time.h>
 
@@ -735,18 +765,21 @@ static double kiln_cuda_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
-    KilnCudaInstance *in = instance;
+static int kiln_cuda_run_at(KilnCudaInstance *in, int64_t size, const void *const *inputs,
+                            void *const *outputs) {
     const KilnCudaProgram *p = in->prog;
     *in->args.fault = 0;
     for (int i = 0; i < p->n_inputs; i++)
-        kiln_cuda_upload(in, in->inputs[i], inputs[i], (size_t)p->input_bytes[i]);
+        kiln_cuda_upload(in, in->inputs[i], inputs[i],
+                         kiln_cuda_port_bytes(p->input_bytes[i], p->in_unit_bytes[i], size));
     for (int k = 0; k < p->n_kernels; k++) {
         const KilnCudaLaunch *l = &p->launches[k];
         double start = p->profile ? kiln_cuda_now() : 0;
         int fault;
+        unsigned grid[3];
+        int64_t count = kiln_cuda_count(l, size, grid);
         if (!l->allreduce)
-            kiln_emu_launch(p->emulated[k], in->args, l->count, l->grid, l->block, l->cooperative);
+            kiln_emu_launch(p->emulated[k], in->args, count, grid, l->block, l->cooperative);
         else if ((fault = kiln_cuda_allreduce(in, l->allreduce)) != 0)
             *in->args.fault = fault;
         if (p->profile)
@@ -754,7 +787,8 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     }
     for (int i = 0; i < p->n_outputs; i++)
         if (p->output_bytes[i])
-            memcpy(outputs[i], (const void *)(uintptr_t)in->outputs[i], (size_t)p->output_bytes[i]);
+            memcpy(outputs[i], (const void *)(uintptr_t)in->outputs[i],
+                   kiln_cuda_port_bytes(p->output_bytes[i], p->out_unit_bytes[i], size));
     return *in->args.fault;
 }
 #else
@@ -785,8 +819,8 @@ static int kiln_cuda_allreduce(KilnCudaInstance *in, const KilnCudaAllreduce *a)
     return 0;
 }
 
-static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
-    KilnCudaInstance *in = instance;
+static int kiln_cuda_run_at(KilnCudaInstance *in, int64_t size, const void *const *inputs,
+                            void *const *outputs) {
     const KilnCudaProgram *p = in->prog;
     const KilnCudaApi *api = &in->api;
     int comm_fault = 0;
@@ -797,12 +831,15 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
     if ((rc = api->cuMemcpyHtoDAsync(in->fault, &fault, sizeof fault, in->stream)) != 0)
         return kiln_cuda_run_failed(in, "clearing the fault word", rc);
     for (int i = 0; i < p->n_inputs; i++)
-        if (p->input_bytes[i] && (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i],
-                                                              (size_t)p->input_bytes[i], in->stream)) != 0)
+        if (p->input_bytes[i] &&
+            (rc = api->cuMemcpyHtoDAsync(in->inputs[i], inputs[i],
+                                         kiln_cuda_port_bytes(p->input_bytes[i], p->in_unit_bytes[i], size),
+                                         in->stream)) != 0)
             return kiln_cuda_run_failed(in, "copying an input to the device", rc);
     for (int k = 0; k < p->n_kernels; k++) {
         const KilnCudaLaunch *l = &p->launches[k];
-        int64_t count = l->count;
+        unsigned grid[3];
+        int64_t count = kiln_cuda_count(l, size, grid);
         void *params[] = {&in->args, &count};
         if (in->events && (rc = api->cuEventRecord(in->events[k], in->stream)) != 0)
             return kiln_cuda_run_failed(in, "cuEventRecord", rc);
@@ -813,16 +850,18 @@ static int kiln_cuda_run(void *instance, const void *const *inputs, void *const 
             comm_fault = f ? f : comm_fault;
             continue;
         }
-        if (l->grid[0] && l->grid[1] && l->grid[2] &&
-            (rc = api->cuLaunchKernel(in->functions[k], l->grid[0], l->grid[1], l->grid[2], l->block, 1, 1, 0,
+        if (grid[0] && grid[1] && grid[2] &&
+            (rc = api->cuLaunchKernel(in->functions[k], grid[0], grid[1], grid[2], l->block, 1, 1, 0,
                                       in->stream, params, NULL)) != 0)
             return kiln_cuda_run_failed(in, l->name, rc);
     }
     if (in->events && (rc = api->cuEventRecord(in->events[p->n_kernels], in->stream)) != 0)
         return kiln_cuda_run_failed(in, "cuEventRecord", rc);
     for (int i = 0; i < p->n_outputs; i++)
-        if (p->output_bytes[i] && (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i],
-                                                               (size_t)p->output_bytes[i], in->stream)) != 0)
+        if (p->output_bytes[i] &&
+            (rc = api->cuMemcpyDtoHAsync(outputs[i], in->outputs[i],
+                                         kiln_cuda_port_bytes(p->output_bytes[i], p->out_unit_bytes[i], size),
+                                         in->stream)) != 0)
             return kiln_cuda_run_failed(in, "copying an output from the device", rc);
     if ((rc = api->cuMemcpyDtoHAsync(&fault, in->fault, sizeof fault, in->stream)) != 0)
         return kiln_cuda_run_failed(in, "reading the fault word", rc);
@@ -868,10 +907,19 @@ static int kiln_cuda_write_state(void *instance, int64_t offset, int64_t bytes, 
     return kiln_cuda_upload(in, in->st + (CUdeviceptr)offset, src, (size_t)bytes);
 }
 
-/* The CUDA target compiles no symbolic dim (program_lower refuses it), so a run at
- * the model's sizes is its one run. */
+/* A run at sizes[0] of the symbolic dim (ignored without one): -1 when that is not
+ * from 1 to the bound. Only the first that many units of each port with the dim are
+ * copied, and only the iterations that compute them launched; the device rows past
+ * them keep what an earlier run left, which no row before them reads. */
 static int kiln_cuda_run_sym(void *instance, const int64_t *sizes, const void *const *inputs,
                              void *const *outputs) {
-    (void)sizes;
-    return kiln_cuda_run(instance, inputs, outputs);
+    KilnCudaInstance *in = instance;
+    int64_t bound = in->prog->sym_bound;
+    if (bound && (sizes[0] < 1 || sizes[0] > bound))
+        return -1;
+    return kiln_cuda_run_at(in, bound ? sizes[0] : 0, inputs, outputs);
+}
+
+static int kiln_cuda_run(void *instance, const void *const *inputs, void *const *outputs) {
+    return kiln_cuda_run_at(instance, 0, inputs, outputs);
 }

@@ -327,13 +327,25 @@ static int max_taps(const Node *n, int64_t in_len, int64_t out_len) {
     return (int)most;
 }
 
+/* Whether each output position takes its own input position whole. Cubic taps
+ * land on whole positions with weights (0, 1, 0, 0): the neighbours' zero weights
+ * must not keep the axis, whose pass would read them (a NaN or an infinity there
+ * would spread, and along a symbolic dim another item's rows). */
 static bool is_identity(const ResampleAxis *a) {
     if (a->in_len != a->out_len)
         return false;
-    for (int64_t o = 0; o < a->out_len; o++)
+    for (int64_t o = 0; o < a->out_len; o++) {
+        const int64_t *at = a->index + o * a->taps;
+        const double *w = a->weight + o * a->taps;
+        double own = 0;
         for (int j = 0; j < a->taps; j++)
-            if (a->weight[o * a->taps + j] != (j == 0) || (j == 0 && a->index[o * a->taps] != o))
+            if (at[j] == o)
+                own += w[j];
+            else if (w[j] != 0)
                 return false;
+        if (at[0] < 0 || own != 1)
+            return false;
+    }
     return true;
 }
 

@@ -1,5 +1,6 @@
 /* Every battery with a symbolic batch: the C target against the interpreter at two
- * sizes of the dim.
+ * sizes of the dim. Built a second time as test_symbolic_cuda, with TEST_TARGET the
+ * CUDA target (emulated where there is no GPU).
  *
  * For each battery NAME of tests/ref (battery.h), each case (the statements after a
  * `# ` comment) has its first op's first input, an f32 param, made the input
@@ -26,6 +27,10 @@
 #include "battery.h"
 #include "codegen/jit.h"
 #include "passes/passes.h"
+
+#ifndef TEST_TARGET
+#define TEST_TARGET TARGET_C
+#endif
 
 enum { BOUND = 4, MAX_CASES = 512 };
 
@@ -218,7 +223,7 @@ static long check_symbolic(const Battery *b) {
     PipelineOptions po = {.level = 2, .verify = true};
     JitOptions jo;
     if (g && pipeline_run(g, &weights, &po, &d) == 0 && jit_options_from(NULL, &jo, &d) == 0) {
-        jo.target = TARGET_C;
+        jo.target = TEST_TARGET;
         jo.memplan = true;
         m = jit_graph(g, &weights, &jo, &d, &err);
         if (!m)
@@ -240,7 +245,8 @@ static long check_symbolic(const Battery *b) {
     return bad;
 }
 
-static const BatterySuite suite = {"symbolic", "run with a symbolic batch", check_symbolic};
+static const BatterySuite suite = {TEST_TARGET == TARGET_C ? "symbolic" : "symbolic_cuda",
+                                   "run with a symbolic batch", check_symbolic};
 
 int main(int argc, char **argv) {
     return battery_main(argc, argv, &suite);
