@@ -678,12 +678,25 @@ static int read_binding(Importer *im, const OnnxBind *b, OConst **c) {
     return 0;
 }
 
-/* The binding that fixes dim, a symbolic one, at a size; NULL when none does. */
-static const OnnxBind *dim_binding(const Importer *im, const Onnx__TensorShapeProto__Dimension *dim) {
-    if (dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
-        return NULL;
-    for (int b = 0; b < im->n_binds; b++)
-        if (!im->binds[b].file && strcmp(im->binds[b].name, str(dim->dim_param)) == 0)
+/* The name a --dim binds dim k of a graph input's shape by: its dim_param, or for a
+ * first dim with neither a size nor a name (an export's batch, often), UNNAMED_BATCH;
+ * NULL for a dim with a size. */
+static const char UNNAMED_BATCH[] = "N";
+
+static const char *dim_name(const Onnx__TensorShapeProto__Dimension *dim, size_t k) {
+    if (dim && dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+        return str(dim->dim_param);
+    if (k == 0 && (!dim || dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE))
+        return UNNAMED_BATCH;
+    return NULL;
+}
+
+/* The binding that fixes dim k, a symbolic one, at a size; NULL when none does. */
+static const OnnxBind *dim_binding(const Importer *im, const Onnx__TensorShapeProto__Dimension *dim,
+                                   size_t k) {
+    const char *name = dim_name(dim, k);
+    for (int b = 0; name && b < im->n_binds; b++)
+        if (!im->binds[b].file && strcmp(im->binds[b].name, name) == 0)
             return &im->binds[b];
     return NULL;
 }
@@ -707,7 +720,7 @@ static int declared_type(Importer *im, const Onnx__ValueInfoProto *vi, int32_t *
     t->rank = (int)tt->shape->n_dim;
     for (int k = 0; k < t->rank; k++) {
         const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[k];
-        const OnnxBind *fixed = dim ? dim_binding(im, dim) : NULL;
+        const OnnxBind *fixed = dim_binding(im, dim, (size_t)k);
         if (fixed)
             t->dims[k] = fixed->size;
         else if (dim && dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
@@ -731,6 +744,12 @@ static int no_static_shape(Importer *im, const Onnx__ValueInfoProto *vi, const c
                 "%s: graph input '%s' has no static shape: dim %zu is the symbolic '%s'; kiln's "
                 "shapes are static, so give it a size (kiln: --dim %s=SIZE)",
                 im->file, name, k, str(dim->dim_param), str(dim->dim_param));
+        if (k == 0 && dim_name(dim, k))
+            return diag_error(im->d, (Loc){0},
+                              "%s: graph input '%s' has no static shape: dim 0 has no size or name; kiln "
+                              "calls it %s, so give it a size (kiln: --dim %s=SIZE) or keep it a "
+                              "symbolic batch (--dim '%s<=BOUND')",
+                              im->file, name, UNNAMED_BATCH, UNNAMED_BATCH, UNNAMED_BATCH);
         if (!dim || dim->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
             return diag_error(
                 im->d, (Loc){0},
@@ -783,9 +802,7 @@ static bool has_dim(const Onnx__ValueInfoProto *vi, const char *name) {
         return false;
     const Onnx__TensorShapeProto *shape = tp->tensor_type->shape;
     for (size_t k = 0; k < shape->n_dim; k++)
-        if (shape->dim[k] &&
-            shape->dim[k]->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
-            strcmp(str(shape->dim[k]->dim_param), name) == 0)
+        if (dim_name(shape->dim[k], k) && strcmp(dim_name(shape->dim[k], k), name) == 0)
             return true;
     return false;
 }

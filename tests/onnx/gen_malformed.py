@@ -102,6 +102,8 @@ save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", ["N", 3
      "symbolic_dim.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [None, 3])], [f32("y", [None, 3])]),
      "missing_dim.onnx")
+save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [3, None])], [f32("y", [3, None])]),
+     "missing_inner_dim.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", None)], [f32("y", None)]),
      "no_shape.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2, 3])], [f32("y", [3, 2])]),
