@@ -303,6 +303,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         kernel_loop(p, n, NULL, items * blocks, work >= ATTENTION_WORK ? 1 : ATTENTION_WORK / work, d);
     if (!kn)
         return -1;
+    kernel_follows(p, kn, &g->values[n->out[0]].type, kn->count, 1, 1); /* item by item */
     char note[128];
     snprintf(note, sizeof note, "online softmax, %lld rows x %lld keys a step", (long long)rows,
              (long long)keys);

@@ -3,11 +3,14 @@
  * CUDA target (emulated where there is no GPU).
  *
  * For each battery NAME of tests/ref (battery.h), each case (the statements after a
- * `# ` comment) has its first op's first input, an f32 param, made the input
- * `input X : f32[N, ...]` of the symbolic dim `dim N <= 4` in place of its first
- * dim. A case whose op cannot take that (it mixes the items: a reduction over dim 0,
- * a softmax along it) is an error of the parser naming its line; that case keeps its
- * param, and the model is parsed again. The model then runs the pass pipeline, is
+ * `# ` comment) has its first op's first input, an f32 param, and its other inputs
+ * that are f32 params with the same first dim (attention's k, v and mask, a binary
+ * op's other operand), made inputs `input X : f32[N, ...]` of the symbolic dim
+ * `dim N <= 4` in place of that dim. A case whose op cannot take that (it mixes the
+ * items: a reduction over dim 0, a softmax along it, a broadcast of the bound's
+ * size) is an error of the parser naming its line; that case then makes only its
+ * first input symbolic, then none, and the model is parsed again. The model then
+ * runs the pass pipeline, is
  * compiled for the C target, and runs at N = 1 and N = 3 on pseudo-random inputs;
  * every output must match the interpreter's at that size within the project's
  * tolerance. At those sizes a compiled model runs only the rows its kernels declare
@@ -32,28 +35,68 @@
 #define TEST_TARGET TARGET_C
 #endif
 
-enum { BOUND = 4, MAX_CASES = 512 };
+enum { BOUND = 4, MAX_CASES = 512, MAX_INPUTS = 8, NAME_MAX = 128 };
 
-/* The cases of a battery's text: where each starts, and the name of the param it
- * makes symbolic ("" for none). */
+/* The cases of a battery's text: where each starts, the params of its first op that
+ * may take N (the first input's, and the others' whose first dim is the same), and
+ * how many of them it makes symbolic now: all, then the first, then none. */
 typedef struct {
     const char *start[MAX_CASES];
-    char input[MAX_CASES][128];
+    char input[MAX_CASES][MAX_INPUTS][NAME_MAX];
+    int n_inputs[MAX_CASES];
     int n;
 } Cases;
 
-/* The name of the first input of the case's first op statement, or "". */
-static void first_input(const char *from, const char *to, char *name, size_t cap) {
-    name[0] = 0;
+/* The line in [from, to) that declares param name as an f32, or NULL. */
+static const char *param_line(const char *from, const char *to, const char *name) {
+    char prefix[NAME_MAX + 32];
+    snprintf(prefix, sizeof prefix, "param %s : f32[", name);
+    for (const char *line = from, *end; line < to && (end = strchr(line, '\n')); line = end + 1)
+        if (strncmp(line, prefix, strlen(prefix)) == 0)
+            return line;
+    return NULL;
+}
+
+/* The first dim of an f32 param's line, as written ("" where there is none). */
+static void first_dim(const char *line, char *dim, size_t cap) {
+    const char *at = strchr(line, '[') + 1;
+    size_t len = strcspn(at, ",]\n");
+    snprintf(dim, cap, "%.*s", (int)(len < cap ? len : cap - 1), at);
+}
+
+/* The case's params that may take N: the inputs of its first op statement that are
+ * f32 params with the first one's first dim, first input first. */
+static void case_inputs(const char *from, const char *to, Cases *c, int k) {
+    c->n_inputs[k] = 0;
     for (const char *line = from, *end; line < to && (end = strchr(line, '\n')); line = end + 1) {
         const char *eq = strstr(line, " = ");
         if (!eq || eq > end || strncmp(line, "param", 5) == 0 || line[0] == '#')
             continue;
-        const char *open = strchr(eq, '(');
-        size_t len = open ? strcspn(open + 1, ",)") : 0;
-        if (open && len < cap) {
-            memcpy(name, open + 1, len);
-            name[len] = 0;
+        const char *arg = strchr(eq, '(');
+        char first[64] = "";
+        while (arg && arg < end && *arg != ')' && c->n_inputs[k] < MAX_INPUTS) {
+            arg++;
+            arg += strspn(arg, " ");
+            size_t len = strcspn(arg, ",)");
+            char name[NAME_MAX], dim[64];
+            const char *decl = NULL;
+            if (len < sizeof name && !memchr(arg, '=', len) && !memchr(arg, '[', len)) {
+                snprintf(name, sizeof name, "%.*s", (int)len, arg);
+                decl = param_line(from, to, name);
+            }
+            if (decl)
+                first_dim(decl, dim, sizeof dim);
+            bool again = false;
+            for (int i = 0; decl && i < c->n_inputs[k]; i++)
+                again = again || strcmp(c->input[k][i], name) == 0;
+            if (decl && !again && (!c->n_inputs[k] || strcmp(dim, first) == 0)) {
+                if (!c->n_inputs[k])
+                    snprintf(first, sizeof first, "%s", dim);
+                snprintf(c->input[k][c->n_inputs[k]++], NAME_MAX, "%s", name);
+            } else if (!c->n_inputs[k]) {
+                return; /* the first input is no f32 param: the case keeps its params */
+            }
+            arg += len;
         }
         return;
     }
@@ -68,11 +111,18 @@ static void find_cases(const char *text, Cases *c) {
             break;
     }
     for (int k = 0; k < c->n; k++)
-        first_input(c->start[k], k + 1 < c->n ? c->start[k + 1] : text + strlen(text), c->input[k],
-                    sizeof c->input[k]);
+        case_inputs(c->start[k], k + 1 < c->n ? c->start[k + 1] : text + strlen(text), c, k);
 }
 
-/* The battery's text with each case's chosen param made a symbolic input: into out. */
+/* Whether line declares one of the params case k makes symbolic now. */
+static bool made_symbolic(const Cases *c, int k, const char *line) {
+    for (int i = 0; k >= 0 && i < c->n_inputs[k]; i++)
+        if (param_line(line, strchr(line, '\n') + 1, c->input[k][i]))
+            return true;
+    return false;
+}
+
+/* The battery's text with each case's chosen params made symbolic inputs: into out. */
 static void rewrite(const char *text, const Cases *c, char *out, size_t cap) {
     size_t len = 0;
     int k = -1;
@@ -80,13 +130,12 @@ static void rewrite(const char *text, const Cases *c, char *out, size_t cap) {
         while (k + 1 < c->n && c->start[k + 1] <= line)
             k++;
         int n = (int)strcspn(line, "\n");
-        char prefix[160];
-        const char *dims;
-        snprintf(prefix, sizeof prefix, "param %s : f32[", k >= 0 ? c->input[k] : "");
-        if (k >= 0 && c->input[k][0] && strncmp(line, prefix, strlen(prefix)) == 0 &&
-            (dims = strpbrk(line + strlen(prefix), ",]")) && dims - line < n)
-            len += (size_t)snprintf(out + len, cap - len, "input %s : f32[N%.*s\n", c->input[k],
-                                    (int)(n - (dims - line)), dims);
+        const char *dims = line[n] ? strchr(line, '[') : NULL;
+        dims = dims ? dims + 1 + strcspn(dims + 1, ",]") : NULL;
+        if (dims && dims - line < n && made_symbolic(c, k, line))
+            len += (size_t)snprintf(out + len, cap - len, "input %.*s[N%.*s\n",
+                                    (int)(strchr(line, '[') - line - 6), line + 6, (int)(n - (dims - line)),
+                                    dims);
         else
             len += (size_t)snprintf(out + len, cap - len, "%.*s\n", n, line);
         if (strncmp(line, "model ", 6) == 0)
@@ -203,23 +252,23 @@ static long check_symbolic(const Battery *b) {
     long bad = -1;
     if (text && c && safetensors_read(weights_path, &weights, &d) == 0) {
         find_cases(src->text, c);
-        for (int tries = 0; !g && tries <= c->n; tries++) {
+        for (int tries = 0; !g && tries <= 2 * c->n; tries++) {
             int line;
             rewrite(src->text, c, text, cap);
             rewritten = (SrcFile){path, text, strlen(text)};
             g = parse_quietly(&rewritten, &weights, &line);
             int k = g ? -1 : case_of_line(c, src->text, line);
-            if (!g && (k < 0 || !c->input[k][0])) {
+            if (!g && (k < 0 || !c->n_inputs[k])) {
                 printf("%s: line %d of the rewritten battery is an error no case explains\n", b->name, line);
                 break;
             }
-            if (!g)
-                c->input[k][0] = 0; /* that case mixes the items: its param stays */
+            if (!g) /* that case mixes the items: fewer of its params take N, or none */
+                c->n_inputs[k] = c->n_inputs[k] > 1 ? 1 : 0;
         }
     }
     int symbolic = 0;
     for (int k = 0; c && k < c->n; k++)
-        symbolic += c->input[k][0] != 0;
+        symbolic += c->n_inputs[k] != 0;
     PipelineOptions po = {.level = 2, .verify = true};
     JitOptions jo;
     if (g && pipeline_run(g, &weights, &po, &d) == 0 && jit_options_from(NULL, &jo, &d) == 0) {
