@@ -77,8 +77,11 @@ typedef struct {
     /* K_LOOP of a program with a symbolic dim: a run at size n runs only the first
        ceil(n sym_rows / sym_tile) sym_width iterations, which compute the rows of
        the first n units of the dim in order, sym_rows rows a unit, sym_tile rows per
-       sym_width iterations (kernel_follows); sym_rows 0: every run runs all count. */
+       sym_width iterations (kernel_follows); sym_rows 0: every run runs all count.
+       K_GEMM: sym_rows of its m rows (sym_by_batch: of its batch items) are a unit
+       of the dim, in order (gemm_follows). */
     int64_t sym_rows, sym_tile, sym_width;
+    bool sym_by_batch;
     int64_t grain;         /* K_LOOP: fewest iterations worth giving a thread */
     int *reads, n_reads;   /* value ids the body reads */
     int *writes, n_writes; /* value ids it writes; -1 - k: the caller's k-th output, as `outK` */
@@ -227,6 +230,9 @@ Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, 
  * order, `tile` rows per `width` iterations, so that a run at a smaller size runs
  * only the iterations its rows need; nothing when t has no symbolic dim. */
 void kernel_follows(const Program *p, Kernel *k, const Type *t, int64_t rows, int64_t tile, int64_t width);
+/* Declares that K_GEMM kernel k's m rows (by_batch: its batch items) go through the
+ * units of value type t's symbolic dim in order; nothing when t has none. */
+void gemm_follows(const Program *p, Kernel *k, const Type *t, bool by_batch);
 /* A let of an int64 index, or the expression itself where it is a constant or a
  * variable already. */
 KExpr *let_index(KBuilder *b, const char *name, KExpr *e);

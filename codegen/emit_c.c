@@ -444,6 +444,9 @@ static void emit_graph_run(const Program *p, const Program *q, const char *name,
         else if (kn->kind == K_LOOP)
             str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
                        (long long)kn->count, (long long)kn->grain);
+        else if (kn->kind == K_GEMM && kn->sym_rows && (kn->sym_by_batch || kn->batch == 1))
+            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, 1);\n", kn->name,
+                       (long long)(kn->sym_rows * (kn->sym_by_batch ? kn->m : 1))); /* rows in order */
         else if (kn->kind == K_GEMM)
             str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
                        (long long)(kn->batch * kn->m));

@@ -183,9 +183,14 @@ int emit_cuda_model(const Program *p, const Str *kernels, bool emulated, Str *ou
         str_printf(out, "    {\"");
         c_string(out, p->kernels[k].name);
         const Kernel *kn = &p->kernels[k];
-        str_printf(out, "\", %lld, {%lld, %lld, %lld}, %d, %d, {%lld, %lld, %lld}, ", (long long)kn->count,
-                   (long long)grid[0], (long long)grid[1], (long long)grid[2], block, kn->kind == K_GEMM,
-                   (long long)kn->sym_rows, (long long)kn->sym_tile, (long long)kn->sym_width);
+        str_printf(out, "\", %lld, {%lld, %lld, %lld}, %d, %d, ", (long long)kn->count, (long long)grid[0],
+                   (long long)grid[1], (long long)grid[2], block, kn->kind == K_GEMM);
+        if (kn->kind == K_GEMM) /* row tiles along x, or batch items along z */
+            str_printf(out, "{%lld, %d, 1, %d}, ", (long long)kn->sym_rows, kn->sym_by_batch ? 1 : GEMM_TILE,
+                       kn->sym_by_batch ? 2 : 0);
+        else
+            str_printf(out, "{%lld, %lld, %lld, -1}, ", (long long)kn->sym_rows, (long long)kn->sym_tile,
+                       (long long)kn->sym_width);
         if (p->kernels[k].allreduce_fault)
             str_printf(out, "&%s},\n", p->kernels[k].name);
         else

@@ -126,6 +126,14 @@ Kernel *kernel_new(Program *p, const Node *n, KernelKind kind, const char *what)
     return k;
 }
 
+void gemm_follows(const Program *p, Kernel *k, const Type *t, bool by_batch) {
+    int64_t along = by_batch ? k->batch : k->m;
+    if (!t->sym || along % p->g->sym.bound)
+        return;
+    k->sym_rows = along / p->g->sym.bound;
+    k->sym_by_batch = by_batch;
+}
+
 Kernel *kernel_loop(Program *p, const Node *n, const char *what, int64_t count, int64_t grain, Diag *d) {
     Kernel *k = kernel_new(p, n, K_LOOP, what);
     if (!k) {

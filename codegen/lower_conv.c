@@ -373,9 +373,10 @@ static KExpr *tile_len(KBuilder *b, int64_t total, KExpr *start, int64_t len) {
 /* A LOOP of GEMM tiles for node n: one iteration per (batch, group, row tile, column
  * tile) of a rows x cols result. Tiles run along the columns when there are many,
  * else along the rows, and a short result (the last layers' 7x7 positions) still
- * gets a few column tiles to share among the threads. */
+ * gets a few column tiles to share among the threads. images: the batch items, or
+ * with one batch the rows, are n's images in order (kernel_follows). */
 static int gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups, int64_t rows, int64_t cols,
-                      Tiles *t, Diag *d) {
+                      bool images, Tiles *t, Diag *d) {
     int64_t tc = cols, tr = rows;
     if (cols >= 2 * TILE_COLS) { /* an even count of equal tiles, so that two threads share them evenly */
         int64_t count = (cols + TILE_COLS - 1) / TILE_COLS;
@@ -390,6 +391,11 @@ static int gemm_tiles(Program *p, const Node *n, int64_t batches, int64_t groups
     Kernel *k = kernel_loop(p, n, "gemm", batches * groups * n_tr * n_tc, 1, d);
     if (!k)
         return -1;
+    const Type *y = &p->g->values[n->out[0]].type;
+    if (images && batches > 1)
+        kernel_follows(p, k, y, k->count, 1, 1);
+    else if (images && groups == 1)
+        kernel_follows(p, k, y, rows, tr, n_tc);
     KBuilder *b = &k->b;
     KExpr *i = k_var(b, k->iter);
     t->k = k;
@@ -437,7 +443,7 @@ static int gemm(Program *p, const Node *n, const Conv *c, bool pointwise, int64_
         return gemm_too_large(n, rows, cols, depth, d);
     int64_t batches = c->nhwc ? 1 : c->y.n;
     Tiles t;
-    if (gemm_tiles(p, n, batches, c->groups, rows, cols, &t, d))
+    if (gemm_tiles(p, n, batches, c->groups, rows, cols, true, &t, d))
         return -1;
     Kernel *k = t.k;
     k->scratch_bytes = scratch_bytes;
@@ -1284,6 +1290,7 @@ static int conv_gemm(Program *p, const Node *n, const Conv *c, Diag *d) {
                         : kernel_gemm(p, n, NULL, c->y.n * G, og, positions, depth, d);
     if (!k)
         return -1;
+    gemm_follows(p, k, &p->g->values[n->out[0]].type, !c->nhwc); /* rows image by image, or items */
     KBuilder *b = &k->b;
     KExpr *bi = k_var(b, k->gemm.bi), *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q),
           *kk = k_var(b, k->gemm.kk);
@@ -1496,7 +1503,7 @@ int lower_conv_weight_grad(Program *p, const Node *n, Diag *d) {
     if (splits)
         return weight_grad_split(p, n, &c, pointwise, bytes, splits, d);
     Tiles t;
-    if (gemm_tiles(p, n, 1, c.groups, og, depth, &t, d))
+    if (gemm_tiles(p, n, 1, c.groups, og, depth, false, &t, d))
         return -1;
     Kernel *k = t.k;
     k->scratch_bytes = bytes;
@@ -1571,7 +1578,7 @@ static int conv_transpose_gemm(Program *p, const Node *n, const Conv *c, Diag *d
     if (bytes < 0)
         return -1;
     Tiles t;
-    if (gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, &t, d))
+    if (gemm_tiles(p, n, c->nhwc ? 1 : c->x.n, c->groups, rows, cols, true, &t, d))
         return -1;
     t.k->scratch_bytes = bytes;
     t.k->flops = lower_flops(6, (int64_t[]){2, rows, cols, cg, c->groups, c->nhwc ? 1 : c->x.n});

@@ -57,6 +57,15 @@ static KExpr *ints(KBuilder *b, int64_t v) {
     return k_i32(b, v);
 }
 
+/* `count` things of value type t, which go through its symbolic dim in order: at
+ * run time, as many as the dim's size needs (an int64). */
+static KExpr *at_size(const Program *p, KBuilder *b, const Type *t, int64_t count) {
+    int64_t bound = p->g->sym.bound;
+    if (!t->sym || count % bound)
+        return k_int(b, count);
+    return k_mul(b, k_sym_size(b), k_int(b, count / bound));
+}
+
 void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
               int64_t lda, KExpr *bm, int64_t ldb, KExpr *beta, KExpr *c, int64_t ldc) {
     KExpr *args[] = {k_symbol(b, "CblasRowMajor"),
@@ -91,6 +100,7 @@ static int matmul_gemm(Program *p, const Node *n, const Type *ba, const Type *bb
     Kernel *k = kernel_gemm(p, n, NULL, count, m_len, n_len, k_len, d);
     if (!k)
         return -1;
+    gemm_follows(p, k, &p->g->values[n->out[0]].type, count > 1); /* y is [batch, M, N] */
     KBuilder *b = &k->b;
     KExpr *bi = k_var(b, k->gemm.bi), *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q),
           *kk = k_var(b, k->gemm.kk);
@@ -139,17 +149,19 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     k->flops = lower_flops(5, (int64_t[]){2, count, m_len, n_len, k_len});
     KBuilder *b = &k->b;
     int a = kb_value(b, n->in[0], false), bm = kb_value(b, n->in[1], false), y = kb_value(b, n->out[0], true);
+    const Type *yt = &p->g->values[n->out[0]].type;
     KExpr *at_a = k_int(b, 0), *at_b = k_int(b, 0), *at_y = k_int(b, 0);
+    KExpr *rows = count > 1 ? ints(b, m_len) : k_cast(b, KT_I32, at_size(p, b, yt, m_len));
     if (count > 1) {
         /* the result's dropped dims have size 1, so it is laid out as [batch, M, N] */
-        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), k_int(b, count), NULL, 0)),
+        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, count), NULL, 0)),
               *idx[KILN_MAX_RANK];
         kb_unravel(b, i, &batch, "b", idx);
         at_a = batch_offset(b, &ba, &batch, m_len * k_len, idx);
         at_b = batch_offset(b, &bb, &batch, k_len * n_len, idx);
         at_y = k_mul(b, i, k_int(b, m_len * n_len));
     }
-    kb_sgemm(b, false, false, ints(b, m_len), ints(b, n_len), k_len, k_f32(b, 1), k_addr(b, a, at_a), k_len,
+    kb_sgemm(b, false, false, rows, ints(b, n_len), k_len, k_f32(b, 1), k_addr(b, a, at_a), k_len,
              k_addr(b, bm, at_b), n_len, k_f32(b, 0), k_addr(b, y, at_y), n_len);
     if (count > 1)
         kb_end(b);
@@ -179,6 +191,7 @@ static int gemm_gemm(Program *p, const Node *n, double alpha, double beta, Diag 
     Kernel *k = kernel_gemm(p, n, NULL, 1, yt->dims[0], yt->dims[1], at->dims[!ta], d);
     if (!k)
         return -1;
+    gemm_follows(p, k, yt, false);
     KBuilder *b = &k->b;
     KExpr *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q), *kk = k_var(b, k->gemm.kk);
     kb_begin_block(b);
@@ -222,16 +235,16 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
     int y = kb_value(b, n->out[0], true);
     if (c >= 0) {
         /* y = beta * c broadcast, which sgemm then adds to */
-        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), k_int(b, type_numel(yt)), NULL, 0));
+        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, type_numel(yt)), NULL, 0));
         KExpr *cv = k_load(b, kb_value(b, c, false), c_offset(b, &p->g->values[c].type, yt, i));
         kb_store(b, y, i, beta != 1 ? k_mul(b, k_f32(b, beta), cv) : cv);
         kb_end(b);
     }
     k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
-    kb_sgemm(b, ta, tb, ints(b, yt->dims[0]), ints(b, yt->dims[1]), at->dims[!ta], k_f32(b, alpha),
-             k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)), at->dims[1],
-             k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1], k_f32(b, c >= 0 ? 1 : 0),
-             k_addr(b, y, k_int(b, 0)), yt->dims[1]);
+    kb_sgemm(b, ta, tb, k_cast(b, KT_I32, at_size(p, b, yt, yt->dims[0])), ints(b, yt->dims[1]),
+             at->dims[!ta], k_f32(b, alpha), k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)),
+             at->dims[1], k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1],
+             k_f32(b, c >= 0 ? 1 : 0), k_addr(b, y, k_int(b, 0)), yt->dims[1]);
     return 0;
 }
 
@@ -247,6 +260,7 @@ static int linear_gemm(Program *p, const Node *n, long long rows, long long in_l
         return -1;
     Kernel *k = kernel_gemm(p, n, NULL, 1, rows, out_len, in_len, d);
     if (k) {
+        gemm_follows(p, k, &p->g->values[n->out[0]].type, false);
         KBuilder *b = &k->b;
         KExpr *r = k_var(b, k->gemm.r), *q = k_var(b, k->gemm.q), *kk = k_var(b, k->gemm.kk);
         for (int side = 0; side < 2; side++) {
@@ -388,6 +402,8 @@ int lower_linear(Program *p, const Node *n, Diag *d) {
         arena_free(&arena);
         return -1;
     }
+    if (!gemv)
+        kernel_follows(p, k, &p->g->values[n->out[0]].type, rows, chunk, 1); /* tile by tile */
     KBuilder *b = &k->b;
     int xb = kb_value(b, n->in[0], false), wb = kb_value(b, n->in[1], false),
         y = kb_value(b, n->out[0], true);

@@ -66,11 +66,14 @@ typedef struct {
     int mean, fault;
 } KilnCudaAllreduce;
 
-/* How a kernel's iterations follow the symbolic dim (the lowering's Kernel.sym_*):
- * they compute the rows of its result in order, `rows` a unit of the dim, `tile`
- * rows per `width` iterations. rows 0: every run runs them all. */
+/* How a kernel's work follows the symbolic dim (the lowering's Kernel.sym_*): it
+ * computes the rows of its result in order, `rows` a unit of the dim, `tile` rows
+ * per `width` iterations. grid_axis -1: the iterations are threads (a loop); else
+ * they are blocks along that axis of the grid (a GEMM's row tiles or batch items).
+ * rows 0: every run runs them all. */
 typedef struct {
     int64_t rows, tile, width;
+    int grid_axis;
 } KilnCudaFollows;
 
 /* One kernel launch: its name in the source, its iteration count (an argument),
@@ -743,6 +746,10 @@ static int64_t kiln_cuda_count(const KilnCudaLaunch *l, int64_t size, unsigned g
     if (!size || !l->sym.rows)
         return l->count;
     int64_t count = (size * l->sym.rows + l->sym.tile - 1) / l->sym.tile * l->sym.width;
+    if (l->sym.grid_axis >= 0) {
+        grid[l->sym.grid_axis] = (unsigned)count;
+        return l->count;
+    }
     grid[0] = (unsigned)((count + l->block - 1) / l->block);
     return count;
 }
