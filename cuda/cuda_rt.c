@@ -10,7 +10,9 @@
  * load compiles nothing; loads it as a module; allocates device memory for the
  * weights (copied once), the state, the workspace and every input and output; and
  * makes a stream. run: copies the inputs to the device, launches the kernels in
- * order on the stream, copies the outputs back and waits. An allreduce is no
+ * order on the stream, copies the outputs back and waits; run_sym, at a size below
+ * the bound of the model's symbolic dim, copies only that size's part of each port
+ * with the dim, and cuts the grids of the kernels that follow it. An allreduce is no
  * kernel: between the launches, run copies its operand to the host, hands it to
  * the communicator given at create, and copies the result back. Every driver call is
  * checked; a failure in run is reported on stderr (the ABI's run has no message).
