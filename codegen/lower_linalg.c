@@ -58,12 +58,13 @@ static KExpr *ints(KBuilder *b, int64_t v) {
 }
 
 /* `count` things of value type t, which go through its symbolic dim in order: at
- * run time, as many as the dim's size needs (an int64). */
-static KExpr *at_size(const Program *p, KBuilder *b, const Type *t, int64_t count) {
+ * run time, as many as the dim's size needs; of type `type` (KT_I64, or KT_I32
+ * for BLAS's sizes). */
+static KExpr *at_size(const Program *p, KBuilder *b, const Type *t, int64_t count, KType type) {
     int64_t bound = p->g->sym.bound;
     if (!t->sym || count % bound)
-        return k_int(b, count);
-    return k_mul(b, k_sym_size(b), k_int(b, count / bound));
+        return type == KT_I32 ? ints(b, count) : k_int(b, count);
+    return k_cast(b, type, k_mul(b, k_sym_size(b), k_int(b, count / bound)));
 }
 
 void kb_sgemm(KBuilder *b, bool ta, bool tb, KExpr *m, KExpr *n, int64_t depth, KExpr *alpha, KExpr *a,
@@ -151,10 +152,10 @@ int lower_matmul(Program *p, const Node *n, Diag *d) {
     int a = kb_value(b, n->in[0], false), bm = kb_value(b, n->in[1], false), y = kb_value(b, n->out[0], true);
     const Type *yt = &p->g->values[n->out[0]].type;
     KExpr *at_a = k_int(b, 0), *at_b = k_int(b, 0), *at_y = k_int(b, 0);
-    KExpr *rows = count > 1 ? ints(b, m_len) : k_cast(b, KT_I32, at_size(p, b, yt, m_len));
+    KExpr *rows = count > 1 ? ints(b, m_len) : at_size(p, b, yt, m_len, KT_I32);
     if (count > 1) {
         /* the result's dropped dims have size 1, so it is laid out as [batch, M, N] */
-        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, count), NULL, 0)),
+        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, count, KT_I64), NULL, 0)),
               *idx[KILN_MAX_RANK];
         kb_unravel(b, i, &batch, "b", idx);
         at_a = batch_offset(b, &ba, &batch, m_len * k_len, idx);
@@ -235,16 +236,17 @@ int lower_gemm(Program *p, const Node *n, Diag *d) {
     int y = kb_value(b, n->out[0], true);
     if (c >= 0) {
         /* y = beta * c broadcast, which sgemm then adds to */
-        KExpr *i = k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, type_numel(yt)), NULL, 0));
+        KExpr *i =
+            k_var(b, kb_for(b, "i", KT_I64, k_int(b, 0), at_size(p, b, yt, type_numel(yt), KT_I64), NULL, 0));
         KExpr *cv = k_load(b, kb_value(b, c, false), c_offset(b, &p->g->values[c].type, yt, i));
         kb_store(b, y, i, beta != 1 ? k_mul(b, k_f32(b, beta), cv) : cv);
         kb_end(b);
     }
     k->flops = lower_flops(4, (int64_t[]){2, yt->dims[0], yt->dims[1], at->dims[!ta]});
-    kb_sgemm(b, ta, tb, k_cast(b, KT_I32, at_size(p, b, yt, yt->dims[0])), ints(b, yt->dims[1]),
-             at->dims[!ta], k_f32(b, alpha), k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)),
-             at->dims[1], k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1],
-             k_f32(b, c >= 0 ? 1 : 0), k_addr(b, y, k_int(b, 0)), yt->dims[1]);
+    kb_sgemm(b, ta, tb, at_size(p, b, yt, yt->dims[0], KT_I32), ints(b, yt->dims[1]), at->dims[!ta],
+             k_f32(b, alpha), k_addr(b, kb_value(b, n->in[0], false), k_int(b, 0)), at->dims[1],
+             k_addr(b, kb_value(b, n->in[1], false), k_int(b, 0)), bt->dims[1], k_f32(b, c >= 0 ? 1 : 0),
+             k_addr(b, y, k_int(b, 0)), yt->dims[1]);
     return 0;
 }
 
