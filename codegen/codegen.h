@@ -94,6 +94,9 @@ typedef struct {
        puts it there. */
     int64_t table_bytes;
     int64_t table;
+    /* Where in the table the packed panels of a GEMM's B begin, which end it
+       (kb_packed_gemm); 0: the table has none. */
+    int64_t panels_from;
     /* Elementwise: every read of the written value's type is read only at the element
        being written, so the result may overwrite such a read where it dies (plan.c).
        The lowering sets it. */
@@ -173,9 +176,9 @@ typedef struct Program {
     /* A model with a symbolic dim, on the C target: the model lowered again with the
        dim at 1, where the bound's choices of kernels (Winograd for a batch, blocks
        for many items) are not the best, which a run at size 1 runs instead; its
-       kernels' names start with "one_", its weights at one_weights_at in this blob. */
+       kernels' names start with "one_", reading this program's weights blob, which
+       holds what they read that this program's kernels do not (share_weights). */
     struct Program *at_one;
-    int64_t one_weights_at;
     const char *kernel_prefix; /* "" or "one_" */
     Arena arena;               /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this
@@ -347,6 +350,9 @@ int64_t packed_gemm_floats(const Program *p, const PackedGemm *g);
  * k's table, and the micro-kernels; and sets k's grain. -1 after a diagnostic when
  * memory runs out. */
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d);
+/* Makes the kernel table at byte `at` of blob, whose packed panels began panels_from
+ * bytes into it, read its panels at byte `panels` of the blob instead. */
+void packed_gemm_repoint(unsigned char *blob, int64_t at, int64_t panels_from, int64_t panels);
 /* Every tile of g's batch item bi, as loops over row tiles and panels, its packed B
  * in the kernel's table `table`: a GEMM that one iteration of a LOOP runs whole. Its
  * Y is stored as item y_item's (bi, unless Y is a local array of fewer items). */

@@ -523,13 +523,11 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
     const char *blas =
         uses_blas(p) || (p->at_one && uses_blas(p->at_one)) ? "openblas_set_num_threads" : "NULL";
     if (p->at_one) /* the model at size 1 of its symbolic dim, which run_sym runs there */
-        str_printf(
-            out,
-            "static const KilnProgram program_one = {%lld, 0, kiln_weights_blob + %lld, graph_run_one, "
-            "%s,\n                                        0, %d, %d, model_in_unit_bytes, "
-            "model_out_unit_bytes, NULL};\n",
-            (long long)p->at_one->workspace_bytes, (long long)p->one_weights_at, blas, p->n_inputs,
-            p->g->n_outputs);
+        str_printf(out,
+                   "static const KilnProgram program_one = {%lld, 0, kiln_weights_blob, graph_run_one, "
+                   "%s,\n                                        0, %d, %d, model_in_unit_bytes, "
+                   "model_out_unit_bytes, NULL};\n",
+                   (long long)p->at_one->workspace_bytes, blas, p->n_inputs, p->g->n_outputs);
     str_printf(out,
                "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s,\n"
                "                                    %lld, %d, %d, model_in_unit_bytes, model_out_unit_bytes, "

@@ -532,9 +532,11 @@ static int kernel_finish(Program *p, Kernel *k, Diag *d) {
     return 0;
 }
 
-/* A run of the old weights blob that a kernel reads, and where it moves to. */
+/* A run of the old weights blob that a kernel reads, and where it moves to; `table`
+ * is the kernel whose table it is, else -1. */
 typedef struct {
     int64_t from, to, at;
+    int table;
 } Run;
 
 static int by_start(const void *a, const void *b) {
@@ -557,26 +559,32 @@ static int64_t moved(const Run *runs, int n, int64_t at) {
     return inside ? at - runs[lo].from + runs[lo].at : 0;
 }
 
-/* Drops from the weights blob what no kernel reads: a param whose every reader
- * packed it into its own table at compile time (ResNet-18's .so carried its conv
- * weights twice). The state stays first, as it is; the runs that kernels read (a
- * value, a view into one, a table) move down in order, each keeping its offset
- * modulo 64. */
-static int drop_unread_weights(Program *p, Diag *d) {
+/* The runs of p's weights blob that its kernels read, one for each weight value a
+ * kernel reads and each kernel's table, in no order and possibly overlapping; their
+ * count, or -1 out of memory. */
+static int read_runs(const Program *p, Run **out) {
     int n = 0;
     Run *runs = ir_calloc((size_t)(p->g->n_values + p->n_kernels) + 1, sizeof *runs);
     if (!runs)
-        return diag_error(d, (Loc){0}, "out of memory");
+        return -1;
     for (int k = 0; k < p->n_kernels; k++) {
         const Kernel *kn = &p->kernels[k];
         for (int r = 0; r < kn->n_reads; r++) {
             int v = kn->reads[r];
             if (v >= 0 && p->buf[v].kind == BUF_WEIGHT && kir_uses_value(kn->ir, v))
-                runs[n++] = (Run){p->buf[v].offset, p->buf[v].offset + value_bytes(p, v), 0};
+                runs[n++] = (Run){p->buf[v].offset, p->buf[v].offset + value_bytes(p, v), 0, -1};
         }
         if (kn->table_bytes)
-            runs[n++] = (Run){kn->table, kn->table + kn->table_bytes, 0};
+            runs[n++] = (Run){kn->table, kn->table + kn->table_bytes, 0, k};
     }
+    *out = runs;
+    return n;
+}
+
+/* Sorts the n runs and merges those that overlap or touch, then places them one
+ * after another from byte `size` on, each at its old offset modulo 64; the count of
+ * merged runs, and the end of the last in *end. */
+static int place_runs(Run *runs, int n, int64_t size, int64_t *end) {
     qsort(runs, (size_t)n, sizeof *runs, by_start);
     int merged = 0;
     for (int i = 0; i < n; i++) {
@@ -585,11 +593,26 @@ static int drop_unread_weights(Program *p, Diag *d) {
         else
             runs[merged++] = runs[i];
     }
-    int64_t size = p->state_bytes;
     for (int i = 0; i < merged; i++) {
         runs[i].at = ((size + 63) & ~(int64_t)63) + runs[i].from % 64;
         size = runs[i].at + runs[i].to - runs[i].from;
     }
+    *end = size;
+    return merged;
+}
+
+/* Drops from the weights blob what no kernel reads: a param whose every reader
+ * packed it into its own table at compile time (ResNet-18's .so carried its conv
+ * weights twice). The state stays first, as it is; the runs that kernels read (a
+ * value, a view into one, a table) move down in order, each keeping its offset
+ * modulo 64. */
+static int drop_unread_weights(Program *p, Diag *d) {
+    Run *runs;
+    int n = read_runs(p, &runs);
+    if (n < 0)
+        return diag_error(d, (Loc){0}, "out of memory");
+    int64_t size;
+    int merged = place_runs(runs, n, p->state_bytes, &size);
     unsigned char *w = ir_calloc((size_t)size + 1, 1);
     if (!w) {
         ir_free(runs);
@@ -691,14 +714,120 @@ static bool same_faults(const Program *a, const Program *b) {
     return true;
 }
 
+/* Where in p's blob its n runs (read_runs, with their packed panels' runs after
+ * them, each `table` the kernel's) hold the bytes [from, to) of blob `w`, at the
+ * same offset modulo 64; -1 where none does. */
+static int64_t found_in(const Program *p, const Run *theirs, int n, const unsigned char *w, int64_t from,
+                        int64_t to) {
+    for (int j = 0; j < n; j++)
+        if (theirs[j].to - theirs[j].from == to - from && theirs[j].from % 64 == from % 64 &&
+            memcmp(p->weights + theirs[j].from, w + from, (size_t)(to - from)) == 0)
+            return theirs[j].from;
+    return -1;
+}
+
+/* Where bytes [from, to) of one's blob lie in the blob after share_weights: in a run
+ * p held the same bytes in (found, whose `at` is where), or in one of the runs
+ * appended (kept); 0 for bytes no kernel reads. */
+static int64_t shared_at(const Run *found, int n_found, const Run *kept, int n_kept, int64_t from,
+                         int64_t to) {
+    for (int i = 0; i < n_found; i++)
+        if (found[i].from <= from && to <= found[i].to)
+            return found[i].at + from - found[i].from;
+    for (int i = 0; i < n_kept; i++)
+        if (kept[i].from <= from && to <= kept[i].to)
+            return kept[i].at + from - kept[i].from;
+    return 0;
+}
+
+/* Makes one, the model at size 1, read p's weights blob. A run one reads whose bytes
+ * p's kernels read too (a param, a table), at the same offset modulo 64, is read
+ * from there, and so are the packed panels of a GEMM's B that p packed alike (its
+ * table's block then points at them); the rest is appended to p's blob. So a
+ * symbolic model carries its weights, and the panels packed the same way at both
+ * sizes, once. The graph's types are one's, the size 1's; theirs and m are p's
+ * read_runs, with room for p's panels. */
+static int share_weights(Program *p, Program *one, Run *theirs, int m, Diag *d) {
+    for (int k = 0; k < p->n_kernels; k++) {
+        const Kernel *kn = &p->kernels[k];
+        if (kn->panels_from)
+            theirs[m++] = (Run){kn->table + kn->panels_from, kn->table + kn->table_bytes, 0, k};
+    }
+    Run *mine = NULL, *kept = NULL;
+    int n = read_runs(one, &mine), n_found = 0, n_kept = 0;
+    if (n >= 0)
+        kept = ir_calloc((size_t)n + 1, sizeof *kept);
+    if (!kept) {
+        ir_free(mine);
+        return diag_error(d, (Loc){0}, "out of memory");
+    }
+    /* the runs found go first in mine (at: where p has them), the others into kept,
+       and a table's panels found cut its run short (at: where p has them) */
+    int64_t *panels = ir_calloc((size_t)one->n_kernels + 1, sizeof *panels);
+    for (int i = 0; panels && i < n; i++) {
+        Run r = mine[i];
+        int64_t at = found_in(p, theirs, m, one->weights, r.from, r.to);
+        const Kernel *kn = r.table >= 0 ? &one->kernels[r.table] : NULL;
+        if (at >= 0) {
+            mine[n_found++] = (Run){r.from, r.to, at, r.table};
+            continue;
+        }
+        if (kn && kn->panels_from)
+            at = found_in(p, theirs, m, one->weights, r.from + kn->panels_from, r.to);
+        if (at >= 0) {
+            panels[r.table] = at;
+            r.to = r.from + kn->panels_from;
+        }
+        kept[n_kept++] = r;
+    }
+    int64_t size;
+    n_kept = place_runs(kept, n_kept, p->weights_bytes, &size);
+    unsigned char *blob = panels ? ir_realloc(p->weights, (size_t)size + 1) : NULL;
+    if (!blob) {
+        ir_free(mine), ir_free(kept), ir_free(panels);
+        return diag_error(d, (Loc){0}, "out of memory for %lld bytes of weights", (long long)size);
+    }
+    memset(blob + p->weights_bytes, 0, (size_t)(size - p->weights_bytes));
+    for (int i = 0; i < n_kept; i++)
+        memcpy(blob + kept[i].at, one->weights + kept[i].from, (size_t)(kept[i].to - kept[i].from));
+    for (int v = 0; v < one->g->n_values; v++)
+        if (one->buf[v].kind == BUF_WEIGHT)
+            one->buf[v].offset = shared_at(mine, n_found, kept, n_kept, one->buf[v].offset,
+                                           one->buf[v].offset + value_bytes(one, v));
+    for (int k = 0; k < one->n_kernels; k++) {
+        Kernel *kn = &one->kernels[k];
+        if (!kn->table_bytes)
+            continue;
+        if (panels[k])
+            kn->table_bytes = kn->panels_from;
+        kn->table = shared_at(mine, n_found, kept, n_kept, kn->table, kn->table + kn->table_bytes);
+        if (panels[k])
+            packed_gemm_repoint(blob, kn->table, kn->panels_from, panels[k]);
+    }
+    p->weights = blob;
+    p->weights_bytes = size;
+    ir_free(one->weights);
+    one->weights = NULL;
+    one->weights_bytes = 0;
+    ir_free(mine), ir_free(kept), ir_free(panels);
+    return 0;
+}
+
 /* p->at_one: p's graph lowered with its symbolic dim at 1 (each type at that size,
- * the dim gone for the while), its weights appended to p's. A specialization whose
- * faults differ is dropped (the model's messages are p's). -1 after a diagnostic. */
+ * the dim gone for the while), reading p's weights blob (share_weights). A
+ * specialization whose faults differ is dropped (the model's messages are p's). -1
+ * after a diagnostic. */
 static int lower_at_one(Program *p, const TensorList *weights, const LowerOptions *o, Diag *d) {
     Graph *g = p->g;
-    Type *types = ir_malloc(sizeof *types * ((size_t)g->n_values + 1));
-    if (!types)
+    Run *theirs = NULL, *room;
+    int m = read_runs(p, &theirs); /* with room for p's panels: a table's run at most */
+    room = m < 0 ? NULL : ir_realloc(theirs, sizeof *theirs * ((size_t)(m + p->n_kernels) + 1));
+    Type *types = room ? ir_malloc(sizeof *types * ((size_t)g->n_values + 1)) : NULL;
+    if (!types) {
+        ir_free(room ? room : theirs);
         return diag_error(d, (Loc){0}, "out of memory");
+    }
+    theirs = room;
     SymDim sym = g->sym;
     for (int v = 0; v < g->n_values; v++) {
         types[v] = g->values[v].type;
@@ -706,28 +835,17 @@ static int lower_at_one(Program *p, const TensorList *weights, const LowerOption
     }
     g->sym = (SymDim){0};
     Program *one = lower_program(g, weights, o, "one_", d);
+    int rc = !one ? -1 : !same_faults(p, one) ? 1 : share_weights(p, one, theirs, m, d);
     g->sym = sym;
     for (int v = 0; v < g->n_values; v++)
         g->values[v].type = types[v];
     ir_free(types);
-    if (!one)
-        return -1;
-    if (!same_faults(p, one)) {
+    ir_free(theirs);
+    if (rc) {
         program_free(one);
-        return 0;
+        return rc < 0 ? -1 : 0;
     }
-    int64_t at = (p->weights_bytes + 63) / 64 * 64;
-    unsigned char *blob = ir_realloc(p->weights, (size_t)(at + one->weights_bytes + 1));
-    if (!blob) {
-        program_free(one);
-        return diag_error(d, (Loc){0}, "out of memory");
-    }
-    memset(blob + p->weights_bytes, 0, (size_t)(at - p->weights_bytes));
-    memcpy(blob + at, one->weights, (size_t)one->weights_bytes);
-    p->weights = blob;
-    p->weights_bytes = at + one->weights_bytes;
     p->at_one = one;
-    p->one_weights_at = at;
     return 0;
 }
 

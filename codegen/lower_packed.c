@@ -316,6 +316,14 @@ static void tiles(const Program *p, KBuilder *b, const PackedGemm *g, const Bloc
     kb_end(b);
 }
 
+void packed_gemm_repoint(unsigned char *blob, int64_t at, int64_t panels_from, int64_t panels) {
+    unsigned char *block = blob + at + panels_from - (int64_t)sizeof(float) * BLOCK_FLOATS;
+    KilnGemm g;
+    memcpy(&g, block, sizeof g);
+    g.panels_at = (panels - at - panels_from) / (int64_t)sizeof(float) + BLOCK_FLOATS;
+    memcpy(block, &g, sizeof g);
+}
+
 int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     int64_t bytes;
     float *packed = packed_gemm_table(p, g, 0, &bytes);
@@ -325,6 +333,7 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     ir_free(packed);
     if (rc)
         return -1;
+    k->panels_from = (int64_t)sizeof(float) * BLOCK_FLOATS;
     KBuilder *b = &k->b;
     Blocking bk = blocking_of(p, g);
     int64_t height = bk.rows * bk.mr, width = bk.cols * bk.nr;
