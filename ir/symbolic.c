@@ -93,7 +93,7 @@ static int not_following(const Graph *g, const Node *n, int k, const Type *at_bo
 }
 
 /* Infers n with every input of N at N = 1 into at_one (n_out types); the message of
- * a failure in why. */
+ * a failure in why, and -2 when memory ran out (here or in the inference). */
 static int infer_at_one(Graph *g, Node *n, Type *at_one, char *why, size_t why_len) {
     Type *saved = ir_malloc(sizeof *saved * ((size_t)n->n_in + (size_t)n->n_out + 1));
     if (!saved)
@@ -112,6 +112,8 @@ static int infer_at_one(Graph *g, Node *n, Type *at_one, char *why, size_t why_l
     Diag quiet;
     diag_init(&quiet, f);
     int rc = f ? op_table[n->op].infer(g, n, &quiet) : -2;
+    if (rc == -1 && quiet.kind == DIAG_NO_MEMORY)
+        rc = -2;
     if (f)
         fclose(f);
     for (int k = 0; k < n->n_out; k++) {

@@ -274,6 +274,13 @@ static void test_hostile_alloc_failure_fuse_layer_norm(void **state) {
     assert_true(sweep(KILN_SOURCE_DIR "/tests/text/pass_fuse_layer_norm.kiln", NULL, false) > 100);
 }
 
+/* A model with a symbolic dim: its second lowering at size 1, sharing the bound's
+ * weights and packed panels. */
+static void test_hostile_alloc_failure_symbolic(void **state) {
+    (void)state;
+    assert_true(sweep(KILN_SOURCE_DIR "/tests/text/symbolic_shared_weights.kiln", NULL, false) > 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_hostile_alloc_failure_text_model, disarm),
@@ -284,6 +291,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_alloc_failure_attention_battery, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_fuse_attention, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_fuse_layer_norm, disarm),
+        cmocka_unit_test_teardown(test_hostile_alloc_failure_symbolic, disarm),
         cmocka_unit_test_teardown(test_hostile_alloc_failure_check, disarm),
     };
     int failed = cmocka_run_group_tests_name("alloc_failure", tests, NULL, NULL);
