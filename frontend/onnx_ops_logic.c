@@ -1,4 +1,5 @@
-/* ONNX's comparisons, logic, Where, ArgMax and CumSum as kiln's ops of every dtype.
+/* ONNX's comparisons, logic, Where, ArgMax, ArgMin, IsNaN, IsInf and CumSum as kiln's
+ * ops of every dtype.
  *
  * Where every input is a constant (a mask built from a shape, ViT's
  * Where(Equal(shape, -1), ones, shape) before an Expand), the result folds at
@@ -161,17 +162,56 @@ static int imp_xor(Importer *im) {
     return im_unary(im, OP_NOT, eq, 0) < 0 ? -1 : 0;
 }
 
-static int imp_argmax(Importer *im) {
+/* ArgMax of x, or for ArgMin of -x: exact for every float, and a NaN, which stays
+ * NaN, is the least, the first of them found, as NumPy's and PyTorch's argmin have
+ * it (ONNX Runtime's passes over a NaN after the first element). kiln's argmax
+ * takes f32. */
+static int arg_extreme(Importer *im, bool min) {
     int64_t axis = 0, keepdims = 1, last = 0;
+    Type t;
     int x;
     if (im_attr_int(im, "axis", &axis) < 0 || im_attr_int(im, "keepdims", &keepdims) < 0 ||
-        im_attr_int(im, "select_last_index", &last) < 0 || im_input(im, 0, &x))
+        im_attr_int(im, "select_last_index", &last) < 0 || im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;
-    Node *n = im_node(im, OP_ARGMAX, 1, &x);
+    if (min && t.dtype != DT_F32)
+        return im_error(im, "ArgMin takes f32 inputs: '%s' is %s", im->g->values[x].name,
+                        dtype_name(t.dtype));
+    if (min)
+        x = im_unary(im, OP_NEG, x, -1);
+    Node *n = x < 0 ? NULL : im_node(im, OP_ARGMAX, 1, &x);
     return n && !im_set_int(im, n, ATTR_AXIS, axis) && !im_set_int(im, n, ATTR_KEEPDIMS, keepdims != 0) &&
                    !im_set_int(im, n, ATTR_SELECT_LAST, last != 0) && im_finish(im, n, 0) >= 0
                ? 0
                : -1;
+}
+
+static int imp_argmax(Importer *im) {
+    return arg_extreme(im, false);
+}
+static int imp_argmin(Importer *im) {
+    return arg_extreme(im, true);
+}
+
+/* IsNaN: not(equal(x, x)). IsInf: equal(abs(x), inf), or equal(x, inf) or
+ * equal(x, -inf) with only one sign detected (with neither, equal(x, NaN): false
+ * everywhere). */
+static int imp_isnan(Importer *im) {
+    int x, eq;
+    if (im_input(im, 0, &x) || (eq = im_binary(im, OP_EQUAL, x, x, -1)) < 0)
+        return -1;
+    return im_unary(im, OP_NOT, eq, 0) < 0 ? -1 : 0;
+}
+
+static int imp_isinf(Importer *im) {
+    int64_t neg = 1, pos = 1;
+    int x, c;
+    if (im_attr_int(im, "detect_negative", &neg) < 0 || im_attr_int(im, "detect_positive", &pos) < 0 ||
+        im_input(im, 0, &x))
+        return -1;
+    if (neg && pos)
+        x = im_unary(im, OP_ABS, x, -1);
+    c = im_scalar(im, neg && !pos ? -INFINITY : pos ? INFINITY : NAN);
+    return x < 0 || c < 0 || im_binary(im, OP_EQUAL, x, c, 0) < 0 ? -1 : 0;
 }
 
 static int imp_cumsum(Importer *im) {
@@ -194,10 +234,13 @@ static int imp_cumsum(Importer *im) {
 const OnnxOp onnx_ops_logic[] = {
     {"And", imp_and},
     {"ArgMax", imp_argmax},
+    {"ArgMin", imp_argmin},
     {"CumSum", imp_cumsum},
     {"Equal", imp_equal},
     {"Greater", imp_greater},
     {"GreaterOrEqual", imp_greater_or_equal},
+    {"IsInf", imp_isinf},
+    {"IsNaN", imp_isnan},
     {"Less", imp_less},
     {"LessOrEqual", imp_less_or_equal},
     {"Not", imp_not},

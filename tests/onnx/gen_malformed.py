@@ -211,6 +211,9 @@ save(model([helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="resi
      "resize_crop_axes.onnx")
 save(model([helper.make_node("Relu", ["x"], ["y"], name="r")], [f32("x", [2])], [f32("y", [2])], opset=21),
      "opset_21.onnx")
+save(model([helper.make_node("ArgMin", ["x"], ["y"], name="argmin")],
+           [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])],
+           [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 3])]), "argmin_int.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],
