@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes `extremes`, a model of the ops kiln imports as maps onto its other ops, at
+"""Writes `extremes`, a model of ops kiln imports as maps onto its other ops, at
 the values where such a map could go wrong, with its output computed by ONNX
 Runtime, into tests/onnx/models/ in check_models.sh's layout (gen_opset20.write's):
 x holds small integers and zeros, and x / 0 infinities of both signs and NaNs.
@@ -10,6 +10,8 @@ x holds small integers and zeros, and x / 0 infinities of both signs and NaNs.
   kiln, NumPy and PyTorch take the first NaN as the least)
   IsInf (with each of detect_negative and detect_positive off, and both) and IsNaN
   of x / 0
+  ThresholdedRelu and Shrink of x, whose integers meet alpha and lambd, and of
+  x / 0 (a NaN gives 0)
 
   /path/to/venv/bin/python tests/onnx/gen_extremes.py   # with onnx and onnxruntime
 """
@@ -26,7 +28,9 @@ def main():
              ("min_flat", "ArgMin", "x", {"axis": -1, "keepdims": 0}), ("min_d", "ArgMin", "finite_nan", {"axis": 1}),
              ("inf", "IsInf", "d", {}), ("inf_pos", "IsInf", "d", {"detect_negative": 0}),
              ("inf_neg", "IsInf", "d", {"detect_positive": 0}),
-             ("inf_none", "IsInf", "d", {"detect_negative": 0, "detect_positive": 0}), ("nan", "IsNaN", "d", {})]
+             ("inf_none", "IsInf", "d", {"detect_negative": 0, "detect_positive": 0}), ("nan", "IsNaN", "d", {}),
+             ("thresholded", "ThresholdedRelu", "x", {}), ("thresholded_d", "ThresholdedRelu", "d", {"alpha": -1.0}),
+             ("shrink", "Shrink", "x", {"lambd": 1.0, "bias": 0.5}), ("shrink_d", "Shrink", "d", {"bias": 2.0})]
     nodes = [helper.make_node("Div", ["x", "zero"], ["d"]), helper.make_node("IsNaN", ["d"], ["d_nan"]),
              helper.make_node("Where", ["d_nan", "zero", "d"], ["finite_nan"])]
     nodes += [helper.make_node(op, [source], [name], **attrs) for name, op, source, attrs in tests]
