@@ -5,6 +5,8 @@
  * the kinks. */
 #include "codegen.h"
 
+#include <string.h>
+
 #include <math.h>
 
 enum { GRAD_GRAIN = 16384 };
@@ -45,8 +47,10 @@ int lower_unary_grad(Program *p, const Node *n, Diag *d) {
     KExpr *i = k_var(b, k->iter);
     char f[768];
     unary_derivative_formula(differentiated_op(n), n, f, sizeof f);
-    KExpr *x = k_var(b, kb_let(b, "x", KT_F32, k_load(b, kb_value(b, n->in[1], false), i)));
-    store_scaled(b, n, i, f, 1, &x);
+    /* a constant derivative (floor's 0) names no x, its operand $0 */
+    KExpr *x =
+        strstr(f, "$0") ? k_var(b, kb_let(b, "x", KT_F32, k_load(b, kb_value(b, n->in[1], false), i))) : NULL;
+    store_scaled(b, n, i, f, x ? 1 : 0, &x);
     return 0;
 }
 

@@ -142,6 +142,21 @@ UNARY(imp_abs, OP_ABS)
 UNARY(imp_erf, OP_ERF)
 UNARY(imp_hardswish, OP_HARDSWISH)
 UNARY(imp_softplus, OP_SOFTPLUS)
+UNARY(imp_floor, OP_FLOOR)
+UNARY(imp_ceil, OP_CEIL)
+UNARY(imp_round, OP_ROUND)
+UNARY(imp_sign, OP_SIGN)
+UNARY(imp_sin, OP_SIN)
+UNARY(imp_cos, OP_COS)
+UNARY(imp_tan, OP_TAN)
+UNARY(imp_asin, OP_ASIN)
+UNARY(imp_acos, OP_ACOS)
+UNARY(imp_atan, OP_ATAN)
+UNARY(imp_sinh, OP_SINH)
+UNARY(imp_cosh, OP_COSH)
+UNARY(imp_asinh, OP_ASINH)
+UNARY(imp_acosh, OP_ACOSH)
+UNARY(imp_atanh, OP_ATANH)
 
 /* Identity, Dropout in inference: the value under its new name (constants stay
  * constants). */
@@ -479,14 +494,24 @@ static int imp_gemm(Importer *im) {
 /* The elementwise and linear-algebra ops, by ONNX op type. */
 const OnnxOp onnx_ops_elementwise[] = {
     {"Abs", imp_abs},
+    {"Acos", imp_acos},
+    {"Acosh", imp_acosh},
     {"Add", imp_add},
+    {"Asin", imp_asin},
+    {"Asinh", imp_asinh},
+    {"Atan", imp_atan},
+    {"Atanh", imp_atanh},
+    {"Ceil", imp_ceil},
     {"Celu", imp_celu},
     {"Clip", imp_clip},
+    {"Cos", imp_cos},
+    {"Cosh", imp_cosh},
     {"Div", imp_div},
     {"Dropout", imp_dropout},
     {"Elu", imp_elu},
     {"Erf", imp_erf},
     {"Exp", imp_exp},
+    {"Floor", imp_floor},
     {"Gelu", imp_gelu},
     {"Gemm", imp_gemm},
     {"HardSigmoid", imp_hardsigmoid},
@@ -504,16 +529,21 @@ const OnnxOp onnx_ops_elementwise[] = {
     {"Pow", imp_pow},
     {"Reciprocal", imp_reciprocal},
     {"Relu", imp_relu},
+    {"Round", imp_round},
     {"Selu", imp_selu},
     {"Shrink", imp_shrink},
     {"Sigmoid", imp_sigmoid},
+    {"Sign", imp_sign},
+    {"Sin", imp_sin},
+    {"Sinh", imp_sinh},
     {"Softplus", imp_softplus},
     {"Softsign", imp_softsign},
-    {"ThresholdedRelu", imp_thresholded_relu},
     {"Sqrt", imp_sqrt},
     {"Sub", imp_sub},
     {"Sum", imp_sum},
+    {"Tan", imp_tan},
     {"Tanh", imp_tanh},
+    {"ThresholdedRelu", imp_thresholded_relu},
     {NULL, NULL},
 };
 

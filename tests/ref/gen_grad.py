@@ -126,6 +126,16 @@ def gen(b):
             b.grad_case(f"{name} {shape}", name, [("x", away_from(b, shape, kinks))], fn, **attrs)
     for name, fn in (("log", torch.log), ("sqrt", torch.sqrt)):
         b.grad_case(f"{name} of positive values", name, [("x", b.rand(3, 4, lo=0.2, hi=4))], fn)
+    # the trigonometric and hyperbolic functions inside their domains, away from tan's
+    # poles; floor, ceil, round and sign (derivative 0) away from their steps
+    for name, lo, hi in (("sin", -4, 4), ("cos", -4, 4), ("tan", -1.2, 1.2), ("asin", -0.9, 0.9),
+                         ("acos", -0.9, 0.9), ("atan", -4, 4), ("sinh", -3, 3), ("cosh", -3, 3),
+                         ("asinh", -4, 4), ("acosh", 1.1, 4), ("atanh", -0.9, 0.9)):
+        b.grad_case(f"{name} ({lo}, {hi})", name, [("x", b.rand(3, 4, lo=lo, hi=hi))], getattr(torch, name))
+    steps = [float(k) for k in range(-4, 5)]
+    for name, kinks in (("floor", steps), ("ceil", steps), ("round", [k + 0.5 for k in steps]), ("sign", [0.0])):
+        b.grad_case(f"{name} away from its steps", name, [("x", away_from(b, (3, 4), kinks, lo=-4, hi=4))],
+                    getattr(torch, name))
     b.grad_case("gelu tanh", "gelu", [("x", away_from(b, (3, 4), []))],
                 lambda x: F.gelu(x, approximate="tanh"), approximate="tanh")
     for alpha in (None, 0.2):

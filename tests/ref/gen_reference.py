@@ -211,6 +211,24 @@ def gen_unary(b):
                    beta=beta, threshold=threshold)
     b.case("softplus rank 3", "softplus", [("x", rand3)], F.softplus(T(rand3)))
 
+    # floor, ceil, round (halves to even) and sign at integers, halves, zeros of both
+    # signs, infinities and NaN; sign keeps a NaN (ONNX's np.sign), where torch.sign
+    # gives 0
+    halves = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0, 0.0, 0.49999997, -0.50000006, 1e-3, -1e-3,
+                       3.0, -3.0, 8388609.0, -8388607.5], dtype=np.float32)
+    for name, fn in (("floor", torch.floor), ("ceil", torch.ceil), ("round", torch.round),
+                     ("sign", lambda t: torch.where(torch.isnan(t), t, torch.sign(t)))):
+        for x in (base, rand3, extreme, halves):
+            b.case(f"{name} of {x.shape}", name, [("x", x)], fn(T(x)))
+    # the trigonometric and hyperbolic functions: across and outside their domains
+    # (NaN there), at their edges (atanh of 1 is inf), of infinities and NaN
+    unit = np.array([-1.0, 1.0, -0.999, 0.999, 0.0, -0.0, 0.5, -0.5, 1.001, -1.001, 2.0, -2.0, 1e-4, -1e-4, INF, NAN],
+                    dtype=np.float32)
+    for name in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
+        fn = getattr(torch, name)
+        for x in (base, rand3, extreme, unit):
+            b.case(f"{name} of {x.shape}", name, [("x", x)], fn(T(x)))
+
 
 def gen_binary(b):
     pairs = [
