@@ -381,6 +381,108 @@ static int imp_log_softmax(Importer *im) {
     return imp_softmax_op(im, OP_LOG_SOFTMAX);
 }
 
+/* ---- Losses ---- */
+
+/* op(x) with axes (NULL: none) and keepdims as an intermediate value, or as output
+ * out_k when out_k >= 0. */
+static int with_axes(Importer *im, OpId op, int x, const int64_t *axes, int n_axes, int out_k) {
+    Node *n = x < 0 ? NULL : im_node(im, op, 1, &x);
+    if (!n || (axes && im_set_ints(im, n, ATTR_AXES, axes, n_axes)))
+        return -1;
+    return im_finish(im, n, out_k);
+}
+
+/* NegativeLogLikelihoodLoss of log_prob [N, C, d...] at target [N, d...] (int64) as
+ * output 0: -log_prob[n, target[n, d], d] times weight[target] (1 without weight),
+ * 0 where target is ignore_index; reduced by `reduction`, mean dividing by the sum
+ * of the weights. The picked element is a sum over C of a one-hot where(); the
+ * weight is a gather at the target with ignore_index made 0, so no index it holds
+ * reaches outside the weight. */
+static int nll_loss(Importer *im, int log_prob, int target, int weight) {
+    const char *reduction = "mean";
+    int64_t ii = 0, one = 1;
+    Type t;
+    if (im_attr_string(im, "reduction", &reduction) < 0 || im_input_type(im, 0, &t))
+        return -1;
+    int has_ii = im_attr_int(im, "ignore_index", &ii);
+    if (has_ii < 0)
+        return -1;
+    if (strcmp(reduction, "none") != 0 && strcmp(reduction, "sum") != 0 && strcmp(reduction, "mean") != 0)
+        return im_error(im, "reduction '%s' is not none, sum or mean", reduction);
+    if (t.rank < 2)
+        return im_error(im, "the input must be [N, C, ...], not of rank %d", t.rank);
+    Type classes = {.dtype = DT_I64, .rank = t.rank};
+    for (int d = 0; d < t.rank; d++)
+        classes.dims[d] = d == 1 ? t.dims[1] : 1;
+    Tensor *iota = tensor_new(&classes);
+    for (int64_t c = 0; iota && c < t.dims[1]; c++)
+        iota->i64[c] = c;
+    int in[3] = {with_axes(im, OP_UNSQUEEZE, target, &one, 1, -1), im_const_tensor(im, iota)};
+    Node *n = in[0] < 0 || in[1] < 0 ? NULL : im_node(im, OP_EQUAL, 2, in);
+    if (!n || (in[0] = im_finish(im, n, -1)) < 0)
+        return -1;
+    in[1] = log_prob;
+    in[2] = im_scalar(im, 0);
+    int picked = in[2] < 0 || !(n = im_node(im, OP_WHERE, 3, in)) ? -1 : im_finish(im, n, -1);
+    int loss = im_unary(im, OP_NEG, with_axes(im, OP_SUM, picked, &one, 1, -1), -1), w = -1, valid = -1;
+    if (loss < 0)
+        return -1;
+    if (has_ii) {
+        Tensor *c = tensor_new(&(Type){.dtype = DT_I64});
+        if (c)
+            c->i64[0] = ii;
+        int eq = im_binary(im, OP_EQUAL, target, im_const_tensor(im, c), -1);
+        if ((valid = im_unary(im, OP_NOT, eq, -1)) < 0)
+            return -1;
+    }
+    if (weight >= 0) {
+        int at = target;
+        if (valid >= 0) { /* target where valid, else 0 */
+            int w3[3] = {valid, target, im_const_tensor(im, tensor_new(&(Type){.dtype = DT_I64}))};
+            at = w3[2] < 0 || !(n = im_node(im, OP_WHERE, 3, w3)) ? -1 : im_finish(im, n, -1);
+        }
+        int g[2] = {weight, at};
+        if (at < 0 || !(n = im_node(im, OP_GATHER, 2, g)) || (w = im_finish(im, n, -1)) < 0)
+            return -1;
+    }
+    if (valid >= 0) {
+        int w3[3] = {valid, w >= 0 ? w : im_scalar(im, 1), im_scalar(im, 0)};
+        if (w3[1] < 0 || w3[2] < 0 || !(n = im_node(im, OP_WHERE, 3, w3)) || (w = im_finish(im, n, -1)) < 0)
+            return -1;
+    }
+    bool sum = strcmp(reduction, "sum") == 0, mean = strcmp(reduction, "mean") == 0;
+    if (w >= 0 && (loss = im_binary(im, OP_MUL, loss, w, sum || mean ? -1 : 0)) < 0)
+        return -1;
+    if (!sum && !mean)
+        return w >= 0 ? 0 : (im_alias(im, 0, loss) < 0 ? -1 : 0);
+    if (mean && w < 0)
+        return with_axes(im, OP_MEAN, loss, NULL, 0, 0) < 0 ? -1 : 0;
+    int total = with_axes(im, OP_SUM, loss, NULL, 0, mean ? -1 : 0);
+    if (!mean)
+        return total < 0 ? -1 : 0;
+    return im_binary(im, OP_DIV, total, with_axes(im, OP_SUM, w, NULL, 0, -1), 0) < 0 ? -1 : 0;
+}
+
+static int imp_nll_loss(Importer *im) {
+    int x, target, weight = -1;
+    if (im_input(im, 0, &x) || im_input(im, 1, &target) || (im_has_input(im, 2) && im_input(im, 2, &weight)))
+        return -1;
+    return nll_loss(im, x, target, weight);
+}
+
+/* SoftmaxCrossEntropyLoss: the NLL loss of log_softmax(scores) along the classes,
+ * which is output 1 (log_prob) when the node has it. */
+static int imp_softmax_cross_entropy(Importer *im) {
+    int x, target, weight = -1, log_prob;
+    if (im_input(im, 0, &x) || im_input(im, 1, &target) || (im_has_input(im, 2) && im_input(im, 2, &weight)))
+        return -1;
+    Node *n = im_node(im, OP_LOG_SOFTMAX, 1, &x);
+    if (!n || im_set_int(im, n, ATTR_AXIS, 1) ||
+        (log_prob = im_finish(im, n, im_n_outputs(im) > 1 ? 1 : -1)) < 0)
+        return -1;
+    return nll_loss(im, log_prob, target, weight);
+}
+
 /* ---- Reductions ---- */
 
 typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP } Reduce;
@@ -446,6 +548,7 @@ const OnnxOp onnx_ops_nn[] = {
     {"LayerNormalization", imp_layer_norm},
     {"LogSoftmax", imp_log_softmax},
     {"MaxPool", imp_max_pool},
+    {"NegativeLogLikelihoodLoss", imp_nll_loss},
     {"ReduceL1", imp_reduce_l1},
     {"ReduceL2", imp_reduce_l2},
     {"ReduceLogSum", imp_reduce_logsum},
@@ -456,5 +559,6 @@ const OnnxOp onnx_ops_nn[] = {
     {"ReduceSum", imp_reduce_sum},
     {"ReduceSumSquare", imp_reduce_sumsq},
     {"Softmax", imp_softmax},
+    {"SoftmaxCrossEntropyLoss", imp_softmax_cross_entropy},
     {NULL, NULL},
 };
