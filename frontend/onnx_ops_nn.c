@@ -383,8 +383,8 @@ static int imp_log_softmax(Importer *im) {
 
 /* ---- Losses ---- */
 
-/* op(x) with axes (NULL: none) and keepdims as an intermediate value, or as output
- * out_k when out_k >= 0. */
+/* op(x) over axes (NULL: the op's default, all of them for a reduction), as an
+ * intermediate value, or as output out_k when out_k >= 0. */
 static int with_axes(Importer *im, OpId op, int x, const int64_t *axes, int n_axes, int out_k) {
     Node *n = x < 0 ? NULL : im_node(im, op, 1, &x);
     if (!n || (axes && im_set_ints(im, n, ATTR_AXES, axes, n_axes)))
