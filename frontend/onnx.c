@@ -517,6 +517,12 @@ int im_binary(Importer *im, OpId op, int a, int b, int out_k) {
     return n ? im_finish(im, n, out_k) : -1;
 }
 
+int im_where(Importer *im, int cond, int a, int b, int out_k) {
+    int in[3] = {cond, a, b};
+    Node *n = im_node(im, OP_WHERE, 3, in);
+    return n ? im_finish(im, n, out_k) : -1;
+}
+
 int im_const_tensor(Importer *im, Tensor *data) {
     Node *n = data ? graph_add_node(im->g, OP_CONST, 0, 1, (Loc){0}) : NULL;
     const char *base = im->node->n_output ? out_name(im, 0) : "c";
@@ -543,6 +549,29 @@ int im_filled(Importer *im, int rank, const int64_t *dims, double v) {
 
 int im_scalar(Importer *im, double v) {
     return im_filled(im, 0, NULL, v);
+}
+
+int im_scalar_of(Importer *im, DType t, int64_t v) {
+    Tensor *data = tensor_new(&(Type){.dtype = t});
+    if (data && t == DT_F32)
+        data->data[0] = (float)v;
+    else if (data && t == DT_I64)
+        data->i64[0] = v;
+    else if (data && t == DT_I32)
+        data->i32[0] = (int32_t)v;
+    else if (data)
+        data->b[0] = v != 0;
+    return im_const_tensor(im, data);
+}
+
+int im_iota(Importer *im, int rank, int axis, int64_t n) {
+    Type t = {.dtype = DT_I64, .rank = rank};
+    for (int d = 0; d < rank; d++)
+        t.dims[d] = d == axis ? n : 1;
+    Tensor *data = tensor_new(&t);
+    for (int64_t i = 0; data && i < n; i++)
+        data->i64[i] = i;
+    return im_const_tensor(im, data);
 }
 
 int im_define_const(Importer *im, int out_k, OConst *c) {

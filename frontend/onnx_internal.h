@@ -100,12 +100,17 @@ int im_set_float(Importer *im, Node *n, AttrId attr, double v);
 int im_set_word(Importer *im, Node *n, AttrId attr, const char *word);
 int im_set_ints(Importer *im, Node *n, AttrId attr, const int64_t *v, int count);
 int im_set_floats(Importer *im, Node *n, AttrId attr, const double *v, int count);
-/* Shorthands: op(x) with no attributes, op(a, b). */
+/* Shorthands: op(x) with no attributes, op(a, b), where(cond, a, b). */
 int im_unary(Importer *im, OpId op, int x, int out_k);
 int im_binary(Importer *im, OpId op, int a, int b, int out_k);
+int im_where(Importer *im, int cond, int a, int b, int out_k);
 /* A scalar f32 const (for decompositions); one of the given shape, every element v. */
 int im_scalar(Importer *im, double v);
 int im_filled(Importer *im, int rank, const int64_t *dims, double v);
+/* A scalar const of dtype t holding v; an i64 const of rank `rank`, its dims 1 but
+ * dim axis, which holds 0 .. n - 1 (to compare indices with along that dim). */
+int im_scalar_of(Importer *im, DType t, int64_t v);
+int im_iota(Importer *im, int rank, int axis, int64_t n);
 /* A const holding data (owned from here on, freed on failure; NULL: out of memory). */
 int im_const_tensor(Importer *im, Tensor *data);
 /* Output k of the node as a constant (a folded computation). */

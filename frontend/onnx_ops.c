@@ -308,37 +308,29 @@ static int imp_prelu(Importer *im) {
     return im_binary(im, OP_ADD, r, m, 0) < 0 ? -1 : 0;
 }
 
-/* where(cond, a, b) as output out_k (-1: an intermediate value). */
-static int where_of(Importer *im, int cond, int a, int b, int out_k) {
-    int in[3] = {cond, a, b};
-    Node *n = cond < 0 || a < 0 || b < 0 ? NULL : im_node(im, OP_WHERE, 3, in);
-    return n ? im_finish(im, n, out_k) : -1;
-}
-
 /* ThresholdedRelu: x > alpha ? x : 0 (a NaN gives 0, as ONNX's definition does). */
 static int imp_thresholded_relu(Importer *im) {
     double alpha;
-    int x;
+    int x, above;
     if (attr_float_or(im, "alpha", 1, &alpha) || im_input(im, 0, &x))
         return -1;
-    return where_of(im, im_binary(im, OP_GREATER, x, im_scalar(im, alpha), -1), x, im_scalar(im, 0), 0) < 0
-               ? -1
-               : 0;
+    above = im_binary(im, OP_GREATER, x, im_scalar(im, alpha), -1);
+    return im_where(im, above, x, im_scalar(im, 0), 0) < 0 ? -1 : 0;
 }
 
 /* Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0. */
 static int imp_shrink(Importer *im) {
     double lambd, bias;
-    int x, above;
-    if (attr_float_or(im, "lambd", 0.5, &lambd) || attr_float_or(im, "bias", 0, &bias) ||
-        im_input(im, 0, &x) ||
-        (above = where_of(im, im_binary(im, OP_GREATER, x, im_scalar(im, lambd), -1),
-                          im_binary(im, OP_SUB, x, im_scalar(im, bias), -1), im_scalar(im, 0), -1)) < 0)
+    int x;
+    if (attr_float_or(im, "lambd", 0.5, &lambd) || attr_float_or(im, "bias", 0, &bias) || im_input(im, 0, &x))
         return -1;
-    return where_of(im, im_binary(im, OP_LESS, x, im_scalar(im, -lambd), -1),
-                    im_binary(im, OP_ADD, x, im_scalar(im, bias), -1), above, 0) < 0
-               ? -1
-               : 0;
+    /* one call a statement, so that the nodes come in the same order from every compiler */
+    int above = im_binary(im, OP_GREATER, x, im_scalar(im, lambd), -1);
+    int minus = im_binary(im, OP_SUB, x, im_scalar(im, bias), -1);
+    int upper = im_where(im, above, minus, im_scalar(im, 0), -1);
+    int below = im_binary(im, OP_LESS, x, im_scalar(im, -lambd), -1);
+    int plus = im_binary(im, OP_ADD, x, im_scalar(im, bias), -1);
+    return im_where(im, below, plus, upper, 0) < 0 ? -1 : 0;
 }
 
 /* Softsign: x / (1 + |x|). */

@@ -218,26 +218,22 @@ static int imp_isinf(Importer *im) {
  * column - row >= k keeps the upper triangle from diagonal k, <= k the lower. */
 static int imp_trilu(Importer *im) {
     int64_t upper = 1, k = 0;
-    int n_k = 0, r, in[3];
+    int n_k = 0, r, x;
     Type t;
     if (im_attr_int(im, "upper", &upper) < 0 || (r = im_input_ints(im, 1, "k", &k, &n_k)) < 0 ||
-        im_input(im, 0, &in[1]) || im_input_type(im, 0, &t))
+        im_input(im, 0, &x) || im_input_type(im, 0, &t))
         return -1;
     if (r && n_k != 1)
         return im_error(im, "k must be one integer");
     if (t.rank < 2)
         return im_error(im, "Trilu needs a tensor of rank 2 or more: '%s' is of rank %d",
-                        im->g->values[in[1]].name, t.rank);
+                        im->g->values[x].name, t.rank);
     int64_t rows = t.dims[t.rank - 2], cols = t.dims[t.rank - 1];
     Tensor *mask = tensor_new(&(Type){.dtype = DT_BOOL, .rank = 2, .dims = {rows, cols}});
     for (int64_t i = 0; mask && i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             mask->b[i * cols + j] = upper ? j - i >= k : j - i <= k;
-    if ((in[0] = im_const_tensor(im, mask)) < 0 ||
-        (in[2] = im_const_tensor(im, tensor_new(&(Type){.dtype = t.dtype}))) < 0)
-        return -1;
-    Node *n = im_node(im, OP_WHERE, 3, in);
-    return n && im_finish(im, n, 0) >= 0 ? 0 : -1;
+    return im_where(im, im_const_tensor(im, mask), x, im_scalar_of(im, t.dtype, 0), 0) < 0 ? -1 : 0;
 }
 
 /* Hardmax (opset 13: along one axis): cast(equal(argmax(x, axis, keepdims), iota)),
@@ -246,7 +242,7 @@ static int imp_trilu(Importer *im) {
  * the last axis only. */
 static int imp_hardmax(Importer *im) {
     int64_t axis = im->opset >= 13 ? -1 : 1;
-    int x, ax, am, in[2];
+    int x, ax, am, eq;
     Type t;
     if (im_attr_int(im, "axis", &axis) < 0 || im_input(im, 0, &x) || im_input_type(im, 0, &t) ||
         im_axis(im, axis, t.rank, &ax))
@@ -255,17 +251,9 @@ static int imp_hardmax(Importer *im) {
         return im_error(im, "Hardmax before opset 13 over more dims than the last is not supported");
     Node *n = im_node(im, OP_ARGMAX, 1, &x);
     if (!n || im_set_int(im, n, ATTR_AXIS, ax) || im_set_int(im, n, ATTR_KEEPDIMS, 1) ||
-        (am = im_finish(im, n, -1)) < 0)
-        return -1;
-    Type iota = {.dtype = DT_I64, .rank = t.rank};
-    for (int d = 0; d < t.rank; d++)
-        iota.dims[d] = d == ax ? t.dims[d] : 1;
-    Tensor *steps = tensor_new(&iota);
-    for (int64_t i = 0; steps && i < t.dims[ax]; i++)
-        steps->i64[i] = i;
-    in[0] = am;
-    if ((in[1] = im_const_tensor(im, steps)) < 0 || !(n = im_node(im, OP_EQUAL, 2, in)) ||
-        (in[0] = im_finish(im, n, -1)) < 0 || !(n = im_node(im, OP_CAST, 1, in)))
+        (am = im_finish(im, n, -1)) < 0 ||
+        (eq = im_binary(im, OP_EQUAL, am, im_iota(im, t.rank, ax, t.dims[ax]), -1)) < 0 ||
+        !(n = im_node(im, OP_CAST, 1, &eq)))
         return -1;
     return !im_set_word(im, n, ATTR_TO, "f32") && im_finish(im, n, 0) >= 0 ? 0 : -1;
 }

@@ -411,43 +411,27 @@ static int nll_loss(Importer *im, int log_prob, int target, int weight) {
         return im_error(im, "reduction '%s' is not none, sum or mean", reduction);
     if (t.rank < 2)
         return im_error(im, "the input must be [N, C, ...], not of rank %d", t.rank);
-    Type classes = {.dtype = DT_I64, .rank = t.rank};
-    for (int d = 0; d < t.rank; d++)
-        classes.dims[d] = d == 1 ? t.dims[1] : 1;
-    Tensor *iota = tensor_new(&classes);
-    for (int64_t c = 0; iota && c < t.dims[1]; c++)
-        iota->i64[c] = c;
-    int in[3] = {with_axes(im, OP_UNSQUEEZE, target, &one, 1, -1), im_const_tensor(im, iota)};
-    Node *n = in[0] < 0 || in[1] < 0 ? NULL : im_node(im, OP_EQUAL, 2, in);
-    if (!n || (in[0] = im_finish(im, n, -1)) < 0)
-        return -1;
-    in[1] = log_prob;
-    in[2] = im_scalar(im, 0);
-    int picked = in[2] < 0 || !(n = im_node(im, OP_WHERE, 3, in)) ? -1 : im_finish(im, n, -1);
-    int loss = im_unary(im, OP_NEG, with_axes(im, OP_SUM, picked, &one, 1, -1), -1), w = -1, valid = -1;
+    /* one node-making call a statement, in the same order from every compiler */
+    int unsqueezed = with_axes(im, OP_UNSQUEEZE, target, &one, 1, -1);
+    int one_hot = im_binary(im, OP_EQUAL, unsqueezed, im_iota(im, t.rank, 1, t.dims[1]), -1);
+    int picked = with_axes(im, OP_SUM, im_where(im, one_hot, log_prob, im_scalar(im, 0), -1), &one, 1, -1);
+    int loss = im_unary(im, OP_NEG, picked, -1), w = -1, valid = -1;
     if (loss < 0)
         return -1;
-    if (has_ii) {
-        Tensor *c = tensor_new(&(Type){.dtype = DT_I64});
-        if (c)
-            c->i64[0] = ii;
-        int eq = im_binary(im, OP_EQUAL, target, im_const_tensor(im, c), -1);
-        if ((valid = im_unary(im, OP_NOT, eq, -1)) < 0)
-            return -1;
-    }
-    if (weight >= 0) {
-        int at = target;
-        if (valid >= 0) { /* target where valid, else 0 */
-            int w3[3] = {valid, target, im_const_tensor(im, tensor_new(&(Type){.dtype = DT_I64}))};
-            at = w3[2] < 0 || !(n = im_node(im, OP_WHERE, 3, w3)) ? -1 : im_finish(im, n, -1);
-        }
+    if (has_ii &&
+        (valid =
+             im_unary(im, OP_NOT, im_binary(im, OP_EQUAL, target, im_scalar_of(im, DT_I64, ii), -1), -1)) < 0)
+        return -1;
+    if (weight >= 0) { /* gathered at the target, or where it is ignored at 0 */
+        int at = valid >= 0 ? im_where(im, valid, target, im_scalar_of(im, DT_I64, 0), -1) : target;
         int g[2] = {weight, at};
-        if (at < 0 || !(n = im_node(im, OP_GATHER, 2, g)) || (w = im_finish(im, n, -1)) < 0)
+        Node *n = im_node(im, OP_GATHER, 2, g);
+        if (!n || (w = im_finish(im, n, -1)) < 0)
             return -1;
     }
     if (valid >= 0) {
-        int w3[3] = {valid, w >= 0 ? w : im_scalar(im, 1), im_scalar(im, 0)};
-        if (w3[1] < 0 || w3[2] < 0 || !(n = im_node(im, OP_WHERE, 3, w3)) || (w = im_finish(im, n, -1)) < 0)
+        int kept = w >= 0 ? w : im_scalar(im, 1);
+        if ((w = im_where(im, valid, kept, im_scalar(im, 0), -1)) < 0)
             return -1;
     }
     bool sum = strcmp(reduction, "sum") == 0, mean = strcmp(reduction, "mean") == 0;

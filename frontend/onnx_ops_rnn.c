@@ -239,15 +239,6 @@ static int step_active(Importer *im, const int64_t *lens, int64_t batch, int64_t
     return im_const_tensor(im, mask);
 }
 
-/* where(cond, a, b); -1 when an operand is */
-static int where(Importer *im, int cond, int a, int b) {
-    if (a < 0 || b < 0)
-        return -1;
-    const int in[] = {cond, a, b};
-    Node *n = im_node(im, OP_WHERE, 3, in);
-    return n ? im_finish(im, n, -1) : -1;
-}
-
 /* Checks input k against [dims]; 0 when absent (then *value is -1). */
 static int optional_input(Importer *im, int k, const char *what, const int64_t *dims, int rank, int *value) {
     *value = -1;
@@ -403,9 +394,9 @@ static int imp_recurrent(Importer *im, Cell cell) {
                 continue;
             }
             /* the batch's sequences that ended keep their state, and output zeros */
-            if ((h = where(im, active, h_new, h)) < 0 ||
-                (cell == CELL_LSTM && (c = where(im, active, c_new, c)) < 0) ||
-                (steps[t] = where(im, active, h_new, im_scalar(im, 0))) < 0)
+            if ((h = im_where(im, active, h_new, h, -1)) < 0 ||
+                (cell == CELL_LSTM && (c = im_where(im, active, c_new, c, -1)) < 0) ||
+                (steps[t] = im_where(im, active, h_new, im_scalar(im, 0), -1)) < 0)
                 return -1;
         }
         const int64_t y_dims[] = {seq, 1, batch, hs};
