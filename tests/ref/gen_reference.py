@@ -297,6 +297,21 @@ def gen_fused(b):
     case("leaky_relu and min, broadcast from rank 1", "max(leaky_relu($0, alpha=0.1), min($1, 2))",
          [b.rand(5), b.rand(2, 5, lo=-3, hi=3)],
          lambda x, y: torch.maximum(r(torch.where(x < 0, 0.1 * x, x)), torch.minimum(y, T(2.0))))
+    case("floor, ceil, round and sign of a broadcast",
+         "add(add(floor($0), ceil($1)), mul(round(mul($0, 2)), sign($1)))",
+         [b.rand(3, 4, lo=-3, hi=3), b.rand(4, lo=-3, hi=3)],
+         lambda a, c: r(r(torch.floor(a) + torch.ceil(c)) + r(torch.round(r(a * 2)) * torch.sign(c))))
+    case("sin, cos, tan and atan", "add(mul(sin($0), cos($1)), atan(tan(mul($0, 0.5))))",
+         [b.rand(3, 4, lo=-3, hi=3), b.rand(3, 4, lo=-3, hi=3)],
+         lambda a, c: r(r(r(torch.sin(a)) * r(torch.cos(c))) + r(torch.atan(r(torch.tan(r(a * 0.5)))))))
+    case("asin, acos, sinh and cosh", "add(add(asin(tanh($0)), acos(tanh($1))), sub(sinh($0), cosh($1)))",
+         [b.rand(3, 4, lo=-3, hi=3), b.rand(3, 4, lo=-3, hi=3)],
+         lambda a, c: r(r(r(torch.asin(r(torch.tanh(a)))) + r(torch.acos(r(torch.tanh(c)))))
+                        + r(r(torch.sinh(a)) - r(torch.cosh(c)))))
+    case("asinh, acosh and atanh", "add(asinh($0), add(acosh(add(abs($1), 1.5)), atanh(mul(tanh($0), 0.9))))",
+         [b.rand(3, 4, lo=-3, hi=3), b.rand(3, 4, lo=-3, hi=3)],
+         lambda a, c: r(r(torch.asinh(a)) + r(r(torch.acosh(r(torch.abs(c) + 1.5)))
+                                              + r(torch.atanh(r(r(torch.tanh(a)) * np.float32(0.9)))))))
     case("hardswish of a power, outer broadcast", "hardswish(pow(abs($0), $1))",
          [b.rand(4, 1, lo=-3, hi=3), b.rand(1, 3, lo=-1, hi=2)],
          lambda x, e: F.hardswish(r(torch.pow(torch.abs(x), e))))
