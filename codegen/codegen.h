@@ -438,8 +438,10 @@ extern const char kiln_philox_text[];
 typedef struct {
     const char *name;          /* "c" */
     const char *kernel_decl;   /* before a kernel's name: "static void" */
-    const char *params;        /* after it: "(const KilnArgs *args, int64_t begin, int64_t end)" */
+    const char *params;        /* after it: "(const KilnArgs *args, void *const *buf, ...)" */
     const char *args;          /* how the body reaches the arguments: "args->" */
+    const char *buffers;       /* the array of the kernel's pointers, in the order it declares them
+                                  ("buf"); NULL: each from where it points (l->args) */
     const char *restrict_kw;   /* "restrict " */
     const char *parallel_open; /* a PARALLEL loop over `i`, before its block */
     const char *call_open;     /* before a CALL kernel's body */
@@ -461,9 +463,21 @@ extern const Lang lang_c, lang_cuda;
  * kernels' names and comments, and their FLOPs per run (0 where not counted). */
 int emit_c_model(const Program *p, Str *out, Diag *d);
 /* The same model as `units` translation units, for compiling them at once: each
- * the runtime and headers and every units-th kernel (from its index on); the first
+ * the runtime and headers and every units-th kernel text (from its index on); the first
  * also the run function and `kiln_model`, calling the others' kernels. */
 int emit_c_units(const Program *p, int units, Str *out, Diag *d);
+/* The model for compiling each kernel apart (the in-process JIT, which caches each
+ * kernel's object by its text): `main`, the unit with the run function and
+ * kiln_model, declaring the kernels; each distinct kernel's definition; and the
+ * prelude that each of them is compiled after (the runtime's header, the math). */
+typedef struct {
+    Str prelude, main;
+    int n_kernels;
+    Str *kernels;
+    char (*names)[96]; /* the kernels' function names */
+} CPieces;
+int emit_c_pieces(const Program *p, CPieces *out, Diag *d);
+void c_pieces_free(CPieces *c);
 /* How many units p is compiled as: one a core, up to C_MAX_UNITS, but at least 8
  * kernels a unit (a small model's compile is its fixed costs, which every unit pays
  * again). */
@@ -492,8 +506,10 @@ void gemm_schedule(const Program *p, Kernel *k);
 
 /* ---- Kernel IR (kir_print.c) ---- */
 
-/* A kernel body as source in language l, indented. */
-void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int indent);
+/* A kernel body as source in language l, indented; a value (or output -1 - j) that is
+ * ptrs[j] (NULL: none is) named bufj. */
+void kir_print(const Program *p, const Lang *l, const KBody *kb, const int *ptrs, int n_ptrs, Str *out,
+               int indent);
 /* A body whose buffers and sizes are all parameters (kb_param_buf, kb_param_var)
  * as a function `void NAME(params)` of language l. */
 void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *out);
@@ -507,8 +523,6 @@ void program_dump_kir(const Program *p, Str *out);
 
 /* What the emitters share (emit_c.c). */
 void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out);
-/* A kernel's pointers to the buffers it reads and writes, and to its scratch and table. */
-void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out);
 /* kiln/model.h and a runtime's source without its include of it. */
 void emit_runtime(Str *out, const char *runtime);
 /* The weights blob, linked in with `.incbin` (or, with KILN_WEIGHTS_EXTERN, defined

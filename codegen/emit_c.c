@@ -6,9 +6,10 @@
  * model_rt.c, is linked in beside this source: cc_kernel_object); the BLAS
  * prototypes; the
  * weights, linked in as binary data with an `.incbin` of the blob file (or, for an
- * in-process JIT, an external symbol the host defines); one function per kernel,
- * commented with the ops it computes; the run function calling the kernels in order;
- * and the `kiln_model` definition. Kernel bodies are the lowering's kernel IR,
+ * in-process JIT, an external symbol the host defines); one function per kernel
+ * text (kernels defined once, below); the run function calling the kernels in order,
+ * each call under the comment of the ops it computes; and the `kiln_model`
+ * definition. Kernel bodies are the lowering's kernel IR,
  * printed by kir_print.c: the language description (`Lang`) says only how a kernel
  * is declared and looped, and how its hints are spelled.
  * A profiling build (Program.profile, for `kiln bench --profile`) differs only in
@@ -19,6 +20,7 @@
  * appears in this source is in a comment or string literal that c_text.c escaped,
  * or part of an identifier value_name mangled. */
 #include "codegen.h"
+#include "cache.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -32,8 +34,10 @@ const Lang lang_c = {
     .name = "c",
     /* noinline: kernels inlined into graph_run only cost compile time (10-15% of Clang's) */
     .kernel_decl = "static __attribute__((noinline)) void",
-    .params = "(const KilnArgs *args, int64_t begin, int64_t end)",
+    .params = "(KILN_MAYBE_UNUSED const KilnArgs *args, KILN_MAYBE_UNUSED void *const *buf, int64_t begin, "
+              "int64_t end)",
     .args = "args->",
+    .buffers = "buf",
     .restrict_kw = "restrict ",
     .parallel_open = "for (int64_t i = begin; i < end; i++)",
     .call_open = "(void)begin, (void)end;",
@@ -41,9 +45,11 @@ const Lang lang_c = {
     .vector_hint = "KILN_INDEPENDENT",   /* defined by emit_c_model for each compiler */
 };
 
-/* The expression for a value's buffer, as a float pointer. */
-static void buffer_expr(const Program *p, const Lang *l, int v, char *buf, size_t n) {
+/* The expression for a value's buffer, as a float pointer; *constant when it points
+ * at memory the kernels only read (the inputs, the weights). */
+static void buffer_expr(const Program *p, const Lang *l, int v, char *buf, size_t n, bool *constant) {
     Buffer b = p->buf[v];
+    *constant = b.kind == BUF_INPUT || b.kind == BUF_WEIGHT;
     switch (b.kind) {
     case BUF_INPUT: snprintf(buf, n, "%sin[%lld]", l->args, (long long)b.offset); break;
     case BUF_OUTPUT: snprintf(buf, n, "%sout[%lld]", l->args, (long long)b.offset); break;
@@ -110,37 +116,75 @@ static void emit_pointer(Str *out, const Lang *l, DType t, bool writable, bool r
         str_printf(out, "    %s%s *%s%s = (%s%s *)(%s);\n", c, e, r, name, c, e, expr);
 }
 
-void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, Str *out) {
-    char expr[128], name[32];
+/* The pointers kernel k declares, in order, into ptrs (room for n_reads + n_writes +
+ * 2): each value it reads (once, and not one it writes too), each value it writes
+ * (-1 - j: the caller's j-th output), its scratch (KIR_SCRATCH) and its table
+ * (KIR_TABLE), where its body uses them. Returns how many. */
+static int kernel_pointers(const Kernel *k, int *ptrs) {
+    int n = 0;
     for (int r = 0; r < k->n_reads; r++) {
         int v = k->reads[r];
         if (!seen_before(k->reads, r, v) && !seen_before(k->writes, k->n_writes, v) &&
-            kir_uses_value(k->ir, v)) {
-            buffer_expr(p, l, v, expr, sizeof expr);
-            emit_pointer(out, l, p->g->values[v].type.dtype, false, !shares_memory(p, k, v), value_name(p, v),
-                         expr);
-        }
+            kir_uses_value(k->ir, v))
+            ptrs[n++] = v;
     }
-    for (int w = 0; w < k->n_writes; w++) {
-        int v = k->writes[w];
-        if (!kir_uses_value(k->ir, v))
-            continue;
-        if (v < 0) {
-            snprintf(name, sizeof name, "out%d", -1 - v);
-            snprintf(expr, sizeof expr, "%sout[%d]", l->args, -1 - v);
-            emit_pointer(out, l, p->g->values[p->g->outputs[-1 - v]].type.dtype, true, true, name, expr);
-        } else {
-            buffer_expr(p, l, v, expr, sizeof expr);
-            emit_pointer(out, l, p->g->values[v].type.dtype, true, !shares_memory(p, k, v), value_name(p, v),
-                         expr);
-        }
-    }
+    for (int w = 0; w < k->n_writes; w++)
+        if (kir_uses_value(k->ir, k->writes[w]))
+            ptrs[n++] = k->writes[w];
     if (k->scratch_bytes && kir_uses_value(k->ir, KIR_SCRATCH))
-        str_printf(out, "    float *%sscratch = %sws + %lld;\n", l->restrict_kw, l->args,
-                   (long long)(k->scratch / 4));
+        ptrs[n++] = KIR_SCRATCH;
     if (k->table_bytes && kir_uses_value(k->ir, KIR_TABLE))
-        str_printf(out, "    const float *%stable = %swt + %lld;\n", l->restrict_kw, l->args,
-                   (long long)(k->table / 4));
+        ptrs[n++] = KIR_TABLE;
+    return n;
+}
+
+static int *kernel_pointers_alloc(const Kernel *k, int *n) {
+    int *ptrs = ir_calloc((size_t)(k->n_reads + k->n_writes + 2), sizeof *ptrs);
+    *n = ptrs ? kernel_pointers(k, ptrs) : 0;
+    return ptrs;
+}
+
+/* Where the pointer `ptr` of kernel k points, as an expression of l->args; *constant
+ * as buffer_expr. */
+static void pointer_expr(const Program *p, const Lang *l, const Kernel *k, int ptr, char *buf, size_t n,
+                         bool *constant) {
+    *constant = ptr == KIR_TABLE;
+    if (ptr == KIR_SCRATCH)
+        snprintf(buf, n, "%sws + %lld", l->args, (long long)(k->scratch / 4));
+    else if (ptr == KIR_TABLE)
+        snprintf(buf, n, "%swt + %lld", l->args, (long long)(k->table / 4));
+    else if (ptr < 0)
+        snprintf(buf, n, "%sout[%d]", l->args, -1 - ptr);
+    else
+        buffer_expr(p, l, ptr, buf, n, constant);
+}
+
+/* Declares kernel k's pointers (ptrs, kernel_pointers'): from where they point, or
+ * from l->buffers' array, as buf0, buf1, ... (kir_print's names for them). */
+static void emit_kernel_decls(const Program *p, const Lang *l, const Kernel *k, const int *ptrs, int n,
+                              Str *out) {
+    char expr[128], name[32];
+    for (int j = 0; j < n; j++) {
+        int v = ptrs[j];
+        bool constant;
+        if (l->buffers)
+            snprintf(expr, sizeof expr, "%s[%d]", l->buffers, j);
+        else
+            pointer_expr(p, l, k, v, expr, sizeof expr, &constant);
+        if (v == KIR_SCRATCH || v == KIR_TABLE) {
+            str_printf(out, "    %sfloat *%s%s = %s;\n", v == KIR_TABLE ? "const " : "", l->restrict_kw,
+                       v == KIR_TABLE ? "table" : "scratch", expr);
+            continue;
+        }
+        bool writable = seen_before(k->writes, k->n_writes, v);
+        if (l->buffers)
+            snprintf(name, sizeof name, "buf%d", j);
+        else if (v < 0)
+            snprintf(name, sizeof name, "out%d", -1 - v);
+        DType t = p->g->values[v < 0 ? p->g->outputs[-1 - v] : v].type.dtype;
+        emit_pointer(out, l, t, writable, v < 0 || !shares_memory(p, k, v),
+                     l->buffers || v < 0 ? name : value_name(p, v), expr);
+    }
 }
 
 /* Whether a body has the PARALLEL loop of a kernel's iterations. */
@@ -151,17 +195,29 @@ static bool has_parallel_loop(const KBody *kb) {
     return false;
 }
 
+/* Kernel k after its name: parameters, pointers and body. */
+static void emit_kernel_text(const Program *p, const Lang *l, const Kernel *k, Str *out) {
+    int n, *ptrs = kernel_pointers_alloc(k, &n);
+    if (!ptrs) {
+        out->oom = true;
+        return;
+    }
+    str_printf(out, "%s {\n", l->params);
+    emit_kernel_decls(p, l, k, ptrs, n, out);
+    if (!has_parallel_loop(k->ir))
+        str_printf(out, "    %s\n", l->call_open);
+    kir_print(p, l, k->ir, l->buffers ? ptrs : NULL, n, out, 4);
+    str_printf(out, "}\n\n");
+    ir_free(ptrs);
+}
+
 void emit_kernel(const Program *p, const Lang *l, const Kernel *k, Str *out) {
     c_comment(out, "%s", k->comment);
     str_printf(out, "\n%s ", l->kernel_decl);
     if (k->kind == K_GEMM && l->launch_bounds)
         str_printf(out, "%s(%d) ", l->launch_bounds, GEMM_BLOCK);
-    str_printf(out, "%s%s {\n", k->name, l->params);
-    emit_kernel_decls(p, l, k, out);
-    if (!has_parallel_loop(k->ir))
-        str_printf(out, "    %s\n", l->call_open);
-    kir_print(p, l, k->ir, out, 4);
-    str_printf(out, "}\n\n");
+    str_printf(out, "%s", k->name);
+    emit_kernel_text(p, l, k, out);
 }
 
 /* The ABI's name of dtype t (kiln/model.h). */
@@ -414,8 +470,10 @@ void emit_header(const Graph *g, Str *out) {
 static const Lang lang_c_unit = {
     .name = "c",
     .kernel_decl = "__attribute__((noinline, visibility(\"hidden\"))) void",
-    .params = "(const KilnArgs *args, int64_t begin, int64_t end)",
+    .params = "(KILN_MAYBE_UNUSED const KilnArgs *args, KILN_MAYBE_UNUSED void *const *buf, int64_t begin, "
+              "int64_t end)",
     .args = "args->",
+    .buffers = "buf",
     .restrict_kw = "restrict ",
     .parallel_open = "for (int64_t i = begin; i < end; i++)",
     .call_open = "(void)begin, (void)end;",
@@ -423,35 +481,111 @@ static const Lang lang_c_unit = {
     .vector_hint = "KILN_INDEPENDENT",
 };
 
+/* ---- Kernels defined once ----
+ *
+ * A C kernel reaches its buffers only through `buf`, so its text holds nothing of
+ * where a model keeps them: the layers of one op and shape are the same text. Each
+ * text is defined once, named by its hash and what its first kernel computes
+ * (k<16 hex digits>_<op>_<part>), so that a model's source holds it once and the
+ * in-process JIT's cache holds its object once for every model that has it. */
+typedef struct {
+    int n;            /* kernel_at's kernels */
+    int *def;         /* per kernel: the first kernel with its text, which defines it */
+    Str *text;        /* per defining kernel: its text after the name */
+    char (*name)[96]; /* per kernel: its definition's name */
+} CKernels;
+
+static void c_kernels_free(CKernels *ck) {
+    for (int k = 0; ck->text && k < ck->n; k++)
+        str_free(&ck->text[k]);
+    ir_free(ck->def);
+    ir_free(ck->text);
+    ir_free(ck->name);
+}
+
+static int c_kernels_make(const Program *p, CKernels *ck) {
+    *ck = (CKernels){.n = all_kernels(p)};
+    ck->def = ir_calloc((size_t)ck->n + 1, sizeof *ck->def);
+    ck->text = ir_calloc((size_t)ck->n + 1, sizeof *ck->text);
+    ck->name = ir_calloc((size_t)ck->n + 1, sizeof *ck->name);
+    if (!ck->def || !ck->text || !ck->name)
+        return -1;
+    for (int k = 0; k < ck->n; k++) {
+        const Program *owner;
+        const Kernel *kn = kernel_at(p, k, &owner);
+        Str *text = &ck->text[k];
+        emit_kernel_text(owner, &lang_c_unit, kn, text);
+        if (text->oom)
+            return -1;
+        CacheHash h = CACHE_HASH_INIT;
+        cache_hash(&h, text->s, text->len);
+        char hex[33];
+        cache_hash_text(&h, hex, sizeof hex);
+        const char *what = strchr(kn->name + strlen(owner->kernel_prefix), '_');
+        snprintf(ck->name[k], sizeof ck->name[k], "k%.16s%s", hex, what ? what : "");
+        ck->def[k] = k;
+        for (int j = 0; j < k && ck->def[k] == k; j++) /* the same text: the first one's definition */
+            if (ck->def[j] == j && memcmp(ck->name[j], ck->name[k], 17) == 0 &&
+                ck->text[j].len == text->len && memcmp(ck->text[j].s, text->s, text->len) == 0) {
+                ck->def[k] = j;
+                memcpy(ck->name[k], ck->name[j], sizeof ck->name[k]);
+                str_free(text);
+            }
+    }
+    return 0;
+}
+
+/* The array of pointers a call of kernel k of q hands it, or NULL when it has none. */
+static void emit_call_buffers(const Program *q, const Kernel *k, Str *out) {
+    int n, *ptrs = kernel_pointers_alloc(k, &n);
+    char expr[128];
+    str_printf(out, n ? "(void *const[]){" : "NULL");
+    for (int j = 0; j < n; j++) {
+        bool constant;
+        pointer_expr(q, &lang_c, k, ptrs[j], expr, sizeof expr, &constant);
+        str_printf(out, constant ? "%s(void *)(%s)" : "%s%s", j ? ", " : "", expr);
+    }
+    str_printf(out, n ? "}" : "");
+    if (!ptrs)
+        out->oom = true;
+    ir_free(ptrs);
+}
+
 /* graph_run (or NAME) of q, p itself or p->at_one: each kernel called in turn, a
- * LOOP over the iterations the run's size needs; with p's profile, each timed into
- * its slot of p's tables. */
-static void emit_graph_run(const Program *p, const Program *q, const char *name, Str *out) {
+ * LOOP over the iterations the run's size needs, under the comment of what it
+ * computes; with p's profile, each timed into its slot of p's tables. */
+static void emit_graph_run(const Program *p, const Program *q, const CKernels *ck, const char *name,
+                           Str *out) {
     int first = q == p ? 0 : p->n_kernels;
     str_printf(out, "static void %s(KilnInstance *inst, const KilnArgs *args) {\n", name);
     if (p->profile && q->n_kernels)
         str_printf(out, "    double kiln_prof_then = kiln_prof_now(), kiln_prof_at;\n");
     for (int k = 0; k < q->n_kernels; k++) {
         const Kernel *kn = &q->kernels[k];
+        const char *callee = ck->name[first + k];
+        str_printf(out, "    ");
+        c_comment(out, "%s", kn->comment);
+        if (kn->kind == K_LOOP || kn->kind == K_GEMM)
+            str_printf(out, "\n    kiln_rt_parallel(inst, %s, args, ", callee);
+        else
+            str_printf(out, "\n    %s(args, ", callee);
+        emit_call_buffers(q, kn, out);
         if (kn->kind == K_LOOP && kn->sym_rows && kn->sym_tile == 1) /* the rows of args->sym units */
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, %lld);\n", kn->name,
-                       (long long)(kn->sym_rows * kn->sym_width), (long long)kn->grain);
+            str_printf(out, ", args->sym * %lld, %lld);\n", (long long)(kn->sym_rows * kn->sym_width),
+                       (long long)kn->grain);
         else if (kn->kind == K_LOOP && kn->sym_rows)
-            str_printf(
-                out, "    kiln_rt_parallel(inst, %s, args, (args->sym * %lld + %lld) / %lld * %lld, %lld);\n",
-                kn->name, (long long)kn->sym_rows, (long long)(kn->sym_tile - 1), (long long)kn->sym_tile,
-                (long long)kn->sym_width, (long long)kn->grain);
+            str_printf(out, ", (args->sym * %lld + %lld) / %lld * %lld, %lld);\n", (long long)kn->sym_rows,
+                       (long long)(kn->sym_tile - 1), (long long)kn->sym_tile, (long long)kn->sym_width,
+                       (long long)kn->grain);
         else if (kn->kind == K_LOOP)
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, %lld);\n", kn->name,
-                       (long long)kn->count, (long long)kn->grain);
+            str_printf(out, ", %lld, %lld);\n", (long long)kn->count, (long long)kn->grain);
         else if (kn->kind == K_GEMM && kn->sym_rows && (kn->sym_by_batch || kn->batch == 1))
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, args->sym * %lld, 1);\n", kn->name,
+            str_printf(out, ", args->sym * %lld, 1);\n",
                        (long long)(kn->sym_rows * (kn->sym_by_batch ? kn->m : 1))); /* rows in order */
         else if (kn->kind == K_GEMM)
-            str_printf(out, "    kiln_rt_parallel(inst, %s, args, %lld, 1);\n", kn->name,
-                       (long long)(kn->batch * kn->m));
+            str_printf(out, ", %lld, 1);\n", (long long)(kn->batch * kn->m));
         else
-            str_printf(out, "    %s(args, 0, 1);\n", kn->name);
+            str_printf(out, ", 0, 1);\n");
         if (p->profile)
             str_printf(out,
                        "    kiln_prof_at = kiln_prof_now();\n"
@@ -464,11 +598,9 @@ static void emit_graph_run(const Program *p, const Program *q, const char *name,
     str_printf(out, "}\n\n");
 }
 
-/* Unit `unit` of `units` (emit_c_units); the whole model when units is 1. */
-static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d) {
-    const Lang *l = units > 1 ? &lang_c_unit : &lang_c;
-    c_comment(out, "Generated by kiln from model '%s'.", p->g->name);
-    str_printf(out, "\n\n");
+/* What every kernel is compiled after: the runtime's header and math, the
+ * precompiled kernels' declarations, BLAS's, and the vector type. */
+static void emit_c_prelude(const Program *p, Str *out) {
     emit_runtime(out, kiln_runtime_text);
     str_printf(out, "%s\n", kiln_kernel_math_text);
     if (program_uses_philox(p))
@@ -498,26 +630,39 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
                    "   written at any alignment. */\n"
                    "typedef float kiln_vf __attribute__((vector_size(%d), aligned(4)));\n\n",
                    4 * p->vector_floats);
+}
+
+/* The definition of kernel text d of ck in language l. */
+static void emit_definition(const CKernels *ck, const Lang *l, int d, Str *out) {
+    str_printf(out, "%s %s%s", l->kernel_decl, ck->name[d], ck->text[d].s);
+}
+
+/* Unit `unit` of `units` (emit_c_units): the definitions of every units-th kernel
+ * text, from the unit-th on; the first unit also the run function and kiln_model,
+ * declaring the others'. The whole model when units is 1; unit -1: only the first's
+ * run function and kiln_model (emit_c_pieces). */
+static int emit_c_unit(const Program *p, const CKernels *ck, int unit, int units, Str *out, Diag *d) {
+    const Lang *l = units > 1 || unit < 0 ? &lang_c_unit : &lang_c;
+    c_comment(out, "Generated by kiln from model '%s'.", p->g->name);
+    str_printf(out, "\n\n");
+    emit_c_prelude(p, out);
     emit_weights_blob(p, out);
-    for (int k = 0; k < all_kernels(p); k++) {
-        const Program *owner;
-        const Kernel *kn = kernel_at(p, k, &owner);
-        if (k % units == unit)
-            emit_kernel(owner, l, kn, out);
-    }
+    for (int k = 0, defs = 0; k < ck->n; k++)
+        if (ck->def[k] == k && defs++ % units == unit)
+            emit_definition(ck, l, k, out);
     if (unit > 0) {
         if (out->oom)
             return diag_error(d, (Loc){0}, "out of memory generating C");
         return 0;
     }
-    for (int k = 0; k < all_kernels(p); k++)
-        if (k % units != unit)
-            str_printf(out, "%s %s%s;\n", l->kernel_decl, kernel_at(p, k, NULL)->name, l->params);
+    for (int k = 0, defs = 0; k < ck->n; k++)
+        if (ck->def[k] == k && defs++ % units != unit)
+            str_printf(out, "%s %s%s;\n", l->kernel_decl, ck->name[k], l->params);
     if (p->profile)
         emit_profile_tables(p, out);
-    emit_graph_run(p, p, "graph_run", out);
+    emit_graph_run(p, p, ck, "graph_run", out);
     if (p->at_one)
-        emit_graph_run(p, p->at_one, "graph_run_one", out);
+        emit_graph_run(p, p->at_one, ck, "graph_run_one", out);
     emit_unit_bytes(p, out, "in", p->inputs, p->n_inputs);
     emit_unit_bytes(p, out, "out", p->g->outputs, p->g->n_outputs);
     const char *blas =
@@ -540,8 +685,18 @@ static int emit_c_unit(const Program *p, int unit, int units, Str *out, Diag *d)
     return 0;
 }
 
+/* The units of p (ck made for them), each into out[u]. */
+static int emit_units(const Program *p, int units, Str *out, Diag *d) {
+    CKernels ck;
+    int rc = c_kernels_make(p, &ck) ? diag_error(d, (Loc){0}, "out of memory generating C") : 0;
+    for (int u = 0; !rc && u < units; u++)
+        rc = emit_c_unit(p, &ck, u, units, &out[u], d);
+    c_kernels_free(&ck);
+    return rc;
+}
+
 int emit_c_model(const Program *p, Str *out, Diag *d) {
-    return emit_c_unit(p, 0, 1, out, d);
+    return emit_units(p, 1, out, d);
 }
 
 int c_unit_count(const Program *p) {
@@ -552,8 +707,41 @@ int c_unit_count(const Program *p) {
 }
 
 int emit_c_units(const Program *p, int units, Str *out, Diag *d) {
-    for (int u = 0; u < units; u++)
-        if (emit_c_unit(p, u, units, &out[u], d))
-            return -1;
-    return 0;
+    return emit_units(p, units, out, d);
+}
+
+int emit_c_pieces(const Program *p, CPieces *out, Diag *d) {
+    *out = (CPieces){0};
+    CKernels ck;
+    int rc = c_kernels_make(p, &ck);
+    for (int k = 0; !rc && k < ck.n; k++)
+        out->n_kernels += ck.def[k] == k;
+    out->kernels = rc ? NULL : ir_calloc((size_t)out->n_kernels + 1, sizeof *out->kernels);
+    out->names = rc ? NULL : ir_calloc((size_t)out->n_kernels + 1, sizeof *out->names);
+    if (rc || !out->kernels || !out->names) {
+        c_kernels_free(&ck);
+        return diag_error(d, (Loc){0}, "out of memory generating C");
+    }
+    emit_c_prelude(p, &out->prelude);
+    rc = emit_c_unit(p, &ck, -1, 1, &out->main, d);
+    for (int k = 0, i = 0; k < ck.n; k++)
+        if (ck.def[k] == k) {
+            memcpy(out->names[i], ck.name[k], sizeof out->names[i]);
+            emit_definition(&ck, &lang_c_unit, k, &out->kernels[i++]);
+        }
+    for (int i = 0; i < out->n_kernels; i++)
+        out->prelude.oom |= out->kernels[i].oom;
+    c_kernels_free(&ck);
+    if (!rc && out->prelude.oom)
+        rc = diag_error(d, (Loc){0}, "out of memory generating C");
+    return rc;
+}
+
+void c_pieces_free(CPieces *c) {
+    str_free(&c->prelude);
+    str_free(&c->main);
+    for (int i = 0; c->kernels && i < c->n_kernels; i++)
+        str_free(&c->kernels[i]);
+    ir_free(c->kernels);
+    ir_free(c->names);
 }

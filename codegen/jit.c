@@ -2,8 +2,9 @@
  *
  * The model is parsed, optimized and lowered, and the C is generated. Where kiln was
  * built with Clang and LLVM (KILN_HAVE_CLANG_JIT) and kiln_options.jit is not `cc`, the C
- * is compiled and linked in memory (jit_clang.cpp), as a translation unit a core,
- * each unit's object file cached as KEY.o. Otherwise the system compiler makes a
+ * is compiled and linked in memory (jit_clang.cpp): its run function, and each of its
+ * kernels, with an object file cached as KEY.o, so that models share the kernels of
+ * the same text. Otherwise the system compiler makes a
  * shared object, cached as KEY.so, and it is dlopened. KEY is a hash of the
  * generated source, the precompiled kernels, the compiler flags and the CPU, and for
  * a shared object the weights it holds; only a miss compiles. libkiln's calls also
@@ -102,15 +103,28 @@ static bool cache_dir(const char *given, char *dir, size_t n) {
     return make_dirs(dir) && access(dir, W_OK) == 0;
 }
 
-/* The in-process JIT compiles a model as up to C_MAX_UNITS translation units at
- * once, one a core (c_unit_count), each cached by its own key: a hash of its source
- * and of the toolchain (not the weights: the JIT binds them when it links). */
-enum { MAX_UNITS = C_MAX_UNITS, OBJECT_KEY_BYTES = 40 };
+/* The in-process JIT compiles a C model as its main unit (the run function and
+ * kiln_model) and its kernels, each cached by its own key: a hash of its source and
+ * of the toolchain (not the weights: the JIT binds them when it links), and for a
+ * kernel of the prelude it is compiled after, so that every model with a kernel of
+ * the same text finds its object. A CUDA model's host code is one unit. */
+enum { OBJECT_KEY_BYTES = 40 };
 
 typedef struct {
     int n;
-    char keys[MAX_UNITS][OBJECT_KEY_BYTES + 1];
+    char (*keys)[OBJECT_KEY_BYTES + 1];
 } UnitKeys;
+
+static void unit_keys_free(UnitKeys *keys) {
+    ir_free(keys->keys);
+    *keys = (UnitKeys){0};
+}
+
+static int unit_keys_alloc(UnitKeys *keys, int n) {
+    keys->keys = ir_calloc((size_t)n + 1, sizeof *keys->keys);
+    keys->n = keys->keys ? n : 0;
+    return keys->keys ? 0 : -1;
+}
 
 #ifdef KILN_HAVE_CLANG_JIT
 /* Whether Clang's loop unrolling pays for its compile time: in a model of under
@@ -127,25 +141,51 @@ static bool unrolling_pays(const Program *p) {
     return flops < UNROLL_FLOPS;
 }
 
-/* Links the units of *keys (sources: their C, compiled with LLVM's loop unrolling or
- * without; or NULL for cached objects only) with the weights blob into a module named
- * name; NULL with why in msg. */
-static kiln_module *link_units(const char *name, const UnitKeys *keys, const Str *sources, bool unroll,
+/* Links the units of *keys (what: their C and prelude, compiled with LLVM's loop
+ * unrolling or without; or NULL for cached objects only) with the weights blob into
+ * a module named name; NULL with why in msg. */
+static kiln_module *link_units(const char *name, const UnitKeys *keys, const CPieces *what, bool unroll,
                                const JitWeights *weights, const JitOptions *o, const char *dir, char *msg,
                                size_t n, kiln_error *err) {
-    const char *texts[MAX_UNITS], *key_ptrs[MAX_UNITS];
-    size_t lens[MAX_UNITS];
-    for (int u = 0; u < keys->n; u++) {
-        texts[u] = sources ? sources[u].s : NULL;
-        lens[u] = sources ? sources[u].len : 0;
-        key_ptrs[u] = keys->keys[u];
-    }
-    KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
+    const char **texts = ir_calloc((size_t)keys->n + 1, sizeof *texts),
+               **key_ptrs = ir_calloc((size_t)keys->n + 1, sizeof *key_ptrs),
+               **symbols = ir_calloc((size_t)keys->n + 1, sizeof *symbols);
+    size_t *lens = ir_calloc((size_t)keys->n + 1, sizeof *lens);
+    void *h = NULL;
     const kiln_model_def *def = NULL;
-    void *h =
-        clang_jit_compile(keys->n, sources ? texts : NULL, lens, key_ptrs, weights, kernels.bytes,
-                          kernels.len, o->tools.cpu ? o->tools.cpu : "native", unroll, dir, &def, msg, n);
+    if (texts && key_ptrs && symbols && lens) {
+        for (int u = 0; u < keys->n; u++) {
+            const Str *text = !what ? NULL : u == 0 ? &what->main : &what->kernels[u - 1];
+            texts[u] = text ? text->s : NULL;
+            lens[u] = text ? text->len : 0;
+            symbols[u] = what && u > 0 ? what->names[u - 1] : NULL;
+            key_ptrs[u] = keys->keys[u];
+        }
+        JitUnits units = {
+            keys->n,     what ? what->n_kernels : 0,    what ? texts : NULL,         lens, key_ptrs,
+            symbols + 1, what ? what->prelude.s : NULL, what ? what->prelude.len : 0};
+        KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
+        h = clang_jit_compile(&units, weights, kernels.bytes, kernels.len,
+                              o->tools.cpu ? o->tools.cpu : "native", unroll, dir, &def, msg, n);
+    } else {
+        snprintf(msg, n, "out of memory");
+        if (weights->mapping)
+            cache_entry_unmap(weights->mapping, weights->mapped);
+    }
+    ir_free(texts), ir_free(key_ptrs), ir_free(symbols), ir_free(lens);
     return h ? kiln_module_new(h, clang_jit_free, def, name, err) : NULL;
+}
+
+/* Hashes one unit's source into its key. */
+static void unit_key(const Program *p, const JitOptions *o, bool unroll, const Str *prelude, const Str *text,
+                     char *key) {
+    CacheHash h = CACHE_HASH_INIT;
+    toolchain_hash(&h, p->vector_floats, &o->tools);
+    cache_hash(&h, &unroll, sizeof unroll);
+    if (prelude)
+        cache_hash(&h, prelude->s, prelude->len);
+    cache_hash(&h, text->s, text->len);
+    cache_hash_text(&h, key, OBJECT_KEY_BYTES + 1);
 }
 #endif
 
@@ -157,26 +197,23 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
     *used = o->clang;
     if (!*used)
         return NULL;
-    /* the C target's kernels in units; the CUDA target's host code (its kernels are
-       NVRTC's) in one */
-    Str sources[MAX_UNITS] = {{0}};
-    keys->n = p->target == TARGET_C ? c_unit_count(p) : 1;
+    /* the C target's main unit and kernels; the CUDA target's host code (its kernels
+       are NVRTC's) as a main unit alone */
+    CPieces pieces = {0};
+    int rc = p->target == TARGET_C ? emit_c_pieces(p, &pieces, d)
+                                   : (str_printf(&pieces.main, "%s", src->host.s ? src->host.s : ""),
+                                      pieces.main.oom ? diag_error(d, (Loc){0}, "out of memory") : 0);
+    if (!rc && unit_keys_alloc(keys, 1 + pieces.n_kernels))
+        rc = diag_error(d, (Loc){0}, "out of memory");
     kiln_module *m = NULL;
     char msg[2048] = "";
-    int rc = p->target == TARGET_C ? emit_c_units(p, keys->n, sources, d)
-                                   : (str_printf(&sources[0], "%s", src->host.s ? src->host.s : ""),
-                                      sources[0].oom ? diag_error(d, (Loc){0}, "out of memory") : 0);
     bool unroll = unrolling_pays(p);
     if (rc == 0) {
-        for (int u = 0; u < keys->n; u++) {
-            CacheHash h = CACHE_HASH_INIT;
-            toolchain_hash(&h, p->vector_floats, &o->tools);
-            cache_hash(&h, &unroll, sizeof unroll);
-            cache_hash(&h, sources[u].s, sources[u].len);
-            cache_hash_text(&h, keys->keys[u], sizeof keys->keys[u]);
-        }
+        unit_key(p, o, unroll, NULL, &pieces.main, keys->keys[0]);
+        for (int k = 0; k < pieces.n_kernels; k++)
+            unit_key(p, o, unroll, &pieces.prelude, &pieces.kernels[k], keys->keys[1 + k]);
         JitWeights weights = {p->weights, (size_t)p->weights_bytes, NULL, 0};
-        m = link_units(g->name, keys, sources, unroll, &weights, o, dir, msg, sizeof msg, err);
+        m = link_units(g->name, keys, &pieces, unroll, &weights, o, dir, msg, sizeof msg, err);
         if (!m && *msg) /* kiln's own failure when Clang rejected the generated code, which it says */
             diag_relay(d, strstr(msg, "(a bug in kiln") ? DIAG_INTERNAL : DIAG_USER, msg);
         else if (!m)
@@ -184,8 +221,7 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
         if (!m)
             kiln_set_error(err, "cannot compile the model");
     }
-    for (int u = 0; u < keys->n; u++)
-        str_free(&sources[u]);
+    c_pieces_free(&pieces);
     return m;
 #else
     (void)g, (void)p, (void)src, (void)o, (void)dir, (void)keys, (void)d, (void)err;
@@ -209,8 +245,8 @@ static kiln_module *jit_in_process(const Graph *g, const Program *p, const Sourc
  * from cached objects. `kiln run` reads and writes the same entries (driver). */
 
 /* What a model entry holds, in its key: an entry of another layout is another key. */
-#define MODEL_ENTRY_FORMAT "unit keys 4 x 40, the name, the weights blob at a multiple of 64"
-enum { UNIT_KEYS_BYTES = MAX_UNITS * OBJECT_KEY_BYTES, BLOB_ALIGN = 64 };
+#define MODEL_ENTRY_FORMAT "n as 8 bytes, n unit keys of 40, the name, the weights blob at a multiple of 64"
+enum { BLOB_ALIGN = 64 };
 
 typedef struct {
     uintptr_t self;
@@ -334,24 +370,31 @@ static void model_entry_path(const char *dir, const char *model_key, char *path,
     snprintf(path, n, "%s/%s.m", dir, model_key);
 }
 
-static size_t blob_offset(const char *name) {
-    return (UNIT_KEYS_BYTES + strlen(name) + 1 + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+/* Where the name starts in an entry of n units, and where the blob starts. */
+static size_t name_offset(uint64_t n) {
+    return sizeof n + (size_t)n * OBJECT_KEY_BYTES;
 }
 
-/* Stores the model name's units' keys (MAX_UNITS of OBJECT_KEY_BYTES, the unused ones
- * zeros), its name and p's weights blob under model_key: the blob written from where
- * it lies (it may be hundreds of megabytes). */
+static size_t blob_offset(uint64_t n, const char *name) {
+    return (name_offset(n) + strlen(name) + 1 + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
+}
+
+/* Stores the number of the model's units, their keys (OBJECT_KEY_BYTES each, padded
+ * with zeros), its name and p's weights blob under model_key: the blob written from
+ * where it lies (it may be hundreds of megabytes). */
 static void model_entry_write(const char *dir, const char *model_key, const char *name, const UnitKeys *keys,
                               const Program *p) {
     char path[4200];
     model_entry_path(dir, model_key, path, sizeof path);
-    size_t at = blob_offset(name);
+    uint64_t n = (uint64_t)keys->n;
+    size_t at = blob_offset(n, name);
     unsigned char *head = ir_calloc(at, 1);
     if (!head)
         return; /* a later run compiles again */
+    memcpy(head, &n, sizeof n);
     for (int u = 0; u < keys->n; u++)
-        memcpy(head + u * OBJECT_KEY_BYTES, keys->keys[u], strlen(keys->keys[u]));
-    memcpy(head + UNIT_KEYS_BYTES, name, strlen(name));
+        memcpy(head + name_offset((uint64_t)u), keys->keys[u], strlen(keys->keys[u]));
+    memcpy(head + name_offset(n), name, strlen(name));
     cache_entry_write(path, model_key, head, at, p->weights, (size_t)p->weights_bytes);
     ir_free(head);
 }
@@ -366,27 +409,30 @@ static kiln_module *model_from_cache(const JitOptions *o, const char *dir, const
     size_t len = 0, mapped = 0;
     CacheLookup found = cache_entry_map(path, model_key, &payload, &len, &mapped);
     /* the name ends at the first NUL past the units' keys; the blob starts after it */
+    uint64_t n = 0;
     const char *name = NULL;
-    if (found == CACHE_HIT && len > UNIT_KEYS_BYTES &&
-        memchr(payload + UNIT_KEYS_BYTES, 0, len - UNIT_KEYS_BYTES))
-        name = (const char *)payload + UNIT_KEYS_BYTES;
-    if (name && blob_offset(name) > len)
+    if (found == CACHE_HIT && len >= sizeof n)
+        memcpy(&n, payload, sizeof n);
+    if (found == CACHE_HIT && n >= 1 && n <= len / OBJECT_KEY_BYTES && len > name_offset(n) &&
+        memchr(payload + name_offset(n), 0, len - name_offset(n)))
+        name = (const char *)payload + name_offset(n);
+    if (name && blob_offset(n, name) > len)
         name = NULL;
     if (found == CACHE_CORRUPT || (found == CACHE_HIT && !name))
         cache_entry_warn(path);
     UnitKeys keys = {0};
-    for (int u = 0; name && u < MAX_UNITS && payload[u * OBJECT_KEY_BYTES]; u++) {
-        memcpy(keys.keys[u], payload + u * OBJECT_KEY_BYTES, OBJECT_KEY_BYTES);
-        keys.n++;
-    }
-    if (!keys.n) {
+    if (!name || unit_keys_alloc(&keys, (int)n)) {
         cache_entry_unmap(payload, mapped);
         return NULL;
     }
+    for (int u = 0; u < keys.n; u++)
+        memcpy(keys.keys[u], payload + name_offset((uint64_t)u), OBJECT_KEY_BYTES);
     char msg[2048];
-    size_t at = blob_offset(name);
+    size_t at = blob_offset(n, name);
     JitWeights weights = {payload + at, len - at, payload, mapped}; /* the module's from here on */
-    return link_units(name, &keys, NULL, false, &weights, o, dir, msg, sizeof msg, err);
+    kiln_module *m = link_units(name, &keys, NULL, false, &weights, o, dir, msg, sizeof msg, err);
+    unit_keys_free(&keys);
+    return m;
 #else
     (void)o, (void)dir, (void)model_key, (void)err;
     return NULL;
@@ -487,6 +533,7 @@ static kiln_module *jit(Graph *g, const TensorList *weights, const JitOptions *o
         /* a model entry would skip the warnings, so a model with any has none */
         if (m && cached && o->model_key && !d->warnings)
             model_entry_write(dir, o->model_key, g->name, &units, p);
+        unit_keys_free(&units);
         program_free(p);
         source_free(&src);
         return m;

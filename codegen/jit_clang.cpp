@@ -5,14 +5,15 @@
  * -march=native, -fno-math-errno, ...) into the compiler's own invocation, with the
  * header paths of this installation and the resource directory CMake found; the
  * source is handed over as a remapped memory buffer, and EmitLLVMOnlyAction makes
- * the optimized llvm::Module. Linking: LLJIT compiles the module for the host CPU,
- * binds `kiln_weights_blob` to the weights (a copy, or a model cache entry mapped in place) and the BLAS
- * entry points to the ones this library links, and takes everything else (libc, libm, pthreads) from the
- * process. Nothing touches the disk but the object cache: an llvm::ObjectCache that keeps the object file in
- * the cache entry CACHE_DIR/KEY.o (codegen/cache.c), written atomically, so that a second JIT of the same
- * source loads that file and runs neither Clang nor LLVM's code generation. An entry that is corrupt, or
- * whose object does not link, is a miss: compiled again, overwritten, and said once on stderr. The C
- * interface is in jit_clang.h. */
+ * the optimized llvm::Module. Kernels are compiled several to a translation unit,
+ * and each one's code is cloned out of the module into an object of its own. Linking: LLJIT compiles the
+ * module for the host CPU, binds `kiln_weights_blob` to the weights (a copy, or a model cache entry mapped in
+ * place) and the BLAS entry points to the ones this library links, and takes everything else (libc, libm,
+ * pthreads) from the process. Nothing touches the disk but the object cache: an llvm::ObjectCache that keeps
+ * the object file in the cache entry CACHE_DIR/KEY.o (codegen/cache.c), written atomically, so that a second
+ * JIT of the same source loads that file and runs neither Clang nor LLVM's code generation. An entry that is
+ * corrupt, or whose object does not link, is a miss: compiled again, overwritten, and said once on stderr.
+ * The C interface is in jit_clang.h. */
 #include "jit_clang.h"
 #include "cache.h"
 
@@ -33,9 +34,11 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -65,6 +68,7 @@ const char source_name[] = "kiln_model.c";
 struct Unit {
     const char *source = nullptr; /* null: only a cached object will do */
     size_t len = 0;
+    const char *kernel = nullptr; /* a kernel's definition: its function's name */
     std::string path, key;
     std::unique_ptr<llvm::MemoryBuffer> object;
     std::string error; /* why it could not be compiled */
@@ -191,22 +195,20 @@ llvm::Error define_host_symbols(llvm::orc::LLJIT &jit, const void *weights) {
     }));
 }
 
-/* Compiles a unit's source into its object file, and stores that in the cache. */
-void compile_unit(Unit &u, const char *cpu, bool unroll) {
-    auto ctx = std::make_unique<llvm::LLVMContext>();
-    std::string diag_text;
-    std::unique_ptr<llvm::Module> module = compile_c(u.source, u.len, cpu, unroll, *ctx, &diag_text);
-    if (!module) {
-        u.error = "Clang failed on the generated code (a bug in kiln):\n" + diag_text;
-        return;
-    }
+/* LLVM's code generator for this machine, or null with why in *error. */
+std::unique_ptr<llvm::TargetMachine> target_machine(std::string *error) {
     auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
     auto tm = jtmb ? jtmb->createTargetMachine() : jtmb.takeError();
     if (!tm) {
-        u.error = "cannot make LLVM's code generator: " + llvm::toString(tm.takeError());
-        return;
+        *error = "cannot make LLVM's code generator: " + llvm::toString(tm.takeError());
+        return nullptr;
     }
-    auto object = llvm::orc::SimpleCompiler(**tm)(*module);
+    return std::move(*tm);
+}
+
+/* Gives u the object compiled from module, and stores it in the cache. */
+void emit_object(Unit &u, llvm::TargetMachine &tm, llvm::Module &module) {
+    auto object = llvm::orc::SimpleCompiler(tm)(module);
     if (!object) {
         u.error = "cannot generate the model's code: " + llvm::toString(object.takeError());
         return;
@@ -217,13 +219,88 @@ void compile_unit(Unit &u, const char *cpu, bool unroll) {
                           u.object->getBufferSize());
 }
 
-/* Compiles every unit without an object, each on a thread of its own: the units of
- * a model are what its compile spreads over the cores. */
-void compile_units(std::vector<Unit> &units, const char *cpu, bool unroll) {
+/* Compiles a unit's source into its object file. */
+void compile_unit(Unit &u, const char *cpu, bool unroll) {
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::string diag_text;
+    std::unique_ptr<llvm::Module> module = compile_c(u.source, u.len, cpu, unroll, *ctx, &diag_text);
+    if (!module) {
+        u.error = "Clang failed on the generated code (a bug in kiln):\n" + diag_text;
+        return;
+    }
+    if (auto tm = target_machine(&u.error))
+        emit_object(u, *tm, *module);
+}
+
+/* The part of module that is the kernel `symbol`: its definition and the internal
+ * functions and data it uses; every other kernel only declared. */
+std::unique_ptr<llvm::Module> kernel_module(const llvm::Module &module, llvm::StringRef symbol) {
+    llvm::ValueToValueMapTy map;
+    auto one = llvm::CloneModule(module, map, [symbol](const llvm::GlobalValue *g) {
+        return g->hasLocalLinkage() || g->getName() == symbol;
+    });
+    for (bool dropped = true; dropped;) { /* what only the other kernels used */
+        dropped = false;
+        for (auto f = one->begin(); f != one->end();) {
+            llvm::Function &fn = *f++;
+            if (fn.hasLocalLinkage() && fn.use_empty()) {
+                fn.eraseFromParent();
+                dropped = true;
+            }
+        }
+        for (auto g = one->global_begin(); g != one->global_end();) {
+            llvm::GlobalVariable &var = *g++;
+            if (var.hasLocalLinkage() && var.use_empty()) {
+                var.eraseFromParent();
+                dropped = true;
+            }
+        }
+    }
+    return one;
+}
+
+/* Compiles the kernels of group together, after the prelude, as one translation
+ * unit, and gives each kernel an object of its own. */
+void compile_kernels(const std::vector<Unit *> &group, const std::string &prelude, const char *cpu,
+                     bool unroll) {
+    std::string source = prelude;
+    for (Unit *u : group)
+        source.append(u->source, u->len);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::string diag_text, error;
+    std::unique_ptr<llvm::Module> module =
+        compile_c(source.data(), source.size(), cpu, unroll, *ctx, &diag_text);
+    std::unique_ptr<llvm::TargetMachine> tm = module ? target_machine(&error) : nullptr;
+    for (Unit *u : group) {
+        if (!module)
+            u->error = "Clang failed on the generated code (a bug in kiln):\n" + diag_text;
+        else if (!tm)
+            u->error = error;
+        else
+            emit_object(*u, *tm, *kernel_module(*module, u->kernel));
+    }
+}
+
+/* Compiles every unit without an object, each on a thread of its own, and the
+ * kernels among them in up to one group a core: the units of a model are what its
+ * compile spreads over the cores. */
+void compile_units(std::vector<Unit> &units, const std::string &prelude, const char *cpu, bool unroll) {
+    std::vector<Unit *> kernels;
     std::vector<std::thread> threads;
     for (Unit &u : units)
-        if (!u.object)
+        if (!u.object && u.kernel)
+            kernels.push_back(&u);
+        else if (!u.object)
             threads.emplace_back([&u, cpu, unroll] { compile_unit(u, cpu, unroll); });
+    /* a group's translation unit parses the prelude again: at least a few kernels each */
+    size_t cores = std::max(1u, std::min(std::thread::hardware_concurrency(), 4u));
+    size_t n_groups = std::min(cores, (kernels.size() + 3) / 4);
+    std::vector<std::vector<Unit *>> groups(n_groups);
+    for (size_t i = 0; i < kernels.size(); i++)
+        groups[i % n_groups].push_back(kernels[i]);
+    for (auto &group : groups)
+        threads.emplace_back(
+            [&group, &prelude, cpu, unroll] { compile_kernels(group, prelude, cpu, unroll); });
     for (std::thread &t : threads)
         t.join();
 }
@@ -267,8 +344,7 @@ const char *link_model(ClangJit &h, std::vector<Unit> &units, llvm::StringRef ke
 
 } // namespace
 
-extern "C" void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens,
-                                   const char *const *keys, const JitWeights *weights, const void *kernels,
+extern "C" void *clang_jit_compile(const JitUnits *in, const JitWeights *weights, const void *kernels,
                                    size_t kernels_len, const char *cpu, bool unroll, const char *cache_dir,
                                    const kiln_model_def **def, char *err, size_t errlen) {
     static std::once_flag init;
@@ -294,23 +370,26 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
             std::memcpy(h->copy, weights->bytes, weights->len);
         h->weights = h->copy;
     }
-    std::vector<Unit> units((size_t)n_units);
+    std::vector<Unit> units((size_t)in->n);
+    std::string prelude = in->prelude ? std::string(in->prelude, in->prelude_len) : std::string();
     bool all_cached = true, any_cached = false;
-    for (int i = 0; i < n_units; i++) {
+    for (int i = 0; i < in->n; i++) {
         Unit &u = units[(size_t)i];
-        u.source = sources ? sources[i] : nullptr;
-        u.len = sources ? lens[i] : 0;
-        u.key = keys[i] ? keys[i] : "";
+        u.source = in->sources ? in->sources[i] : nullptr;
+        u.len = in->sources ? in->lens[i] : 0;
+        u.kernel =
+            in->sources && i >= in->n - in->n_kernels ? in->symbols[i - (in->n - in->n_kernels)] : nullptr;
+        u.key = in->keys[i] ? in->keys[i] : "";
         u.path = cache_dir ? std::string(cache_dir) + "/" + u.key + ".o" : "";
         bool hit = u.load();
         all_cached = all_cached && hit;
         any_cached = any_cached || hit;
     }
-    if (!all_cached && !sources) {
+    if (!all_cached && !in->sources) {
         set_error(err, errlen, "the model's objects are not in the cache", "");
         return nullptr;
     }
-    compile_units(units, cpu, unroll);
+    compile_units(units, prelude, cpu, unroll);
     for (Unit &u : units)
         if (!u.object) {
             set_error(err, errlen, "cannot compile the model in process", u.error);
@@ -318,13 +397,13 @@ extern "C" void *clang_jit_compile(int n_units, const char *const *sources, cons
         }
     llvm::StringRef kernel_object(static_cast<const char *>(kernels), kernels_len);
     const char *failed = link_model(*h, units, kernel_object, def, err, errlen);
-    if (failed && any_cached && sources && !strcmp(failed, "link")) {
+    if (failed && any_cached && in->sources && !strcmp(failed, "link")) {
         /* whole cached objects that still would not link: compile them afresh */
         for (Unit &u : units) {
             u.corrupt();
             u.object.reset();
         }
-        compile_units(units, cpu, unroll);
+        compile_units(units, prelude, cpu, unroll);
         for (Unit &u : units)
             if (!u.object) {
                 set_error(err, errlen, "cannot compile the model in process", u.error);

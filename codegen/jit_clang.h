@@ -24,20 +24,34 @@ typedef struct {
     size_t mapped;
 } JitWeights;
 
-/* Compiles the n_units translation units sources[i][0..lens[i]) (C made by
- * emit_c_units, built with KILN_WEIGHTS_EXTERN so that it refers to an external
- * `kiln_weights_blob`) for the CPU cpu (-march=CPU; NULL: native), with LLVM's loop
- * unrolling or without it (unroll), each on a thread of its own, and links them into the process with that
- * symbol bound to the weights and with the object file kernels[0..kernels_len) (the precompiled kernels; none
- * when kernels_len is 0); sets *def to what kiln_model() returns. When cache_dir is not NULL, unit i's object
- * file is taken from, or else stored atomically in, cache_dir/keys[i].o, so that a unit compiled before skips
- * Clang and LLVM's code generation; with sources NULL, only cached objects will do.
+/* What a model's code is compiled from: n translation units of C (made by
+ * emit_c_pieces or emit_c_units, built with KILN_WEIGHTS_EXTERN so that they refer to
+ * an external `kiln_weights_blob`), of which the last n_kernels are each one kernel's
+ * definition, to be compiled after prelude[0..prelude_len); and each unit's cache key. */
+typedef struct {
+    int n, n_kernels;
+    const char *const *sources; /* NULL: only cached objects will do */
+    const size_t *lens;
+    const char *const *keys;
+    const char *const *symbols; /* the n_kernels kernels' function names */
+    const char *prelude;
+    size_t prelude_len;
+} JitUnits;
+
+/* Compiles the units for the CPU cpu (-march=CPU; NULL: native), with LLVM's loop
+ * unrolling or without it (unroll), on a thread a unit (the kernels, up to one a
+ * core, as translation units of several of them whose code is then split into an
+ * object a kernel), and links them into the process with `kiln_weights_blob` bound to
+ * the weights and with the object file kernels[0..kernels_len) (the precompiled
+ * kernels; none when kernels_len is 0); sets *def to what kiln_model() returns. When
+ * cache_dir is not NULL, unit i's object file is taken from, or else stored
+ * atomically in, cache_dir/keys[i].o, so that a unit compiled before (by this model
+ * or, for a kernel, any other) skips Clang and LLVM's code generation.
  * Returns the handle that owns the code and the weights, or NULL with a message in
  * err[0..errlen). */
-void *clang_jit_compile(int n_units, const char *const *sources, const size_t *lens, const char *const *keys,
-                        const JitWeights *weights, const void *kernels, size_t kernels_len, const char *cpu,
-                        bool unroll, const char *cache_dir, const kiln_model_def **def, char *err,
-                        size_t errlen);
+void *clang_jit_compile(const JitUnits *units, const JitWeights *weights, const void *kernels,
+                        size_t kernels_len, const char *cpu, bool unroll, const char *cache_dir,
+                        const kiln_model_def **def, char *err, size_t errlen);
 /* Frees the code of a handle from clang_jit_compile; NULL is ignored. */
 void clang_jit_free(void *handle);
 

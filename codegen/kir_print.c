@@ -31,6 +31,8 @@ typedef struct {
     const KBody *kb;
     Str *out;
     bool dump;
+    const int *ptrs; /* kir_print's */
+    int n_ptrs;
 } Printer;
 
 static int prec(const KExpr *e) {
@@ -87,6 +89,11 @@ static const char *dump_type(KType t) {
 
 static const char *buf_name(const Printer *pr, int buf, char *tmp, size_t n) {
     const KBuf *b = &pr->kb->bufs[buf];
+    for (int j = 0; j < pr->n_ptrs && (b->kind == KB_VALUE || b->kind == KB_OUTPUT); j++)
+        if (pr->ptrs[j] == (b->kind == KB_VALUE ? b->value : -1 - b->value)) {
+            snprintf(tmp, n, "buf%d", j);
+            return tmp;
+        }
     switch (b->kind) {
     case KB_VALUE: return value_name(pr->p, b->value);
     case KB_OUTPUT: snprintf(tmp, n, "out%d", b->value); return tmp;
@@ -365,13 +372,14 @@ bool kir_uses_value(const KBody *kb, int value) {
     return false;
 }
 
-void kir_print(const Program *p, const Lang *l, const KBody *kb, Str *out, int indent) {
-    Printer pr = {p, l, kb, out, false};
+void kir_print(const Program *p, const Lang *l, const KBody *kb, const int *ptrs, int n_ptrs, Str *out,
+               int indent) {
+    Printer pr = {p, l, kb, out, false, ptrs, ptrs ? n_ptrs : 0};
     print_list(&pr, kb->body, indent);
 }
 
 void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *out) {
-    Printer pr = {NULL, l, kb, out, false};
+    Printer pr = {NULL, l, kb, out, false, NULL, 0};
     str_printf(out, "void %s(", name);
     int n = 0;
     for (int i = 0; i < kb->n_bufs; i++)
@@ -387,7 +395,7 @@ void kir_print_function(const KBody *kb, const Lang *l, const char *name, Str *o
 }
 
 void kir_dump(const Program *p, const KBody *kb, Str *out) {
-    Printer pr = {p, &lang_c, kb, out, true};
+    Printer pr = {p, &lang_c, kb, out, true, NULL, 0};
     print_list(&pr, kb->body, 4);
 }
 

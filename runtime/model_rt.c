@@ -71,6 +71,7 @@ struct KilnInstance {
        the loop from finishing, so they stay put while anyone reads them. */
     KilnKernel kernel;
     const KilnArgs *args;
+    void *const *buf;
     int64_t count, chunk;
     uint64_t ticket;  /* loop number << 32 | chunks << 16 | next chunk */
     uint32_t done;    /* chunks of the loop finished; the caller sleeps on it */
@@ -145,7 +146,8 @@ static void kiln_rt_work(KilnInstance *in, uint32_t loop) {
                 count = __atomic_load_n(&in->count, __ATOMIC_RELAXED), begin = (int64_t)next * chunk,
                 end = begin + chunk < count ? begin + chunk : count;
         KilnKernel kernel = __atomic_load_n(&in->kernel, __ATOMIC_RELAXED);
-        kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), begin, end);
+        kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), __atomic_load_n(&in->buf, __ATOMIC_RELAXED),
+               begin, end);
         /* after the last chunk's count the caller may start the next loop at once */
         if (__atomic_add_fetch(&in->done, 1, __ATOMIC_SEQ_CST) == chunks &&
             __atomic_load_n(&in->caller_waits, __ATOMIC_SEQ_CST))
@@ -222,12 +224,13 @@ static void kiln_rt_announce(KilnInstance *in, uint32_t loop) {
     }
 }
 
-/* Runs kernel k over [0, count) on the instance's threads: on the caller alone when
- * the loop has fewer than two chunks of `grain` iterations. */
-void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count, int64_t grain) {
+/* Runs kernel k on buf over [0, count) on the instance's threads: on the caller alone
+ * when the loop has fewer than two chunks of `grain` iterations. */
+void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, void *const *buf, int64_t count,
+                      int64_t grain) {
     int64_t most = grain > 0 ? count / grain : count;
     if (in->n_threads == 1 || most < 2) {
-        k(a, 0, count);
+        k(a, buf, 0, count);
         return;
     }
     /* a late or slow thread holds up one small chunk; at most 256 * 8 chunks, which
@@ -240,6 +243,7 @@ void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t
     uint32_t loop = kiln_rt_next_loop(in);
     __atomic_store_n(&in->kernel, k, __ATOMIC_RELAXED);
     __atomic_store_n(&in->args, a, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->buf, buf, __ATOMIC_RELAXED);
     __atomic_store_n(&in->count, count, __ATOMIC_RELAXED);
     __atomic_store_n(&in->chunk, chunk, __ATOMIC_RELAXED);
     __atomic_store_n(&in->done, 0, __ATOMIC_RELAXED);

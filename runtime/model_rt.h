@@ -37,7 +37,12 @@ typedef struct {
 
 void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst, int64_t count, int mean, int f);
 
-typedef void (*KilnKernel)(const KilnArgs *a, int64_t begin, int64_t end);
+/* A kernel computes iterations [begin, end) of its loop; buf holds the pointers to the
+   buffers it reads and writes, in the order it declares them, so that its code holds
+   nothing of where a model keeps them and one kernel serves every layer of its shape. */
+typedef void (*KilnKernel)(const KilnArgs *a, void *const *buf, int64_t begin, int64_t end);
+/* Before a kernel's args and buf, which many kernels do not read. */
+#define KILN_MAYBE_UNUSED __attribute__((unused))
 
 typedef struct KilnInstance KilnInstance;
 
@@ -60,9 +65,10 @@ typedef struct KilnProgram {
     const struct KilnProgram *at_one;
 } KilnProgram;
 
-/* Runs kernel k over [0, count) on the instance's threads, in chunks of at least
- * grain iterations; on the caller alone when there are fewer than two. */
-void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, int64_t count, int64_t grain);
+/* Runs kernel k on buf over [0, count) on the instance's threads, in chunks of at
+ * least grain iterations; on the caller alone when there are fewer than two. */
+void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, void *const *buf, int64_t count,
+                      int64_t grain);
 
 /* kiln_model_def's create (with comm NULL, or create_comm), destroy and run for
  * the program prog, and the bytes of the state behind its read_param and

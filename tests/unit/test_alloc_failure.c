@@ -5,7 +5,8 @@
  * compiler: parsing (or importing), the verifier, the -O2 pass pipeline (autodiff
  * included: the text model has a grad and an update; once with --check's
  * interpreter runs after every pass), lowering for the C and CUDA
- * targets with the memory plan, their source, and a training step in the
+ * targets with the memory plan, their source (and the C split into kernels, as the
+ * in-process JIT compiles it), and a training step in the
  * reference interpreter. For N = 0, 1, 2, ... the N-th allocation and every one
  * after it fail (ir_fail_alloc_after), until the job succeeds. Each failing N must
  * come back as an error with an "out of memory" diagnostic, of kind out of memory
@@ -79,6 +80,7 @@ static int job(const char *path, const char *weights, bool check, Diag *d) {
     TensorList w = {0};
     Program *p = NULL, *cuda = NULL;
     Source source = {0}, cuda_source = {0};
+    CPieces pieces = {0};
     Tensor **in = NULL, **out = NULL;
     int n_in = 0, n_out = 0;
     int rc = -1;
@@ -96,7 +98,7 @@ static int job(const char *path, const char *weights, bool check, Diag *d) {
     if (!g || verify_graph(g, d) != 0 || pipeline_run(g, &w, &po, d) != 0)
         goto done;
     if (!(p = program_lower(g, &w, &(LowerOptions){TARGET_C, true, true, NULL}, d)) ||
-        program_source(p, false, &source, d) != 0)
+        program_source(p, false, &source, d) != 0 || emit_c_pieces(p, &pieces, d) != 0)
         goto done;
     if (!(cuda = program_lower(g, &w, &(LowerOptions){TARGET_CUDA, true, true, NULL}, d)) ||
         program_source(cuda, false, &cuda_source, d) != 0)
@@ -129,6 +131,7 @@ done:
     free(out);
     source_free(&source);
     source_free(&cuda_source);
+    c_pieces_free(&pieces);
     program_free(p);
     program_free(cuda);
     tensors_free(&w);

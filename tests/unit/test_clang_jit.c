@@ -6,12 +6,11 @@
  * interpreter's within |a-b| <= 1e-4 + 1e-4*|b|. The models: an elementwise graph
  * given as text, and examples/small_cnn.kiln (convolutions through cblas_sgemm,
  * which the JIT binds to the OpenBLAS kiln links). The cache test compiles
- * small_cnn twice: the first JIT must leave exactly one KEY.o in the directory, and
- * the second must load it, leaving it untouched (same mtime to the nanosecond,
- * nothing else written). KILN_JIT=cc must take the system compiler instead (a
- * KEY.so appears), and C that does not compile must come back as an error naming
- * Clang's complaint, with nothing cached. The cache's hash changes with every bit
- * it is given. */
+ * small_cnn twice: the first JIT must leave a KEY.o for its run function and one
+ * for each kernel text in the directory, and the second must load them, leaving
+ * them untouched (same mtime to the nanosecond, nothing else written). KILN_JIT=cc must take the system
+ * compiler instead (a KEY.so appears), and C that does not compile must come back as an error naming Clang's
+ * complaint, with nothing cached. The cache's hash changes with every bit it is given. */
 /* cmocka needs these first, in this order */
 /* clang-format off */
 #include <stdarg.h>
@@ -71,22 +70,32 @@ static void remove_cache_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* The files in dir, which must all end in suffix, into paths[0..most) in the order of
+ * their names; returns how many. */
+static int cache_files(const char *dir, const char *suffix, char (*paths)[4200], int most) {
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, NULL, alphasort), count = 0;
+    assert_true(n >= 0);
+    for (int i = 0; i < n; i++) {
+        const char *name = names[i]->d_name;
+        size_t len = strlen(name), slen = strlen(suffix);
+        if (name[0] != '.' && (len <= slen || strcmp(name + len - slen, suffix) != 0))
+            fail_msg("unexpected file '%s' in the cache %s", name, dir);
+        if (name[0] != '.' && count < most)
+            snprintf(paths[count++], sizeof paths[0], "%s/%s", dir, name);
+        free(names[i]);
+    }
+    free(names);
+    return count;
+}
+
 /* The one file in dir, which must end in suffix, into path; fails otherwise. */
 static void only_file(const char *dir, const char *suffix, char *path, size_t n) {
-    DIR *dp = opendir(dir);
-    assert_non_null(dp);
-    int count = 0;
-    for (struct dirent *e; (e = readdir(dp));)
-        if (e->d_name[0] != '.') {
-            count++;
-            size_t len = strlen(e->d_name), slen = strlen(suffix);
-            if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
-                fail_msg("unexpected file '%s' in the cache %s", e->d_name, dir);
-            snprintf(path, n, "%s/%s", dir, e->d_name);
-        }
-    closedir(dp);
+    char paths[2][4200];
+    int count = cache_files(dir, suffix, paths, 2);
     if (count != 1)
         fail_msg("%d files in the cache %s, expected one *%s", count, dir, suffix);
+    snprintf(path, n, "%s", paths[0]);
 }
 
 /* Parses text, runs it in the interpreter on inputs[0..n_inputs), JITs it with the cache in dir
@@ -155,20 +164,27 @@ static void elementwise_inputs(Tensor **in) {
         in[1]->data[i] = (float)((i * 5) % 9) / 4.0f - 1.0f;
 }
 
+/* The elementwise graph is one fused kernel: the JIT caches two objects, that
+ * kernel's and the run function's. */
 static void test_elementwise(void **state) {
     (void)state;
-    char dir[4096];
+    char dir[4096], objects[3][4200];
     Tensor *in[2];
     make_cache_dir(dir, sizeof dir);
     elementwise_inputs(in);
     long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
-    char obj[4200];
-    only_file(dir, ".o", obj, sizeof obj);
+    int n = cache_files(dir, ".o", objects, 3);
     tensor_free(in[0]);
     tensor_free(in[1]);
     remove_cache_dir(dir);
     assert_int_equal(bad, 0);
+    assert_int_equal(n, 2);
 }
+
+/* small_cnn has 9 kernels of 8 texts (its two max pools differ only in their
+ * buffers): the first JIT caches their 8 objects and the run function's, and the
+ * second loads them all, writing nothing. */
+enum { SMALL_CNN_OBJECTS = 9 };
 
 static void test_small_cnn_and_cache(void **state) {
     (void)state;
@@ -179,59 +195,67 @@ static void test_small_cnn_and_cache(void **state) {
     assert_non_null(src);
     assert_int_equal(npy_read(KILN_SOURCE_DIR "/examples/small_cnn_input.npy", &x, &d), 0);
 
-    char dir[4096], obj[4200], again[4200];
+    char dir[4096], objects[SMALL_CNN_OBJECTS + 1][4200], again[SMALL_CNN_OBJECTS + 1][4200];
     make_cache_dir(dir, sizeof dir);
     long bad = jit_and_compare("small_cnn", src->text, &x, 1, dir, "clang");
-    only_file(dir, ".o", obj, sizeof obj);
-    struct stat first, second;
-    assert_int_equal(stat(obj, &first), 0);
+    int n = cache_files(dir, ".o", objects, SMALL_CNN_OBJECTS + 1);
+    struct stat first[SMALL_CNN_OBJECTS + 1], second;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(stat(objects[i], &first[i]), 0);
 
     long bad_again = jit_and_compare("small_cnn", src->text, &x, 1, dir, "clang");
-    only_file(dir, ".o", again, sizeof again);
-    assert_int_equal(stat(again, &second), 0);
+    int n_again = cache_files(dir, ".o", again, SMALL_CNN_OBJECTS + 1);
+    assert_int_equal(n, SMALL_CNN_OBJECTS);
+    assert_int_equal(n_again, n);
+    for (int i = 0; i < n; i++) { /* each cached object was read, not written again */
+        assert_string_equal(objects[i], again[i]);
+        assert_int_equal(stat(again[i], &second), 0);
+        assert_int_equal(first[i].st_ino, second.st_ino);
+        assert_int_equal(first[i].st_size, second.st_size);
+        assert_int_equal(first[i].st_mtim.tv_sec, second.st_mtim.tv_sec);
+        assert_int_equal(first[i].st_mtim.tv_nsec, second.st_mtim.tv_nsec);
+    }
     tensor_free(x);
     srcfile_free(src);
     remove_cache_dir(dir);
-
     assert_int_equal(bad, 0);
     assert_int_equal(bad_again, 0);
-    assert_string_equal(obj, again);
-    /* the cached object was read, not written again */
-    assert_int_equal(first.st_ino, second.st_ino);
-    assert_int_equal(first.st_size, second.st_size);
-    assert_int_equal(first.st_mtim.tv_sec, second.st_mtim.tv_sec);
-    assert_int_equal(first.st_mtim.tv_nsec, second.st_mtim.tv_nsec);
 }
 
-/* An entry whose trailer is right but whose object LLVM cannot link (written by
- * something else under the right key) is compiled again and overwritten. */
+/* Entries whose trailers are right but whose objects LLVM cannot link (written by
+ * something else under the right keys: the kernel's and the run function's) are
+ * compiled again and overwritten. */
 static void test_hostile_cache_unlinkable_object(void **state) {
     (void)state;
-    char dir[4096], obj[4200], key[64];
+    char dir[4096], objects[3][4200], key[64];
     Tensor *in[2];
     make_cache_dir(dir, sizeof dir);
     elementwise_inputs(in);
     long bad = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
-    only_file(dir, ".o", obj, sizeof obj);
-    const char *name = strrchr(obj, '/') + 1;
-    snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
+    int n = cache_files(dir, ".o", objects, 3);
     static const char garbage[] = "\177ELF, but not an object file at all";
-    assert_int_equal(cache_entry_write(obj, key, NULL, 0, garbage, sizeof garbage), 0);
-    unsigned char *payload = NULL;
-    size_t len = 0;
-    assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
-    cache_entry_free(payload);
+    for (int i = 0; i < n; i++) {
+        const char *name = strrchr(objects[i], '/') + 1;
+        snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
+        assert_int_equal(cache_entry_write(objects[i], key, NULL, 0, garbage, sizeof garbage), 0);
+    }
     long bad_again = jit_and_compare("elementwise", ELEMENTWISE, in, 2, dir, "clang");
-    assert_int_equal(cache_entry_read(obj, key, &payload, &len), CACHE_HIT);
-    cache_entry_free(payload);
-    size_t rebuilt = len;
-    assert_int_equal(cache_entry_read(obj, "another key", &payload, &len), CACHE_CORRUPT);
+    for (int i = 0; i < n; i++) {
+        const char *name = strrchr(objects[i], '/') + 1;
+        snprintf(key, sizeof key, "%.*s", (int)(strlen(name) - 2), name);
+        unsigned char *payload = NULL;
+        size_t len = 0;
+        assert_int_equal(cache_entry_read(objects[i], key, &payload, &len), CACHE_HIT);
+        cache_entry_free(payload);
+        assert_true(len > sizeof garbage); /* the object compiled afresh */
+        assert_int_equal(cache_entry_read(objects[i], "another key", &payload, &len), CACHE_CORRUPT);
+    }
     tensor_free(in[0]);
     tensor_free(in[1]);
     remove_cache_dir(dir);
     assert_int_equal(bad, 0);
     assert_int_equal(bad_again, 0);
-    assert_true(rebuilt > sizeof garbage); /* the object compiled afresh */
+    assert_int_equal(n, 2);
 }
 
 /* The cache's hash, which names entries and checks them: any one bit flipped in a
@@ -283,9 +307,12 @@ static void test_compile_error(void **state) {
     char dir[4096], err[1024] = "";
     const kiln_model_def *def = (const kiln_model_def *)weights;
     make_cache_dir(dir, sizeof dir);
-    void *h = clang_jit_compile(1, (const char *const[]){bad_c}, (const size_t[]){sizeof bad_c - 1},
-                                (const char *const[]){"bad"}, &(JitWeights){weights, sizeof weights, NULL, 0},
-                                NULL, 0, NULL, false, dir, &def, err, sizeof err);
+    JitUnits units = {.n = 1,
+                      .sources = (const char *const[]){bad_c},
+                      .lens = (const size_t[]){sizeof bad_c - 1},
+                      .keys = (const char *const[]){"bad"}};
+    void *h = clang_jit_compile(&units, &(JitWeights){weights, sizeof weights, NULL, 0}, NULL, 0, NULL, false,
+                                dir, &def, err, sizeof err);
     char path[4200];
     snprintf(path, sizeof path, "%s/bad.o", dir);
     bool cached = access(path, F_OK) == 0;

@@ -31,23 +31,25 @@ static int hits[MAX_COUNT];
 static pthread_t caller;
 static int slow_worker; /* the worker (not the caller) sleeps 2 ms in its first chunk */
 
-static void count_hits(const KilnArgs *a, int64_t begin, int64_t end) {
+/* Counts each iteration in the array buf[0], the buffer every chunk must be handed. */
+static void count_hits(const KilnArgs *a, void *const *buf, int64_t begin, int64_t end) {
     (void)a;
+    int *counts = buf[0];
     if (__atomic_load_n(&slow_worker, __ATOMIC_RELAXED) && !pthread_equal(pthread_self(), caller) &&
         __atomic_exchange_n(&slow_worker, 0, __ATOMIC_RELAXED))
         usleep(2000);
     for (int64_t i = begin; i < end; i++)
-        __atomic_add_fetch(&hits[i], 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&counts[i], 1, __ATOMIC_RELAXED);
 }
 
-static void uneven_hits(const KilnArgs *a, int64_t begin, int64_t end) {
+static void uneven_hits(const KilnArgs *a, void *const *buf, int64_t begin, int64_t end) {
     if (begin % 3 == 0) { /* a costly chunk: work the compiler must keep */
         volatile double work = 0;
         for (int i = 0; i < 20000; i++)
             work = work + i;
         (void)work;
     }
-    count_hits(a, begin, end);
+    count_hits(a, buf, begin, end);
 }
 
 static const KilnProgram no_kernels = {.workspace_bytes = 0};
@@ -65,7 +67,8 @@ static KilnInstance *make(int threads) {
 static void run_and_check(KilnInstance *in, KilnKernel k, int64_t count, int64_t grain) {
     memset(hits, 0, sizeof hits);
     KilnArgs a = {0};
-    kiln_rt_parallel(in, k, &a, count, grain);
+    void *const buf[] = {hits};
+    kiln_rt_parallel(in, k, &a, buf, count, grain);
     for (int64_t i = 0; i < MAX_COUNT; i++)
         if (hits[i] != (i < count)) {
             fail_msg("count %lld, grain %lld: index %lld ran %d times", (long long)count, (long long)grain,
