@@ -374,6 +374,8 @@ int lower_copy(Program *p, const Node *n, Diag *d);
 int lower_compare(Program *p, const Node *n, Diag *d);
 int lower_gather(Program *p, const Node *n, Diag *d);
 int lower_gather_grad(Program *p, const Node *n, Diag *d);
+int lower_gather_elements(Program *p, const Node *n, Diag *d);
+int lower_gather_elements_grad(Program *p, const Node *n, Diag *d);
 int lower_scan(Program *p, const Node *n, Diag *d);
 /* The value of one result element from its inputs' elements x[k] (loaded, of their
  * element types, where `used`) at the broadcast index. */

@@ -849,6 +849,16 @@ static int imp_range(Importer *im) {
     return im_define_const(im, 0, c);
 }
 
+/* GatherElements: kiln's gather_elements (of constants, folded by the fold pass). */
+static int imp_gather_elements(Importer *im) {
+    int64_t axis = 0;
+    int in[2];
+    if (im_attr_int(im, "axis", &axis) < 0 || im_input(im, 0, &in[0]) || im_input(im, 1, &in[1]))
+        return -1;
+    Node *n = im_node(im, OP_GATHER_ELEMENTS, 2, in);
+    return n && !im_set_int(im, n, ATTR_AXIS, axis) && im_finish(im, n, 0) >= 0 ? 0 : -1;
+}
+
 /* Gather: on constants, folded (shape arithmetic); on a run-time tensor with
  * constant indices, a slice per index, concatenated along the axis in the indices'
  * row-major order, then reshaped to the input's dims with the axis replaced by the
@@ -945,6 +955,7 @@ const OnnxOp onnx_ops_shape[] = {
     {"Expand", imp_expand},
     {"Flatten", imp_flatten},
     {"Gather", imp_gather},
+    {"GatherElements", imp_gather_elements},
     {"Pad", imp_pad},
     {"Range", imp_range},
     {"Reshape", imp_reshape},

@@ -81,16 +81,26 @@ DType cast_dtype(const Node *n) {
     return (DType)dtype_lookup(word, strlen(word));
 }
 
-/* gather's result type for x and indices; -1 after a diagnostic naming `op`. */
-static int gather_type(Graph *g, Node *n, const Type *x, int indices_at, const char *op, Type *out, Diag *d) {
+/* The axis of a gather (or gather_elements) of x into *axis, and its indices (input
+ * indices_at) integers; -1 after a diagnostic naming `op`. */
+static int gather_axis(Graph *g, Node *n, const Type *x, int indices_at, const char *op, int *axis, Diag *d) {
     const Type *idx = in_type(g, n, indices_at);
-    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
-    if (axis < 0)
+    *axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
+    if (*axis < 0)
         return diag_error(d, attr_loc(n, ATTR_AXIS), "%s: axis %lld is out of range for %s", op,
                           (long long)node_int(n, ATTR_AXIS), tstr(x));
     if (!dtype_is_int(idx->dtype))
         return diag_error(d, n->loc, "%s: the indices '%s' are %s; they must be i64 or i32", op,
                           value_name_of(g, n, indices_at), tstr(idx));
+    return 0;
+}
+
+/* gather's result type for x and indices; -1 after a diagnostic naming `op`. */
+static int gather_type(Graph *g, Node *n, const Type *x, int indices_at, const char *op, Type *out, Diag *d) {
+    const Type *idx = in_type(g, n, indices_at);
+    int axis;
+    if (gather_axis(g, n, x, indices_at, op, &axis, d))
+        return -1;
     if (x->rank - 1 + idx->rank > KILN_MAX_RANK)
         return diag_error(d, n->loc, "%s: the result of %s at indices %s has more than %d dims", op, tstr(x),
                           tstr(idx), KILN_MAX_RANK);
@@ -122,6 +132,48 @@ int infer_gather_grad(Graph *g, Node *n, Diag *d) {
     if (!type_equal(dy, &y))
         return diag_error(d, n->loc, "gather_grad: dy must be %s, the gather's result for x %s, got %s",
                           tstr(&y), tstr(x), tstr(dy));
+    set_out_type(g, n, 0, *x);
+    return 0;
+}
+
+/* gather_elements' check of x and indices (same rank, no dim but axis's larger than
+ * x's); -1 after a diagnostic naming `op`. */
+static int gather_elements_check(Graph *g, Node *n, const Type *x, int indices_at, const char *op, Diag *d) {
+    const Type *idx = in_type(g, n, indices_at);
+    int axis;
+    if (gather_axis(g, n, x, indices_at, op, &axis, d))
+        return -1;
+    bool fits = idx->rank == x->rank;
+    for (int k = 0; fits && k < x->rank; k++)
+        fits = k == axis || idx->dims[k] <= x->dims[k];
+    if (!fits)
+        return diag_error(d, n->loc,
+                          "%s: the indices '%s' %s must have the rank of x %s and no dim but axis %d larger",
+                          op, value_name_of(g, n, indices_at), tstr(idx), tstr(x), axis);
+    return 0;
+}
+
+int infer_gather_elements(Graph *g, Node *n, Diag *d) {
+    const Type *x = in_type(g, n, 0), *idx = in_type(g, n, 1);
+    if (gather_elements_check(g, n, x, 1, "gather_elements", d))
+        return -1;
+    Type out = *idx;
+    out.dtype = x->dtype;
+    set_out_type(g, n, 0, out);
+    return 0;
+}
+
+int infer_gather_elements_grad(Graph *g, Node *n, Diag *d) {
+    const Type *dy = in_type(g, n, 0), *x = in_type(g, n, 1), *idx = in_type(g, n, 2);
+    if (x->dtype != DT_F32 || dy->dtype != DT_F32)
+        return diag_error(d, n->loc, "gather_elements_grad: dy %s and x %s must be f32", tstr(dy), tstr(x));
+    if (gather_elements_check(g, n, x, 2, "gather_elements_grad", d))
+        return -1;
+    Type y = *idx;
+    y.dtype = DT_F32;
+    if (!type_equal(dy, &y))
+        return diag_error(d, n->loc, "gather_elements_grad: dy must be %s, the indices' shape, got %s",
+                          tstr(&y), tstr(dy));
     set_out_type(g, n, 0, *x);
     return 0;
 }
@@ -288,5 +340,55 @@ int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag 
             for (int64_t q = 0; q < inner; q++)
                 dx[(o * dim + i) * inner + q] += dy->data[(o * count + k) * inner + q];
         }
+    return 0;
+}
+
+/* Element k of gather_elements' indices (of type it): the offset in x (of type xt) of
+ * the element it reads, at k's coordinates but along axis at the index; -1 after an
+ * error when the index is out of range. */
+static int64_t element_gathered(const Node *n, const Tensor *idx, const Type *xt, int axis, int64_t k,
+                                Diag *d) {
+    const Type *it = &idx->type;
+    int64_t at = 0, stride = 1, rest = k;
+    for (int dim = it->rank - 1; dim >= 0; dim--) {
+        int64_t c = rest % it->dims[dim];
+        rest /= it->dims[dim];
+        if (dim == axis && (c = gathered(n, idx, k, xt->dims[dim], d)) < 0)
+            return -1;
+        at += c * stride;
+        stride *= xt->dims[dim];
+    }
+    return at;
+}
+
+int eval_gather_elements(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Tensor *x = in[0], *idx = in[1];
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->type.rank);
+    int64_t size = dtype_size(x->type.dtype);
+    char *y = out[0]->bytes;
+    const char *from = x->bytes;
+    for (int64_t k = 0; k < type_numel(&idx->type); k++) {
+        int64_t at = element_gathered(n, idx, &x->type, axis, k, d);
+        if (at < 0)
+            return -1;
+        memcpy(y + k * size, from + at * size, (size_t)size);
+    }
+    return 0;
+}
+
+/* Each element of dy added into the element of x it was gathered from, in the order
+ * of the indices (so a repeated index sums its elements). */
+int eval_gather_elements_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d) {
+    const Tensor *dy = in[0], *idx = in[2];
+    const Type *x = &in[1]->type;
+    int axis = norm_axis(node_int(n, ATTR_AXIS), x->rank);
+    float *dx = out[0]->data;
+    memset(dx, 0, sizeof *dx * (size_t)type_numel(x));
+    for (int64_t k = 0; k < type_numel(&idx->type); k++) {
+        int64_t at = element_gathered(n, idx, x, axis, k, d);
+        if (at < 0)
+            return -1;
+        dx[at] += dy->data[k];
+    }
     return 0;
 }

@@ -52,6 +52,8 @@ int eval_where(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_cast(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gather(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_gather_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_gather_elements(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
+int eval_gather_elements_grad(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_argmax(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_cumsum(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);
 int eval_uniform(const Node *n, const Tensor *const *in, Tensor **out, Diag *d);

@@ -18,8 +18,8 @@
  *   - an op other than a view (whose data does not move) keeps the multiple: a
  *     concat of two such inputs along dim 0 or a resize of dim 0 would interleave
  *     the items;
- *   - an op that works along one axis (softmax, layer_norm, cumsum, gather from an
- *     input with N, slice) does not work along dim 0, where the items are, nor does a
+ *   - an op that works along one axis (softmax, layer_norm, cumsum, gather and
+ *     gather_elements from an input with N, slice) does not work along dim 0, where the items are, nor does a
  *     pad, or a resize whose coordinates move at scale 1 (tf_half_pixel_for_nn reads
  *     item i + 1/2). */
 #include "ops_impl.h"
@@ -37,7 +37,8 @@ static const char *works_along_items(const Graph *g, const Node *n) {
     case OP_LAYER_NORM:
     case OP_CUMSUM:
     case OP_ARGMAX:
-    case OP_GATHER: return x->sym && norm_axis(node_int(n, ATTR_AXIS), x->rank) == 0 ? "axis" : NULL;
+    case OP_GATHER:
+    case OP_GATHER_ELEMENTS: return x->sym && norm_axis(node_int(n, ATTR_AXIS), x->rank) == 0 ? "axis" : NULL;
     case OP_SLICE: {
         int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK];
         Type out = {0};

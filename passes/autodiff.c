@@ -835,13 +835,14 @@ static int where_rule(AD *a, const Node *n, int dy) {
     return zero < 0 ? -1 : 0;
 }
 
-/* gather: dy's slices summed back into the slices of x they came from (gather_grad);
- * the indices have none. */
+/* gather (gather_elements): dy's slices (elements) summed back into the ones of x
+ * they came from (gather_grad, gather_elements_grad); the indices have none. */
 static int gather_rule(AD *a, const Node *n, int dy) {
     int x = n->in[0];
     if (vtype(a, x).dtype != DT_F32)
         return 0;
-    Node *m = start(a, OP_GATHER_GRAD, x, 3, (int[]){dy, x, n->in[1]});
+    Node *m = start(a, n->op == OP_GATHER ? OP_GATHER_GRAD : OP_GATHER_ELEMENTS_GRAD, x, 3,
+                    (int[]){dy, x, n->in[1]});
     if (!m)
         return -1;
     pass_set_int(m, ATTR_AXIS, node_int(n, ATTR_AXIS));
@@ -943,7 +944,8 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_ARGMAX: return 0; /* bools and indices: no gradient reaches their inputs */
     case OP_CUMSUM: return cumsum_rule(a, n, dy);
     case OP_ATTENTION: return attention_rule(a, n, dy);
-    case OP_GATHER: return gather_rule(a, n, dy);
+    case OP_GATHER:
+    case OP_GATHER_ELEMENTS: return gather_rule(a, n, dy);
     case OP_DROPOUT: return dropout_rule(a, n, dy);
     case OP_UNIFORM: return 0; /* a function of the key alone, which has no gradient */
     case OP_ALLREDUCE: return allreduce_rule(a, n, dy);
@@ -957,6 +959,7 @@ static int backprop(AD *a, const Node *n, int dy) {
     case OP_INTERPOLATE_GRAD:
     case OP_PAD_GRAD:
     case OP_GATHER_GRAD:
+    case OP_GATHER_ELEMENTS_GRAD:
         return diag_error(a->c->d, n->loc,
                           "autodiff: no gradient for '%s' (needed for value '%s'): it is a gradient op, and "
                           "kiln does not take second derivatives",

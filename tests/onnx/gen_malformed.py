@@ -221,6 +221,9 @@ save(model([helper.make_node("Hardmax", ["x"], ["y"], name="hardmax", axis=0)], 
 save(model([helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], name="nll", reduction="avg")],
            [f32("x", [2, 3]), helper.make_tensor_value_info("t", TensorProto.INT64, [2])], [f32("y", [])]),
      "nll_reduction.onnx")
+save(model([helper.make_node("GatherElements", ["x", "i"], ["y"], name="picks", axis=1)],
+           [f32("x", [2, 3]), helper.make_tensor_value_info("i", TensorProto.INT64, [3, 2])], [f32("y", [3, 2])]),
+     "gather_elements_rows.onnx")
 # must import: a Slice folded at import with a step of INT64_MAX takes one element
 save(model([helper.make_node("Slice", ["c", "starts", "ends", "axes", "steps"], ["s"], name="slice"),
             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")], [f32("x", [2])], [f32("y", [2])],

@@ -594,8 +594,8 @@ def gen_attention(b):
 
 
 def gen_gather(b):
-    """gather's gradient: dy's slices summed into the ones they came from, repeated and
-    negative indices included (an embedding's backward)."""
+    """gather's and gather_elements' gradients: dy's slices (elements) summed into the ones
+    they came from, repeated and negative indices included (an embedding's backward)."""
     table = b.rand(6, 4)
     ids = np.array([[1, 5, 1], [0, -1, 1]], dtype=np.int64)
     b.grad_case("gather rows (an embedding), repeated and negative ids", "gather", [("x", table)],
@@ -604,6 +604,12 @@ def gen_gather(b):
     cols = np.array([4, 0, 4, -2], dtype=np.int64)
     b.grad_case("gather along axis 1 of a rank-3 tensor", "gather", [("x", x)],
                 lambda v: v.index_select(1, torch.from_numpy(cols % 5)), fixed=[("i", cols)], axis=1)
+    picks = np.array([[[1, -1, 0], [4, 4, 0]], [[0, 2, -5], [3, 3, 3]]], dtype=np.int64)
+    b.grad_case("gather_elements along axis 1, repeated and negative indices", "gather_elements", [("x", x)],
+                lambda v: torch.gather(v, 1, torch.from_numpy(picks % 5)), fixed=[("i", picks)], axis=1)
+    rows = np.array([[0, 1], [1, 0], [0, 0]], dtype=np.int32)
+    b.grad_case("gather_elements along axis 0, i32 indices, fewer columns", "gather_elements", [("x", table)],
+                lambda v: torch.gather(v, 0, torch.from_numpy(rows.astype(np.int64))), fixed=[("i", rows)])
 
 
 def main():

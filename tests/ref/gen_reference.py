@@ -1049,6 +1049,20 @@ def gen_logic(b):
     ids = np.array([[5, 0, 2], [1, -1, -4]], dtype=np.int64)
     b.case("gather an i64 table (an embedding of ids)", "gather", [("x", table), ("i", ids)],
            np.take(table, ids, axis=0), axis=0)
+    # gather_elements is torch.gather (ONNX GatherElements): the indices' shape, no dim
+    # but axis larger than x's; negative indices count from the end (torch takes none)
+    for axis, shape in ((0, (6, 5, 3)), (1, (4, 2, 3)), (2, (3, 5, 7)), (-1, (4, 1, 2)), (-3, (1, 1, 1))):
+        dim = x.shape[axis]
+        idx = b.rng.integers(-dim, dim, size=shape).astype(np.int64)
+        b.case(f"gather_elements axis {axis}, indices {list(shape)}", "gather_elements", [("x", x), ("i", idx)],
+               torch.gather(T(x), axis, torch.from_numpy(idx % dim)), axis=axis)
+    idx = np.array([[3, -4, 0], [0, -1, 2]], dtype=np.int32)
+    b.case("gather_elements i32 indices, repeated", "gather_elements", [("x", x[:, :, 0]), ("i", idx)],
+           torch.gather(T(x[:, :, 0]), 0, torch.from_numpy(idx.astype(np.int64) % 4)), axis=0)
+    b.case("gather_elements an i64 table", "gather_elements", [("x", table), ("i", ids[:, :2])],
+           torch.gather(torch.from_numpy(table), 0, torch.from_numpy(ids[:, :2] % 6)), axis=0)
+    b.case("gather_elements bools", "gather_elements", [("x", bools), ("i", ids % 3)],
+           torch.gather(torch.from_numpy(bools), 1, torch.from_numpy(ids % 3)), axis=1)
     # the ops that move data take every dtype
     b.case("reshape i64", "reshape", [("x", ints)], ints.reshape(2, 6), shape=[2, -1])
     b.case("transpose bool", "transpose", [("x", bools)], bools.T, perm=[1, 0])
