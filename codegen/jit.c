@@ -120,13 +120,13 @@ static void unit_keys_free(UnitKeys *keys) {
     *keys = (UnitKeys){0};
 }
 
+#ifdef KILN_HAVE_CLANG_JIT
 static int unit_keys_alloc(UnitKeys *keys, int n) {
     keys->keys = ir_calloc((size_t)n + 1, sizeof *keys->keys);
     keys->n = keys->keys ? n : 0;
     return keys->keys ? 0 : -1;
 }
 
-#ifdef KILN_HAVE_CLANG_JIT
 /* Whether Clang's loop unrolling pays for its compile time: in a model of under
  * UNROLL_FLOPS counted FLOPs a run (tens of microseconds), whose short loops it makes
  * 7% faster (the small CNN, one thread); above that it made no difference measured

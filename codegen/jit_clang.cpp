@@ -146,18 +146,24 @@ std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const ch
                           "-resource-dir",
                           KILN_CLANG_RESOURCE_DIR,
                           source_name};
-    clang::driver::Driver driver(KILN_CLANG_RESOURCE_DIR "/../../../bin/clang", llvm::sys::getProcessTriple(),
-                                 diags);
-    driver.setCheckInputsExist(false);
-    std::unique_ptr<clang::driver::Compilation> comp(driver.BuildCompilation(args));
-    if (!comp || diags.hasErrorOccurred() || comp->getJobs().size() != 1 ||
-        !llvm::isa<clang::driver::Command>(*comp->getJobs().begin()))
-        return nullptr;
-    const auto &cc1_args = llvm::cast<clang::driver::Command>(*comp->getJobs().begin()).getArguments();
-
     auto invocation = std::make_shared<clang::CompilerInvocation>();
-    if (!clang::CompilerInvocation::CreateFromArgs(*invocation, cc1_args, diags))
-        return nullptr;
+    {
+        /* the units' threads turn their flags into an invocation one at a time (a few
+           milliseconds), then compile at once: ThreadSanitizer saw one thread's driver
+           write a static table of its options while another's read it */
+        static std::mutex driver_lock;
+        std::lock_guard<std::mutex> hold(driver_lock);
+        clang::driver::Driver driver(KILN_CLANG_RESOURCE_DIR "/../../../bin/clang",
+                                     llvm::sys::getProcessTriple(), diags);
+        driver.setCheckInputsExist(false);
+        std::unique_ptr<clang::driver::Compilation> comp(driver.BuildCompilation(args));
+        if (!comp || diags.hasErrorOccurred() || comp->getJobs().size() != 1 ||
+            !llvm::isa<clang::driver::Command>(*comp->getJobs().begin()))
+            return nullptr;
+        const auto &cc1_args = llvm::cast<clang::driver::Command>(*comp->getJobs().begin()).getArguments();
+        if (!clang::CompilerInvocation::CreateFromArgs(*invocation, cc1_args, diags))
+            return nullptr;
+    }
     /* the driver asks the compiler to leak its ASTs and target machine, as a process
      * that is about to exit may; this one goes on */
     invocation->getFrontendOpts().DisableFree = false;
