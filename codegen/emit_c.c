@@ -488,6 +488,8 @@ static const Lang lang_c_unit = {
  * text is defined once, named by its hash and what its first kernel computes
  * (k<16 hex digits>_<op>_<part>), so that a model's source holds it once and the
  * in-process JIT's cache holds its object once for every model that has it. */
+enum { HASH_NAME = 17 }; /* a definition's name up to its hash: "k" and 16 hex digits */
+
 typedef struct {
     int n;            /* kernel_at's kernels */
     int *def;         /* per kernel: the first kernel with its text, which defines it */
@@ -525,7 +527,7 @@ static int c_kernels_make(const Program *p, CKernels *ck) {
         snprintf(ck->name[k], sizeof ck->name[k], "k%.16s%s", hex, what ? what : "");
         ck->def[k] = k;
         for (int j = 0; j < k && ck->def[k] == k; j++) /* the same text: the first one's definition */
-            if (ck->def[j] == j && memcmp(ck->name[j], ck->name[k], 17) == 0 &&
+            if (ck->def[j] == j && memcmp(ck->name[j], ck->name[k], HASH_NAME) == 0 &&
                 ck->text[j].len == text->len && memcmp(ck->text[j].s, text->s, text->len) == 0) {
                 ck->def[k] = j;
                 memcpy(ck->name[k], ck->name[j], sizeof ck->name[k]);

@@ -158,12 +158,12 @@ static kiln_module *link_units(const char *name, const UnitKeys *keys, const CPi
             const Str *text = !what ? NULL : u == 0 ? &what->main : &what->kernels[u - 1];
             texts[u] = text ? text->s : NULL;
             lens[u] = text ? text->len : 0;
-            symbols[u] = what && u > 0 ? what->names[u - 1] : NULL;
             key_ptrs[u] = keys->keys[u];
         }
-        JitUnits units = {
-            keys->n,     what ? what->n_kernels : 0,    what ? texts : NULL,         lens, key_ptrs,
-            symbols + 1, what ? what->prelude.s : NULL, what ? what->prelude.len : 0};
+        for (int k = 0; what && k < what->n_kernels; k++) /* the kernels are units 1 on */
+            symbols[k] = what->names[k];
+        JitUnits units = {keys->n, what ? what->n_kernels : 0,    what ? texts : NULL,         lens, key_ptrs,
+                          symbols, what ? what->prelude.s : NULL, what ? what->prelude.len : 0};
         KernelObject kernels = cc_kernel_object(cc_vector_floats(o->tools.cpu));
         h = clang_jit_compile(&units, weights, kernels.bytes, kernels.len,
                               o->tools.cpu ? o->tools.cpu : "native", unroll, dir, &def, msg, n);
