@@ -19,9 +19,14 @@
  * the group, not once a row; a group past the last row repeats the last row, whose
  * copies are never stored. Elsewhere a row's scores are vector loops over the keys
  * (four steps of E each) and the output's updates vector loops over Ev (four keys
- * each). Either way the exps are a vector loop of their own, and a block's maximum and
- * sum keep LANES partial results, element j in lane j % LANES, where the block is
- * whole groups of lanes. CUDA: a thread per query row, reading k where it lies. */
+ * each). Either way, where the block is whole groups of LANES keys, a row's scores are
+ * scaled and masked by a vector loop and the rest of its softmax step is
+ * kiln_attention_softmax's (runtime/kernels.c), in explicit vectors: the scalar code
+ * of that step, a maximum and exps in one loop, stayed scalar and took more time
+ * than the two register tiles together. Elsewhere the exps are a vector loop of their
+ * own. A block's maximum and sum keep LANES partial results, element j in lane
+ * j % LANES, where the block is whole groups of lanes. CUDA: a thread per query row,
+ * reading k where it lies. */
 #include "codegen.h"
 
 #include <math.h>
@@ -56,6 +61,7 @@ typedef struct {
     int rank;
     int64_t len, e, ev, keys;
     bool lanes, causal;
+    bool library; /* the softmax step is kiln_attention_softmax's */
     double scale;
     int qs, ks, vs, ms;
     int m, l, acc, sc, kt; /* local arrays: acc [rows * ev], sc [group * keys], kt [e * keys] */
@@ -82,11 +88,39 @@ static KExpr *larger(KBuilder *b, KExpr *x, KExpr *was) {
     return k_select(b, k_bin(b, KE_GT, x, was), x, was);
 }
 
+/* The score sc[at + jj] of key j0 + jj for the row at position pos, scaled and
+ * masked. */
+static KExpr *masked_score(Att *a, KExpr *at, KExpr *jj, KExpr *pos) {
+    KBuilder *b = a->b;
+    KExpr *minus_inf = k_f32(b, -INFINITY);
+    KExpr *j = let_index(b, "j", k_add(b, a->j0, jj));
+    KExpr *x = k_mul(b, k_load(b, a->sc, k_add(b, at, jj)), k_f32(b, a->scale));
+    if (a->mask) {
+        a->idx[a->rank - 2] = pos, a->idx[a->rank - 1] = j;
+        KExpr *mv = k_load(b, a->ms, kview_index(b, &a->mask_view, a->idx));
+        x = a->mask->dtype == DT_BOOL ? k_select(b, mv, x, minus_inf) : k_add(b, x, mv);
+    }
+    if (a->causal)
+        x = k_select(b, k_bin(b, KE_GT, j, pos), minus_inf, x);
+    return x;
+}
+
 /* For the row `row` at position pos of its sequence, whose block of raw scores is
  * sc[at..at + jn): the scores scaled and masked, the row's new maximum, its sum and
- * output so far rescaled to it, and the scores' exps against it, added to the sum. */
+ * output so far rescaled to it, and the scores' exps against it, added to the sum.
+ * On C, where the block is whole groups of lanes, the scores are masked by a vector
+ * loop and the rest is kiln_attention_softmax's (runtime/kernels.c), in vectors. */
 static void block_softmax(Att *a, KExpr *row, KExpr *at, KExpr *pos) {
     KBuilder *b = a->b;
+    if (a->library) {
+        KExpr *jj = loop(b, "jj", a->jn, K_VECTOR);
+        kb_store(b, a->sc, k_add(b, at, jj), masked_score(a, at, jj, pos));
+        kb_end(b);
+        kb_call(b, "kiln_attention_softmax", 6,
+                (KExpr *[]){k_addr(b, a->sc, at), a->jn, k_addr(b, a->m, row), k_addr(b, a->l, row),
+                            k_addr(b, a->acc, k_mul(b, row, k_int(b, a->ev))), k_int(b, a->ev)});
+        return;
+    }
     KExpr *minus_inf = k_f32(b, -INFINITY), *jj, *lane = NULL;
     int top = kb_decl(b, "top", KT_F32, k_load(b, a->m, row)), tops = -1;
     if (a->lanes) {
@@ -101,16 +135,7 @@ static void block_softmax(Att *a, KExpr *row, KExpr *at, KExpr *pos) {
     } else {
         jj = loop(b, "jj", a->jn, 0);
     }
-    KExpr *j = let_index(b, "j", k_add(b, a->j0, jj));
-    KExpr *x = k_mul(b, k_load(b, a->sc, k_add(b, at, jj)), k_f32(b, a->scale));
-    if (a->mask) {
-        a->idx[a->rank - 2] = pos, a->idx[a->rank - 1] = j;
-        KExpr *mv = k_load(b, a->ms, kview_index(b, &a->mask_view, a->idx));
-        x = a->mask->dtype == DT_BOOL ? k_select(b, mv, x, minus_inf) : k_add(b, x, mv);
-    }
-    if (a->causal)
-        x = k_select(b, k_bin(b, KE_GT, j, pos), minus_inf, x);
-    KExpr *xv = k_var(b, kb_let(b, "x", KT_F32, x));
+    KExpr *xv = k_var(b, kb_let(b, "x", KT_F32, masked_score(a, at, jj, pos)));
     kb_store(b, a->sc, k_add(b, at, jj), xv);
     if (a->lanes) {
         kb_store(b, tops, lane, larger(b, xv, k_load(b, tops, lane)));
@@ -320,6 +345,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
              .ev = ev,
              .keys = keys,
              .lanes = s % keys == 0 && keys % LANES == 0,
+             .library = !cuda && s % keys == 0 && keys % LANES == 0,
              .causal = node_bool(n, ATTR_IS_CAUSAL),
              .scale = attention_scale(n, q),
              .qs = kb_value(b, n->in[0], false),

@@ -210,9 +210,7 @@ static KExpr *tile_extent(KBuilder *b, const char *name, int64_t size, int64_t s
     return k_var(b, kb_let(b, name, KT_I64, k_select(b, k_lt(b, left, whole), left, whole)));
 }
 
-/* Whether e is the activation kiln_bias_act computes of its operand: relu, or clip
- * to [lo, hi] with lo <= hi (with its limits in *lo and *hi). */
-static bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
+bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
     if (e->kind != EXPR_CALL || e->call.n_in != 1)
         return false;
     double p[UNARY_MAX_PARAMS];
@@ -224,6 +222,10 @@ static bool library_act(const Expr *e, int64_t *act, double *lo, double *hi) {
         *lo = p[0];
         *hi = p[1];
         return p[0] <= p[1];
+    case OP_GELU:
+        unary_params(OP_GELU, &e->call, p);
+        *act = KILN_ACT_GELU;
+        return p[0] == 0;
     default: return false;
     }
 }
@@ -234,7 +236,7 @@ static bool is_input(const Expr *e, int k) {
 
 /* Whether g's epilogue is one that kiln_bias_act computes: act(x) of x = $0, or of
  * x = $0 + $1 (either way round) with $1 an input of the result's shape (its value
- * in *res, else -1), act none, relu or clip (its limits in *lo and *hi). */
+ * in *res, else -1), act none, relu, clip (its limits in *lo and *hi) or GELU. */
 static bool library_epilogue(const Program *p, const PackedGemm *g, int *res, int64_t *act, double *lo,
                              double *hi) {
     const Expr *e = g->epilogue;

@@ -28,6 +28,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #ifndef KILN_VF
 #error "KILN_VF (the floats in a vector register) must be defined by the build"
@@ -186,15 +187,64 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
 
 typedef int32_t kiln_vi __attribute__((vector_size(4 * KILN_VF), aligned(4)));
 
-INLINE float act_scalar(float x, const int64_t act, float lo, float hi) {
-    return act == KILN_ACT_RELU   ? (x > 0.0f ? x : (x == x ? 0.0f : x))
-           : act == KILN_ACT_CLIP ? (x < lo ? lo : (x > hi ? hi : x))
-                                  : x;
-}
-
 /* mask ? a : b, lane by lane */
 INLINE kiln_vf choose(kiln_vi mask, kiln_vf a, kiln_vf b) {
     return (kiln_vf)(((kiln_vi)a & mask) | ((kiln_vi)b & ~mask));
+}
+
+/* ---- Vector math: runtime/kernel_math.h's formulas, lane by lane ----
+ *
+ * The same operations in the same order as kiln_expf_nonpositive and kiln_geluf,
+ * which the generated code applies a float at a time: written with vectors, every
+ * lane of a register at once (compilers vectorize the scalar forms 8 lanes wide at
+ * most, and not inside a loop that also takes a maximum). */
+
+typedef uint32_t kiln_vu __attribute__((vector_size(4 * KILN_VF), aligned(4)));
+
+INLINE kiln_vf splat(float x) {
+    return x - (kiln_vf){0};
+}
+
+INLINE kiln_vf exp_nonpositive(kiln_vf x) {
+    kiln_vi low = x < splat(-87.3f);
+    kiln_vf c = choose(low, splat(-87.3f), x);
+    kiln_vf n = c * 1.44269504088896341f + 12582912.0f;
+    kiln_vu k = (kiln_vu)n;
+    n -= 12582912.0f;
+    kiln_vf r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    kiln_vf q = splat(1.9875691500e-4f);
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    kiln_vf e = q * r * r + r + 1.0f;
+    kiln_vf scale = (kiln_vf)((k + (127u - 0x400000u)) << 23);
+    return choose(low, splat(0), e * scale);
+}
+
+INLINE kiln_vf gelu(kiln_vf x) {
+    kiln_vf z = (kiln_vf)((kiln_vi)x & 0x7fffffff) * 0.707106781f;
+    kiln_vf t = 1.0f / (1.0f + 0.5f * z);
+    kiln_vf q = splat(0.17087277f);
+    q = q * t - 0.82215223f;
+    q = q * t + 1.48851587f;
+    q = q * t - 1.13520398f;
+    q = q * t + 0.27886807f;
+    q = q * t - 0.18628806f;
+    q = q * t + 0.09678418f;
+    q = q * t + 0.37409196f;
+    q = q * t + 1.00002368f;
+    q = q * t - 1.26551223f;
+    kiln_vf half_erfc = 0.5f * (t * exp_nonpositive(q - z * z));
+    return x * choose(x < splat(0), half_erfc, 1.0f - half_erfc);
+}
+
+INLINE float act_scalar(float x, const int64_t act, float lo, float hi) {
+    return act == KILN_ACT_RELU   ? (x > 0.0f ? x : (x == x ? 0.0f : x))
+           : act == KILN_ACT_CLIP ? (x < lo ? lo : (x > hi ? hi : x))
+           : act == KILN_ACT_GELU ? gelu(splat(x))[0]
+                                  : x;
 }
 
 /* act_scalar's lanes: relu keeps x where x > 0 or NaN, else +0 */
@@ -203,6 +253,8 @@ INLINE kiln_vf act_vector(kiln_vf x, const int64_t act, kiln_vf lo, kiln_vf hi) 
         return (kiln_vf)((kiln_vi)x & ((x > (kiln_vf){0}) | (x != x)));
     if (act == KILN_ACT_CLIP)
         return choose(x < lo, lo, choose(x > hi, hi, x));
+    if (act == KILN_ACT_GELU)
+        return gelu(x);
     return x;
 }
 
@@ -240,6 +292,8 @@ INLINE void bias_act_of(const float *tile, int64_t tile_ld, int64_t rows, int64_
         bias_act_rows(tile, tile_ld, rows, cols, bias, biased, res, added, KILN_ACT_RELU, lo, hi, y, y_ld);
     else if (act == KILN_ACT_CLIP)
         bias_act_rows(tile, tile_ld, rows, cols, bias, biased, res, added, KILN_ACT_CLIP, lo, hi, y, y_ld);
+    else if (act == KILN_ACT_GELU)
+        bias_act_rows(tile, tile_ld, rows, cols, bias, biased, res, added, KILN_ACT_GELU, lo, hi, y, y_ld);
     else
         bias_act_rows(tile, tile_ld, rows, cols, bias, biased, res, added, KILN_ACT_NONE, lo, hi, y, y_ld);
 }
@@ -254,6 +308,55 @@ void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t col
         bias_act_of(tile, tile_ld, rows, cols, bias, false, res, true, act, lo, hi, y, y_ld);
     else
         bias_act_of(tile, tile_ld, rows, cols, bias, false, res, false, act, lo, hi, y, y_ld);
+}
+
+/* ---- Attention's online softmax ----
+ *
+ * The largest score is the tree of the lanes' (a maximum in any order is the same),
+ * the sum is 16 partial sums in order, element j in sum j % 16, as the generated
+ * code's (codegen/lower_attention.c). */
+
+enum { SUM_LANES = 16, SUM_PARTS = SUM_LANES / KILN_VF };
+
+void kiln_attention_softmax(float *sc, int64_t n, float *m, float *l, float *acc, int64_t ev) {
+    kiln_vf tops = splat(*m);
+    for (int64_t j = 0; j < n; j += KILN_VF) {
+        kiln_vf x = *(const kiln_vf *)(sc + j);
+        tops = choose(x > tops, x, tops);
+    }
+    float lanes[KILN_VF];
+    memcpy(lanes, &tops, sizeof lanes);
+#pragma GCC unroll 4
+    for (int w = KILN_VF / 2; w > 0; w /= 2)
+#pragma GCC unroll 8
+        for (int i = 0; i < w; i++)
+            lanes[i] = lanes[i + w] > lanes[i] ? lanes[i + w] : lanes[i];
+    float top = lanes[0], shift = top == -__builtin_inff() ? 0.0f : top;
+    float rescale = exp_nonpositive(splat(*m - shift))[0];
+    *m = top;
+    int64_t c = 0;
+    for (; c + KILN_VF <= ev; c += KILN_VF)
+        *(kiln_vf *)(acc + c) *= rescale;
+    for (; c < ev; c++)
+        acc[c] *= rescale;
+    kiln_vf parts[SUM_PARTS];
+#pragma GCC unroll 4
+    for (int p = 0; p < SUM_PARTS; p++)
+        parts[p] = (kiln_vf){0};
+    for (int64_t j = 0; j < n; j += SUM_LANES)
+#pragma GCC unroll 4
+        for (int p = 0; p < SUM_PARTS; p++) {
+            kiln_vf e = exp_nonpositive(*(const kiln_vf *)(sc + j + p * KILN_VF) - shift);
+            *(kiln_vf *)(sc + j + p * KILN_VF) = e;
+            parts[p] += e;
+        }
+    float sum = *l * rescale;
+#pragma GCC unroll 4
+    for (int p = 0; p < SUM_PARTS; p++)
+#pragma GCC unroll 16
+        for (int i = 0; i < KILN_VF; i++)
+            sum += parts[p][i];
+    *l = sum;
 }
 
 /* ---- Sliding windows: depthwise conv and max pool ----
@@ -287,7 +390,9 @@ INLINE const float *input_row(const KilnWindow *d, const float *x, int64_t r, co
 INLINE void vector_span(const KilnWindow *d, const float *restrict x, const float *restrict w,
                         const float *restrict bias, float *restrict y, int64_t p0, int64_t from, int64_t to,
                         int64_t ch, int64_t k0_lo, int64_t k0_hi, const int64_t kh, const int64_t kw,
-                        const bool max, const bool all_rows, const bool check_row, const bool ring) {
+                        const bool max, const bool all_rows, const bool check_row, const bool ring,
+                        const int64_t act) {
+    const kiln_vf lo = splat(d->lo), hi = splat(d->hi);
     const int64_t c = d->c, x_col = d->x_col, width = d->w, s1 = d->stride[1], d1 = d->dilation[1],
                   in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
     const kiln_vf first = max    ? -__builtin_inff() - (kiln_vf){0}
@@ -310,7 +415,7 @@ INLINE void vector_span(const KilnWindow *d, const float *restrict x, const floa
                 acc = max ? max_step(v, acc) : acc + v * *(const kiln_vf *)(wr + k1 * c);
             }
         }
-        *(kiln_vf *)(y + p1 * c + ch) = acc;
+        *(kiln_vf *)(y + p1 * c + ch) = act_vector(acc, act, lo, hi);
     }
 }
 
@@ -319,16 +424,16 @@ INLINE void vector_span(const KilnWindow *d, const float *restrict x, const floa
 INLINE void vector_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
                        int64_t p0, int64_t ch, int64_t lo, int64_t hi, int64_t k0_lo, int64_t k0_hi,
                        const int64_t kh, const int64_t kw, const bool max, const bool all_rows,
-                       const bool ring) {
-    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring);
-    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, max, all_rows, false, ring);
-    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring);
+                       const bool ring, const int64_t act) {
+    vector_span(d, x, w, bias, y, p0, 0, lo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring, act);
+    vector_span(d, x, w, bias, y, p0, lo, hi, ch, k0_lo, k0_hi, kh, kw, max, all_rows, false, ring, act);
+    vector_span(d, x, w, bias, y, p0, hi, d->wo, ch, k0_lo, k0_hi, kh, kw, max, all_rows, true, ring, act);
 }
 
 /* The channels fewer than a vector, one at a time. */
 INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float *restrict w,
                        const float *restrict bias, float *restrict y, int64_t p0, int64_t k0_lo,
-                       int64_t k0_hi, const bool max, const bool ring) {
+                       int64_t k0_hi, const bool max, const bool ring, const int64_t act) {
     const int64_t c = d->c, kw = d->kw, in0 = p0 * d->stride[0] - d->pad[0];
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t p1 = 0; p1 < d->wo; p1++) {
@@ -342,14 +447,15 @@ INLINE void scalar_row(const KilnWindow *d, const float *restrict x, const float
                     float v = input_row(d, x, in0 + k0 * d->dilation[0], ring)[col * d->x_col + ch];
                     acc = !max ? acc + v * w[(k0 * kw + k1) * c + ch] : v != v || v > acc ? v : acc;
                 }
-            y[p1 * c + ch] = acc;
+            y[p1 * c + ch] = act_scalar(acc, act, d->lo, d->hi);
         }
 }
 
 /* The channels a vector at a time, the last vector ending at the last channel: where
  * it overlaps the one before, it computes the same results again, in the same order. */
 INLINE void window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
-                       int64_t p0, const int64_t kh, const int64_t kw, const bool max, const bool ring) {
+                       int64_t p0, const int64_t kh, const int64_t kw, const bool max, const bool ring,
+                       const int64_t act) {
     /* the tap rows whose input row lies inside x */
     const int64_t in0 = p0 * d->stride[0] - d->pad[0], d0 = d->dilation[0];
     int64_t k0_lo = 0, k0_hi = kh;
@@ -358,7 +464,7 @@ INLINE void window_row(const KilnWindow *d, const float *x, const float *w, cons
     while (k0_hi > k0_lo && in0 + (k0_hi - 1) * d0 >= d->h)
         k0_hi--;
     if (d->c < KILN_VF) {
-        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi, max, ring);
+        scalar_row(d, x, w, bias, y, p0, k0_lo, k0_hi, max, ring, act);
         return;
     }
     /* the positions from lo to hi: p stride - pad >= 0 and
@@ -371,35 +477,46 @@ INLINE void window_row(const KilnWindow *d, const float *x, const float *w, cons
     for (int64_t ch = 0; ch < d->c; ch += KILN_VF) {
         int64_t at = ch + KILN_VF <= d->c ? ch : d->c - KILN_VF;
         if (k0_lo == 0 && k0_hi == kh)
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, max, true, ring);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, 0, kh, kh, kw, max, true, ring, act);
         else
-            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, max, false, ring);
+            vector_row(d, x, w, bias, y, p0, at, lo, hi, k0_lo, k0_hi, kh, kw, max, false, ring, act);
     }
 }
 
 /* window_row with the window's taps constants where they are the common ones. */
 INLINE void any_window_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
-                           int64_t p0, const bool max, const bool ring) {
+                           int64_t p0, const bool max, const bool ring, const int64_t act) {
     if (d->kh == 2 && d->kw == 2)
-        window_row(d, x, w, bias, y, p0, 2, 2, max, ring);
+        window_row(d, x, w, bias, y, p0, 2, 2, max, ring, act);
     else if (d->kh == 3 && d->kw == 3)
-        window_row(d, x, w, bias, y, p0, 3, 3, max, ring);
+        window_row(d, x, w, bias, y, p0, 3, 3, max, ring, act);
     else if (d->kh == 5 && d->kw == 5)
-        window_row(d, x, w, bias, y, p0, 5, 5, max, ring);
+        window_row(d, x, w, bias, y, p0, 5, 5, max, ring, act);
     else
-        window_row(d, x, w, bias, y, p0, d->kh, d->kw, max, ring);
+        window_row(d, x, w, bias, y, p0, d->kh, d->kw, max, ring, act);
+}
+
+/* any_window_row with the activation a constant */
+INLINE void activated_row(const KilnWindow *d, const float *x, const float *w, const float *bias, float *y,
+                          int64_t p0, const bool ring) {
+    if (d->act == KILN_ACT_RELU)
+        any_window_row(d, x, w, bias, y, p0, false, ring, KILN_ACT_RELU);
+    else if (d->act == KILN_ACT_CLIP)
+        any_window_row(d, x, w, bias, y, p0, false, ring, KILN_ACT_CLIP);
+    else
+        any_window_row(d, x, w, bias, y, p0, false, ring, KILN_ACT_NONE);
 }
 
 void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0) {
     if (((const KilnWindow *)window)->ring)
-        any_window_row(window, x, w, bias, y, p0, false, true);
+        activated_row(window, x, w, bias, y, p0, true);
     else
-        any_window_row(window, x, w, bias, y, p0, false, false);
+        activated_row(window, x, w, bias, y, p0, false);
 }
 
 void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0) {
-    any_window_row(window, x, NULL, NULL, y, p0, true, false);
+    any_window_row(window, x, NULL, NULL, y, p0, true, false, KILN_ACT_NONE);
 }
 
 /* ---- Winograd's transforms ---- */

@@ -43,9 +43,11 @@ typedef struct {
  * x [h, w, c], its rows x_row and positions x_col floats apart; output position p
  * along dim i reaches input p stride[i] - pad[i] + k dilation[i] through tap k; wo
  * positions a row. A ring of n rows (ring n > 0) holds input row r at r % n instead,
- * and only the rows the current output row reads. */
+ * and only the rows the current output row reads. A depthwise conv's outputs take
+ * the activation act (KILN_ACT_*, below; clip to [lo, hi]) as they are stored. */
 typedef struct {
-    int64_t c, h, w, x_row, x_col, kh, kw, stride[2], pad[2], dilation[2], wo, ring;
+    int64_t c, h, w, x_row, x_col, kh, kw, stride[2], pad[2], dilation[2], wo, ring, act;
+    float lo, hi;
 } KilnWindow;
 
 /* The sums of A B's register tiles of the `rows` rows from r0 (tile_rows at a time,
@@ -55,19 +57,29 @@ typedef struct {
 void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, int64_t rows, int64_t q0,
                      int64_t panels, float *out, int64_t out_ld);
 
-/* The epilogues of a GEMM's tile that are most of a CNN's, where the generated code
- * would otherwise spend its compile time: y = act(res + (tile + bias)) of a tile of
- * rows x cols (bias NULL: none; res NULL: none, else read where y is written; tile
- * and y rows tile_ld and y_ld apart), act none, relu, or clip to [lo, hi] (lo <= hi),
- * each computed as its op's own kernel computes it. */
-enum { KILN_ACT_NONE, KILN_ACT_RELU, KILN_ACT_CLIP };
+/* The epilogues of a GEMM's tile that are most of a CNN's and a transformer's, where
+ * the generated code would otherwise spend its compile time (or, for GELU, compute
+ * at most 8 lanes at a time): y = act(res + (tile + bias)) of a tile of rows x cols
+ * (bias NULL: none; res NULL: none, else read where y is written; tile and y rows
+ * tile_ld and y_ld apart), act none, relu, clip to [lo, hi] (lo <= hi) or GELU
+ * (erf's, as kiln_geluf computes it), each computed as its op's own kernel
+ * computes it. */
+enum { KILN_ACT_NONE, KILN_ACT_RELU, KILN_ACT_CLIP, KILN_ACT_GELU };
 void kiln_bias_act(const float *tile, int64_t tile_ld, int64_t rows, int64_t cols, const float *bias,
                    const float *res, int64_t act, float lo, float hi, float *y, int64_t y_ld);
 
+/* One block of keys of attention's online softmax, for one query row
+ * (codegen/lower_attention.c): sc the block's n scores, scaled and masked (n a
+ * multiple of 16), *m the row's largest score so far, *l its sum of exps and acc its
+ * ev outputs so far. The block's largest score m' (a NaN score is none) becomes
+ * *m; *l and acc are scaled by exp(m - m') (taken against 0 while every score is
+ * -inf), each score is replaced by its exp against m', and their sum is added to *l. */
+void kiln_attention_softmax(float *sc, int64_t n, float *m, float *l, float *acc, int64_t ev);
+
 /* Output row p0 of a depthwise conv into y [wo, c], its weights w tap-major [kh,
- * kw, c]: at each position, the bias (NULL: zero) plus, tap by tap in order, each
- * tap's weight times its input, for the taps whose input lies inside x (the others
- * read the padding's zeros). */
+ * kw, c]: at each position, the window's activation of the bias (NULL: zero) plus,
+ * tap by tap in order, each tap's weight times its input, for the taps whose input
+ * lies inside x (the others read the padding's zeros). */
 void kiln_depthwise_row(const void *window, const float *x, const float *w, const float *bias, float *y,
                         int64_t p0);
 

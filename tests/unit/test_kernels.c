@@ -14,12 +14,17 @@
  *     vector overlapping the one before) and fewer than one, with and without a
  *     bias: every row against a sum in double, nothing read from around x (NaN
  *     there) and nothing stored past the row; and each row again from a ring of
- *     the rows it reads (KilnWindow's ring, the other rows NaN), bit for bit;
+ *     the rows it reads (KilnWindow's ring, the other rows NaN), bit for bit; with
+ *     relu and clip, each output that activation of the one without, bit for bit;
  *   - kiln_max_pool_row on 2x2, 3x3 and 4x4 windows, strided, dilated and padded,
  *     on the same channel counts: bit for bit, the last NaN of a window kept, nothing
  *     read from around x (+inf there) nor stored past the row;
  *   - kiln_bias_act, every activation with a bias and without, with a residual and
- *     without, bit for bit.
+ *     without, bit for bit; GELU against erfc in double, within kiln_geluf's bounds
+ *     (runtime/kernel_math.h), over the floats from -20 to 20 and the special values;
+ *   - kiln_attention_softmax over blocks of 16 to 128 scores, in turn, against the
+ *     same steps in double: -inf (masked) and NaN scores, rows masked so far, Ev of
+ *     whole vectors and not.
  * Skipped where this CPU lacks the width's instructions. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -402,10 +407,66 @@ static void check_depthwise(int64_t c, int64_t h, int64_t w, int64_t kh, int64_t
     free(y_ring);
 }
 
+/* What kiln_bias_act and kiln_depthwise_row compute for relu and clip (ir/unary.def):
+ * relu turns -0 into +0 and keeps NaN; clip keeps -0 and NaN. */
+static float act_of(float x, int64_t act, float lo, float hi) {
+    if (act == KILN_ACT_RELU)
+        return x > 0.0f ? x : (x == x ? 0.0f : x);
+    if (act == KILN_ACT_CLIP)
+        return x < lo ? lo : (x > hi ? hi : x);
+    return x;
+}
+
+/* kiln_depthwise_row with the window's activation: each output the activation of
+ * the output without it, bit for bit (NaN, and outputs on both sides of the limits,
+ * among them), with rows checked at the edges and not, and nothing stored past the
+ * row. */
+static void check_depthwise_activations(int64_t c, int64_t kh, int64_t stride) {
+    int64_t h = 6, w = 7, ho, wo;
+    KilnWindow d = window_of(c, h, w, kh, kh, stride, (int64_t[]){1, 1, 1, 1}, 1, &ho, &wo);
+    float *x = malloc(sizeof(float) * (size_t)(h * d.x_row)),
+          *wt = malloc(sizeof(float) * (size_t)(kh * kh * c));
+    float *plain = malloc(sizeof(float) * (size_t)(wo * c)),
+          *y = malloc(sizeof(float) * (size_t)(wo * c + KILN_VF));
+    for (int64_t i = 0; i < h * d.x_row; i++)
+        x[i] = uniform() * 4.0f;
+    x[2 * d.x_row + 3 * d.x_col + c / 2] = NAN;
+    for (int64_t i = 0; i < kh * kh * c; i++)
+        wt[i] = uniform();
+    const float limits[][2] = {{0, 0}, {0, 6}, {-0.5f, 0.25f}};
+    for (int64_t act = KILN_ACT_RELU; act <= KILN_ACT_CLIP; act++)
+        for (int l = 0; l < 3; l++)
+            for (int64_t p0 = 0; p0 < ho; p0++) {
+                KilnWindow a = d;
+                a.act = act, a.lo = limits[l][0], a.hi = limits[l][1];
+                kiln_depthwise_row(&d, x, wt, NULL, plain, p0);
+                fill_row(y, wo, c);
+                kiln_depthwise_row(&a, x, wt, NULL, y, p0);
+                for (int64_t i = 0; i < wo * c; i++) {
+                    float want = act_of(plain[i], act, a.lo, a.hi);
+                    if (memcmp(&want, &y[i], sizeof want) != 0)
+                        fail_msg(
+                            "depthwise %lldx%lld, %lld channels, act %lld [%g, %g]: row %lld's %lld is %g, "
+                            "not %g",
+                            (long long)kh, (long long)kh, (long long)c, (long long)act, a.lo, a.hi,
+                            (long long)p0, (long long)i, y[i], want);
+                }
+                check_row_end(y, wo, c, "depthwise with an activation");
+            }
+    free(x);
+    free(wt);
+    free(plain);
+    free(y);
+}
+
 static void test_depthwise_row(void **state) {
     (void)state;
     if (!supported())
         skip();
+    for (int i = 0; i < 4; i++) {
+        check_depthwise_activations(window_channels[i], 3, 1);
+        check_depthwise_activations(window_channels[i], 5, 2);
+    }
     for (int i = 0; i < 4; i++) {
         int64_t c = window_channels[i];
         for (int biased = 0; biased < 2; biased++) {
@@ -482,17 +543,7 @@ static void test_max_pool_row(void **state) {
     }
 }
 
-/* What relu and clip compute (ir/unary.def): relu turns -0 into +0 and keeps NaN;
- * clip keeps -0 and NaN. */
-static float act_of(float x, int64_t act, float lo, float hi) {
-    if (act == KILN_ACT_RELU)
-        return x > 0.0f ? x : (x == x ? 0.0f : x);
-    if (act == KILN_ACT_CLIP)
-        return x < lo ? lo : (x > hi ? hi : x);
-    return x;
-}
-
-/* kiln_bias_act for every activation, with a bias and without, with a residual and
+/* kiln_bias_act for no activation, relu and clip, with a bias and without, with a residual and
  * without (apart from y, and y itself), on rows of whole vectors and of a vector and
  * some: every value bit for bit as the op's own formula, the special values (-0,
  * NaN, infinities) among them, and nothing stored past cols. */
@@ -541,11 +592,146 @@ static void test_bias_act(void **state) {
                     }
 }
 
+/* The distance in floats between a and b (of one sign, or across zero). */
+static int64_t ulps(float a, float b) {
+    int32_t i, j;
+    memcpy(&i, &a, sizeof i);
+    memcpy(&j, &b, sizeof j);
+    int64_t oi = i < 0 ? (int64_t)INT32_MIN - i : i, oj = j < 0 ? (int64_t)INT32_MIN - j : j;
+    return oi > oj ? oi - oj : oj - oi;
+}
+
+/* Whether y is GELU(x) as kiln_geluf's bounds allow: within 8 floats of x Phi(x)
+ * rounded from -1 up, relatively within 4e-5 from -13 to -1, and at most 1e-30
+ * from 0 below; NaN for NaN and -inf, x itself for +inf and both zeros. */
+static bool gelu_close(float x, float y) {
+    if (x != x || x == -INFINITY)
+        return y != y;
+    if (x == INFINITY || x == 0)
+        return memcmp(&x, &y, sizeof x) == 0;
+    double exact = 0.5 * (double)x * erfc(-(double)x / sqrt(2));
+    if (x >= -1)
+        return ulps(y, (float)exact) <= 8;
+    if (x >= -13)
+        return fabs(y - exact) <= 4e-5 * fabs(exact);
+    return fabsf(y) <= 1e-30f;
+}
+
+/* kiln_bias_act's GELU: the floats from -20 to 20 (every 4099th), the special
+ * values, in rows of whole vectors and a tail, alone and after a bias and a
+ * residual. */
+static void test_bias_act_gelu(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    enum { COLS = 2 * KILN_VF + 5, ROWS = 64 };
+    static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f, 20.0f, -20.0f};
+    static float tile[ROWS * COLS], bias[COLS], res[ROWS * COLS], y[ROWS * COLS];
+    for (int i = 0; i < COLS; i++)
+        bias[i] = (float)(i % 7) * 0.25f - 0.75f;
+    uint32_t next = 0x41a00000u; /* 20.0f, then down to 0 and from -0 to -20 */
+    bool negative = false;
+    for (int pass = 0; pass < 2000; pass++) {
+        for (int i = 0; i < ROWS * COLS; i++) {
+            float x;
+            memcpy(&x, &next, sizeof x);
+            tile[i] = i < (int)(sizeof special / sizeof *special) ? special[i] : x;
+            res[i] = (float)((i * 41) % 23) * 0.125f - 1.5f;
+            if (!negative && next < 4099)
+                next = 0x80000000u, negative = true;
+            else
+                next += negative ? 4099 : -4099;
+            if (negative && next > 0xc1a00000u)
+                next = 0x41a00000u, negative = false;
+        }
+        bool combined = pass % 4 == 3;
+        kiln_bias_act(tile, COLS, ROWS, COLS, combined ? bias : NULL, combined ? res : NULL, KILN_ACT_GELU, 0,
+                      0, y, COLS);
+        for (int i = 0; i < ROWS * COLS; i++) {
+            float x = combined ? res[i] + (tile[i] + bias[i % COLS]) : tile[i];
+            if (!gelu_close(x, y[i]))
+                fail_msg("GELU(%.9g) is %.9g%s", x, y[i], combined ? " (after a bias and a residual)" : "");
+        }
+    }
+}
+
+/* The steps of kiln_attention_softmax in double. */
+static void softmax_in_double(const float *sc, int64_t n, double *m, double *l, double *acc, int64_t ev,
+                              double *e) {
+    double top = *m;
+    for (int64_t j = 0; j < n; j++)
+        if (sc[j] > top)
+            top = sc[j];
+    double shift = top == -INFINITY ? 0 : top, rescale = exp(*m - shift), sum = 0;
+    *m = top;
+    for (int64_t c = 0; c < ev; c++)
+        acc[c] *= rescale;
+    for (int64_t j = 0; j < n; j++)
+        sum += e[j] = exp(sc[j] - shift);
+    *l = *l * rescale + sum;
+}
+
+static bool near(double got, double want) {
+    return (got != got && want != want) || fabs(got - want) <= 1e-6 * fabs(want) + 1e-37;
+}
+
+/* kiln_attention_softmax over four blocks of a row in turn, the row's outputs
+ * between them as attention's would be (acc += p v of a made-up v): the largest
+ * score exactly, and l, acc and the exps relatively within 1e-6 of the steps in
+ * double; with masked scores (-inf), a block masked whole at the start (the row's
+ * maximum -inf after it), a NaN score, and Ev of whole vectors and not. */
+static void test_attention_softmax(void **state) {
+    (void)state;
+    if (!supported())
+        skip();
+    enum { MAX_N = 128, MAX_EV = 2 * KILN_VF + 3 };
+    const int64_t sizes[] = {16, 64, 128}, evs[] = {KILN_VF, MAX_EV};
+    for (int s = 0; s < 3; s++)
+        for (int v = 0; v < 2; v++)
+            for (int kind = 0; kind < 3; kind++) { /* plain, masked, with a NaN */
+                int64_t n = sizes[s], ev = evs[v];
+                float m = -INFINITY, l = 0, acc[MAX_EV] = {0}, sc[MAX_N];
+                double dm = -INFINITY, dl = 0, dacc[MAX_EV] = {0}, de[MAX_N];
+                for (int block = 0; block < 4; block++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        sc[j] = uniform() * 8.0f + (float)block;
+                        if (kind >= 1 && (block == 0 || j % 5 == 1))
+                            sc[j] = -INFINITY;
+                        if (kind == 2 && block == 2 && j == n / 2)
+                            sc[j] = NAN;
+                    }
+                    softmax_in_double(sc, n, &dm, &dl, dacc, ev, de);
+                    kiln_attention_softmax(sc, n, &m, &l, acc, ev);
+                    if (!(m == dm || (m == -INFINITY && dm == -INFINITY)))
+                        fail_msg("n %lld, block %d: the largest score is %g, not %g", (long long)n, block, m,
+                                 dm);
+                    if (!near(l, dl))
+                        fail_msg("n %lld, ev %lld, kind %d, block %d: l is %.9g, not %.9g", (long long)n,
+                                 (long long)ev, kind, block, l, dl);
+                    for (int64_t j = 0; j < n; j++)
+                        if (!near(sc[j], de[j]))
+                            fail_msg("n %lld, block %d: exp %lld is %.9g, not %.9g", (long long)n, block,
+                                     (long long)j, sc[j], de[j]);
+                    for (int64_t c = 0; c < ev; c++) {
+                        if (!near(acc[c], dacc[c]))
+                            fail_msg("n %lld, ev %lld, kind %d, block %d: acc %lld is %.9g, not %.9g",
+                                     (long long)n, (long long)ev, kind, block, (long long)c, acc[c], dacc[c]);
+                        for (int64_t j = 0; j < n; j++) {
+                            float p = (float)((j + c) % 9) * 0.125f;
+                            acc[c] += sc[j] * p;
+                            dacc[c] += (double)sc[j] * p;
+                        }
+                    }
+                }
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_tile_shapes),    cmocka_unit_test(test_gemm_digits_and_segments),
         cmocka_unit_test(test_winograd_transforms), cmocka_unit_test(test_depthwise_row),
         cmocka_unit_test(test_max_pool_row),        cmocka_unit_test(test_bias_act),
+        cmocka_unit_test(test_bias_act_gelu),       cmocka_unit_test(test_attention_softmax),
     };
     return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
 }
