@@ -407,14 +407,14 @@ bool transpose_feeds_linear(const Program *p, const Node *t);
 bool winograd_applies(const Program *p, const Node *n);
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d);
 int lower_pool(Program *p, const Node *n, Diag *d);
-/* The KilnWindow (runtime/kernels.h) of kernel[0] x kernel[1] taps sliding over x,
- * channels last with 2 spatial dims, wo output positions a row: the block a
- * depthwise conv's and a max pool's precompiled row kernels read. */
 /* Whether e is an activation of its operand that the precompiled kernels compute
  * (runtime/kernels.h's KILN_ACT_*): relu, clip to [lo, hi] with lo <= hi (its
  * limits in *lo and *hi), or erf's GELU, its kind in *act. */
 bool library_act(const Expr *e, int64_t *act, double *lo, double *hi);
 
+/* The KilnWindow (runtime/kernels.h) of kernel[0] x kernel[1] taps sliding over x,
+ * channels last with 2 spatial dims, wo output positions a row: the block a
+ * depthwise conv's and a max pool's precompiled row kernels read. */
 KilnWindow window_block(const View *x, const int64_t *kernel, const int64_t *strides, const int64_t *pads,
                         const int64_t *dilations, int64_t wo);
 int lower_global_avg_pool(Program *p, const Node *n, Diag *d);

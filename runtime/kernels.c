@@ -14,7 +14,10 @@
  *
  * A depthwise conv's row (codegen/lower_conv.c) and a max pool's
  * (codegen/lower_pool.c) are loops over channel vectors, their common windows'
- * instances unrolled (below).
+ * instances unrolled (below), a depthwise conv's activation applied as each vector
+ * is stored. The GEMM's GELU epilogue and attention's online softmax step
+ * (codegen/lower_attention.c) compute runtime/kernel_math.h's exp and GELU a vector
+ * at a time.
  *
  * Winograd's transforms (codegen/lower_winograd.c says what they compute) take
  * B^T d B and A^T m A by the rows and then by the columns of the transform, whose
