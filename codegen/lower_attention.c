@@ -336,6 +336,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         snprintf(note + strlen(note), sizeof note - strlen(note), ", tiles of %d rows", group);
     kernel_annotate(kn, note);
     KBuilder *b = &kn->b;
+    bool lanes = s % keys == 0 && keys % LANES == 0;
     Att a = {.b = b,
              .n = n,
              .mask = mask,
@@ -344,8 +345,8 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
              .e = e,
              .ev = ev,
              .keys = keys,
-             .lanes = s % keys == 0 && keys % LANES == 0,
-             .library = !cuda && s % keys == 0 && keys % LANES == 0,
+             .lanes = lanes,
+             .library = lanes && !cuda,
              .causal = node_bool(n, ATTR_IS_CAUSAL),
              .scale = attention_scale(n, q),
              .qs = kb_value(b, n->in[0], false),
