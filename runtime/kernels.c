@@ -164,15 +164,16 @@ static TileFn *const tiles[2][2][ACCUMULATORS + 1] = {{ONE_VECTOR(rows), TWO_VEC
                                                       {ONE_VECTOR(even), TWO_VECTORS(even)}};
 /* clang-format on */
 
-/* Where the tile of rows from r0 by the panel at column q0 prefetches: the next
- * panel (after the last, the first), each row tile a slice of it in turn, so that
- * while a B too large for the cache is read (from memory, by the panel's first row
- * tile), the panel after it comes into L2 alongside. */
-static const char *ahead_of(const KilnGemm *g, const float *item_b, int64_t r0, int64_t q0) {
-    int64_t width = 2 * KILN_VF, next = q0 + width < g->cols ? q0 + width : 0;
-    int64_t lines = g->depth / PREFETCH_STEPS, slice = r0 / g->tile_rows * lines * LINE,
-            panel = (int64_t)sizeof(float) * width * g->depth;
-    return (const char *)(item_b + next * g->depth) + slice % panel;
+/* Where the tile of rows from r0 by the panel at b prefetches: what follows the
+ * panel in the weights blob (the next panel; after the last, the next batch item's B
+ * or, as the tables are laid out in the kernels' order, usually the next kernel's
+ * table), each row tile a slice of it in turn, so that while a B too
+ * large for the cache is read (from memory, by the panel's first row tile), what
+ * comes next arrives in L2 alongside. */
+static const char *ahead_of(const KilnGemm *g, const float *b, int64_t r0) {
+    int64_t panel = (int64_t)sizeof(float) * 2 * KILN_VF * g->depth,
+            slice = r0 / g->tile_rows * (g->depth / PREFETCH_STEPS) * LINE;
+    return (const char *)((uintptr_t)b + (uintptr_t)(panel + slice % panel));
 }
 
 /* The row tiles from r0, each by the panels from q0. A tile whose rows are evenly
@@ -183,8 +184,7 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
                      int64_t panels, float *out, int64_t out_ld) {
     const KilnGemm *g = gemm;
     const float *item = a + g->a_at + bi * g->a_batch,
-                *item_b = (const float *)gemm + g->panels_at + bi * g->item_floats,
-                *b = item_b + q0 * g->depth;
+                *b = (const float *)gemm + g->panels_at + bi * g->item_floats + q0 * g->depth;
     int64_t offsets[KILN_GEMM_CALL_ROWS];
     rows = rows < KILN_GEMM_CALL_ROWS ? rows : KILN_GEMM_CALL_ROWS;
     bool even = g->row_digits <= 1;
@@ -205,10 +205,11 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
             }
             first = pointers[0];
         }
-        for (int64_t p = 0; p < panels; p++)
-            tiles[spaced][p < last || wide][mr](g, first, lda, pointers, b + p * 2 * KILN_VF * g->depth,
-                                                ahead_of(g, item_b, r0 + t, q0 + p * 2 * KILN_VF),
+        for (int64_t p = 0; p < panels; p++) {
+            const float *panel = b + p * 2 * KILN_VF * g->depth;
+            tiles[spaced][p < last || wide][mr](g, first, lda, pointers, panel, ahead_of(g, panel, r0 + t),
                                                 out + t * out_ld + p * 2 * KILN_VF, out_ld);
+        }
     }
 }
 
