@@ -167,12 +167,14 @@ static TileFn *const tiles[2][2][ACCUMULATORS + 1] = {{ONE_VECTOR(rows), TWO_VEC
 /* Where the tile of rows from r0 by the panel at b prefetches: what follows the
  * panel in the weights blob (the next panel; after the last, the next batch item's B
  * or, as the tables are laid out in the kernels' order, usually the next kernel's
- * table), each row tile a slice of it in turn, so that while a B too
- * large for the cache is read (from memory, by the panel's first row tile), what
- * comes next arrives in L2 alongside. */
+ * table), each row tile a slice of it in turn, so that while a B too large for the
+ * cache is read (from memory, by the panel's first row tile), what comes next
+ * arrives in L2 alongside. A depth shorter than PREFETCH_STEPS prefetches nothing. */
 static const char *ahead_of(const KilnGemm *g, const float *b, int64_t r0) {
-    int64_t panel = (int64_t)sizeof(float) * 2 * KILN_VF * g->depth,
-            slice = r0 / g->tile_rows * (g->depth / PREFETCH_STEPS) * LINE;
+    int64_t lines = g->depth / PREFETCH_STEPS, panel = (int64_t)sizeof(float) * 2 * KILN_VF * g->depth;
+    if (lines == 0)
+        return (const char *)b;
+    int64_t slice = r0 / g->tile_rows * lines * LINE;
     return (const char *)((uintptr_t)b + (uintptr_t)(panel + slice % panel));
 }
 
