@@ -24,9 +24,8 @@
  * F(2x2, 3x3) loses about as much as the direct sum does, F(4x4, 3x3) (whose points
  * are 0, +-1, +-2) several times that (5e-6 of the largest output in
  * codegen_winograd4.kiln), both far inside the tolerance. F(4x4, 3x3) runs where
- * the output has MIN_TILES tiles of 4 x 4 (ResNet-18's 14 x 14 layers, 16 tiles,
- * ran slower with it than with F(2x2, 3x3) on AVX2), half as many with AVX-512's
- * vectors (transform_for), F(2x2, 3x3) where it has MIN_TILES of 2 x 2. */
+ * the output has MIN_TILES tiles of 4 x 4, F(2x2, 3x3) where it has MIN_TILES of 2 x 2
+ * (transform_for). */
 #include "codegen.h"
 
 #include <limits.h>
@@ -70,12 +69,14 @@ static int64_t tiles_of(const Type *y, int m) {
 }
 
 /* The transform for output y: F(4x4, 3x3) where it has enough tiles of 4 x 4, else
- * F(2x2, 3x3). With vectors of 16 floats, whose GEMMs take fewer rows in their
- * stride, F(4x4, 3x3) already pays from 16 tiles: ResNet-18's 14 x 14 layers made
- * it 2.5% faster on one thread and two (AVX-512), where with 8 floats (AVX2) they
- * ran as fast either way. */
-static const Transform *transform_for(const Program *p, const Type *y) {
-    return tiles_of(y, 4) >= (p->vector_floats >= 16 ? MIN_TILES / 2 : MIN_TILES) ? &f4 : &f2;
+ * F(2x2, 3x3). ResNet's 14 x 14 layers have 16 tiles of 4 x 4, and each of F(4x4,
+ * 3x3)'s 36 GEMMs would read its [C, O] of the weights for 16 rows: 9.4 MB at 256
+ * channels, read from memory at every run, against F(2x2, 3x3)'s 4.2 MB, read for
+ * 49 rows. On a Zen 5 (AVX-512, 2 threads) F(2x2, 3x3) ran ResNet-18 and ResNet-50
+ * 2.5% faster there (an Intel Xeon's AVX-512 had run F(4x4, 3x3) 2.5% faster; with
+ * AVX2 the two ran as fast). */
+static const Transform *transform_for(const Type *y) {
+    return tiles_of(y, 4) >= MIN_TILES ? &f4 : &f2;
 }
 
 /* Whether conv or conv_transpose n takes this path: 2-D, nhwc, groups 1, 3x3,
@@ -329,7 +330,7 @@ static int output_transform(Program *p, const Node *n, const Wino *w, const Expr
 
 int lower_winograd(Program *p, const Node *n, const Expr *epilogue, Diag *d) {
     const Graph *g = p->g;
-    Wino w = {.t = transform_for(p, &g->values[n->out[0]].type),
+    Wino w = {.t = transform_for(&g->values[n->out[0]].type),
               .x = view_of(&g->values[n->in[0]].type, true),
               .y = view_of(&g->values[n->out[0]].type, true),
               .transposed = n->op == OP_CONV_TRANSPOSE,
