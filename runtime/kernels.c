@@ -6,13 +6,13 @@
  * Clang (2.1 of its 2.7 seconds).
  *
  * A GEMM's register tile keeps mr x nv vector sums (12 in all: 6 rows of two vectors,
- * or 12 of one), as the lowering's table lays B out (codegen/lower_packed.c says
- * why); each shape of tile is a function of its own, an instance of one inlined
- * function, found in a table, so the sums stay in registers. Tiles of few rows
- * spread consecutive steps of the depth over up to 4 sets of sums, which a step's
- * multiply-adds do not wait on. As it goes, each tile prefetches a slice of the next
- * panel into L2 (ahead_of), which kept ResNet-50's and BERT's largest weights from
- * waiting on memory.
+ * or 12 of one; with AVX-512, 16 as 8 rows of two where the GEMM asks), as the
+ * lowering's table lays B out (codegen/lower_packed.c says why); each shape of tile
+ * is a function of its own, an instance of one inlined function, found in a table,
+ * so the sums stay in registers. Tiles of few rows spread consecutive steps of the
+ * depth over up to 4 sets of sums, which a step's multiply-adds do not wait on. As
+ * it goes, each tile prefetches a slice of the next panel into L2 (ahead_of), which
+ * kept ResNet-50's and BERT's largest weights from waiting on memory.
  *
  * A depthwise conv's row (codegen/lower_conv.c) and a max pool's
  * (codegen/lower_pool.c) are loops over channel vectors, their common windows'
@@ -54,7 +54,10 @@ typedef float kiln_vf __attribute__((vector_size(4 * KILN_VF), aligned(4)));
 
 /* ---- GEMM register tiles ---- */
 
-enum { ACCUMULATORS = 12, MAX_SETS = 4, PREFETCH_STEPS = 4, LINE = 64 };
+/* ACCUMULATORS sums a tile, or WIDE_SUMS in an AVX-512 GEMM that asks for 8 x 2
+ * tiles (codegen/lower_packed.c says which): its 32 registers hold them beside the
+ * panel's two vectors and the broadcasts. */
+enum { ACCUMULATORS = 12, WIDE_SUMS = 16, MAX_SETS = 4, PREFETCH_STEPS = 4, LINE = 64 };
 
 /* The offsets in a batch item's A of rows r0 .. r0 + mr - 1: r0's mixed-radix
  * digits by division, then each next row's by counting up (a division per row cost
@@ -104,10 +107,11 @@ INLINE void depth_step(kiln_vf *acc, Rows r, int64_t at, const float *b, const i
  * of the depth, a cache line from `ahead` on is fetched into L2. */
 INLINE void tile_sums(const KilnGemm *g, Rows r, const float *b, const char *ahead, float *out,
                       int64_t out_ld, const int mr, const int nv, const bool even) {
-    const int per_set = mr * nv, fit = ACCUMULATORS / per_set, sets = fit < MAX_SETS ? fit : MAX_SETS;
+    const int per_set = mr * nv, fit = per_set > ACCUMULATORS ? 1 : ACCUMULATORS / per_set;
+    const int sets = fit < MAX_SETS ? fit : MAX_SETS;
     const int block = PREFETCH_STEPS * sets;
     const int64_t step = nv * KILN_VF, run = g->run, whole = run / sets * sets;
-    kiln_vf acc[MAX_SETS][ACCUMULATORS];
+    kiln_vf acc[MAX_SETS][WIDE_SUMS];
 #pragma GCC unroll 48
     for (int u = 0; u < sets * per_set; u++)
         acc[u / per_set][u % per_set] = (kiln_vf){0};
@@ -128,7 +132,7 @@ INLINE void tile_sums(const KilnGemm *g, Rows r, const float *b, const char *ahe
         for (; kk < run; kk++, b += step)
             depth_step(acc[0], r, at + kk, b, mr, nv, even);
     }
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int u = 0; u < per_set; u++) {
 #pragma GCC unroll 4
         for (int set = 1; set < sets; set++)
@@ -156,10 +160,16 @@ typedef void TileFn(const KilnGemm *g, const float *a, int64_t lda, const float 
 /* clang-format off */
 TILE(1, 1) TILE(2, 1) TILE(3, 1) TILE(4, 1) TILE(5, 1) TILE(6, 1) TILE(7, 1) TILE(8, 1) TILE(9, 1) TILE(10, 1)
 TILE(11, 1) TILE(12, 1) TILE(1, 2) TILE(2, 2) TILE(3, 2) TILE(4, 2) TILE(5, 2) TILE(6, 2)
+#if KILN_VF == 16
+TILE(7, 2) TILE(8, 2)
+#define WIDE(f) , f##_7x2, f##_8x2
+#else
+#define WIDE(f)
+#endif
 
 #define ONE_VECTOR(f) {0, f##_1x1, f##_2x1, f##_3x1, f##_4x1, f##_5x1, f##_6x1, f##_7x1, f##_8x1, f##_9x1, \
                        f##_10x1, f##_11x1, f##_12x1}
-#define TWO_VECTORS(f) {0, f##_1x2, f##_2x2, f##_3x2, f##_4x2, f##_5x2, f##_6x2}
+#define TWO_VECTORS(f) {0, f##_1x2, f##_2x2, f##_3x2, f##_4x2, f##_5x2, f##_6x2 WIDE(f)}
 static TileFn *const tiles[2][2][ACCUMULATORS + 1] = {{ONE_VECTOR(rows), TWO_VECTORS(rows)},
                                                       {ONE_VECTOR(even), TWO_VECTORS(even)}};
 /* clang-format on */
@@ -197,7 +207,7 @@ void kiln_gemm_tiles(const void *gemm, const float *a, int64_t bi, int64_t r0, i
     int64_t last = panels - 1, wide = g->cols - q0 - last * 2 * KILN_VF > KILN_VF;
     for (int64_t t = 0; t < rows; t += g->tile_rows) {
         int64_t mr = rows - t < g->tile_rows ? rows - t : g->tile_rows;
-        const float *first = item + (r0 + t) * lda, *pointers[ACCUMULATORS];
+        const float *first = item + (r0 + t) * lda, *pointers[WIDE_SUMS];
         bool spaced = even;
         if (!even) {
             spaced = true;

@@ -1,7 +1,7 @@
 /* kiln's precompiled kernels (runtime/kernels.c), the object of one vector width
  * (KILN_VF, linked by CMake) against sums in double:
  *   - kiln_gemm_tiles on every tile shape (1 to 12 rows of one vector, 1 to 6 of
- *     two), with a narrower last panel, rows evenly spaced and rows across a digit's
+ *     two, 1 to 8 with AVX-512), with a narrower last panel, rows evenly spaced and rows across a digit's
  *     end (a conv's next output row), a depth in several segments, batch items with
  *     B of their own, stored straight or at an offset;
  *   - kiln_winograd_in and kiln_winograd_out for F(2x2, 3x3) and F(4x4, 3x3),
@@ -169,6 +169,11 @@ static void test_gemm_tile_shapes(void **state) {
     for (int64_t rows = 1; rows <= 13; rows++)
         for (int64_t cols = KILN_VF + 1; cols <= 3 * NR; cols += NR / 2 + 3)
             check_gemm(&(GemmCase){1, rows, cols, 19, 1, 0, rows, 24, 0, 6, false});
+#if KILN_VF == 16
+    /* AVX-512's deep GEMMs: tiles of 8 rows, and the 7 and 8 below them */
+    for (int64_t rows = 1; rows <= 17; rows++)
+        check_gemm(&(GemmCase){1, rows, 2 * NR + KILN_VF, 259, 1, 0, rows, 260, 0, 8, false});
+#endif
 }
 
 static void test_gemm_digits_and_segments(void **state) {
@@ -177,6 +182,9 @@ static void test_gemm_digits_and_segments(void **state) {
         skip();
     /* an implicit conv's rows: output rows of 7 (tiles across them), taps in 3 segments */
     check_gemm(&(GemmCase){1, 45, 2 * NR + 5, 12, 3, 100, 7, 6, 300, 6, false});
+#if KILN_VF == 16
+    check_gemm(&(GemmCase){1, 45, 2 * NR + 5, 12, 3, 100, 7, 6, 300, 8, false});
+#endif
     check_gemm(&(GemmCase){2, 30, KILN_VF, 8, 2, 64, 5, 8, 90, 12, false});
     /* batch items with a B of their own (Winograd's n^2 GEMMs) */
     check_gemm(&(GemmCase){3, 20, NR + 4, 16, 1, 0, 20, 16, 0, 6, true});
