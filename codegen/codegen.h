@@ -402,6 +402,12 @@ bool transpose_feeds_padded_conv(const Program *p, const Node *t);
  * linear on packed weights reads flattened, which reads t's input instead
  * (lower_linalg.c). */
 bool transpose_feeds_linear(const Program *p, const Node *t);
+/* Whether transpose or slice node t computes nothing because an attention reads its
+ * input in its place, or writes its result in its place (lower_attention.c). */
+bool attention_absorbs(const Program *p, const Node *t);
+/* v, a strided view of node n's input, made the view of n's result: n a transpose,
+ * a slice or a view op (lower_shape.c). False where that is no strided view of v. */
+bool kview_through(const Program *p, const Node *n, KView *v);
 /* A conv (or fused_conv, with its epilogue) as Winograd F(4x4, 3x3) or F(2x2, 3x3), when
  * winograd_applies (lower_winograd.c). */
 bool winograd_applies(const Program *p, const Node *n);

@@ -26,7 +26,9 @@
  * than the two register tiles together. Elsewhere the exps are a vector loop of their
  * own. A block's maximum and sum keep LANES partial results, element j in lane
  * j % LANES, where the block is whole groups of lanes. CUDA: a thread per query row,
- * reading k where it lies. */
+ * reading k where it lies. On either target, q, k and v are read, and the result
+ * stored, through strides where the slices and transposes that split heads out of
+ * a qkv projection and merge them back would only copy them (below). */
 #include "codegen.h"
 
 #include <math.h>
@@ -53,25 +55,38 @@ static KExpr *exp_nonpositive(KBuilder *b, KExpr *x) {
     return k_call(b, KT_F32, "kiln_expf_nonpositive", 1, &x);
 }
 
+/* An operand of the kernel where it lies: in buffer `buf`, a batch item's elements
+ * from `at` on, its rows `row` apart (its last dim contiguous). */
+typedef struct {
+    int buf;
+    KExpr *at;
+    int64_t row;
+} Operand;
+
 /* What the parts of the kernel share. */
 typedef struct {
     KBuilder *b;
     const Node *n;
     const Type *mask;
     int rank;
-    int64_t len, e, ev, keys;
+    int64_t e, ev, keys;
     bool lanes, causal;
     bool library; /* the softmax step is kiln_attention_softmax's */
     double scale;
-    int qs, ks, vs, ms;
+    Operand q, k, v;
+    int ms;
     int m, l, acc, sc, kt; /* local arrays: acc [rows * ev], sc [group * keys], kt [e * keys] */
     KView mask_view;
     KExpr *idx[KILN_MAX_RANK]; /* the batch item's multi-index, for the mask */
     KExpr *j0, *jn;            /* the block of keys: its first, and how many */
-    KExpr *first, *rn;         /* the iteration's first row of q, and its count of rows */
+    KExpr *first, *rn;         /* the iteration's first row of q in its item, and its count of rows */
     bool past_last;            /* a tile may reach past the iteration's last row */
-    KExpr *k_at, *v_at;        /* the batch item's first element of k and of v */
 } Att;
+
+/* Element c of row `row` of a batch item's operand o. */
+static KExpr *element(KBuilder *b, const Operand *o, KExpr *row, KExpr *c) {
+    return k_add(b, o->at, k_add(b, k_mul(b, row, k_int(b, o->row)), c));
+}
 
 /* The row of q that row `row` of the iteration reads: past the last row, the last
  * (computed again, never stored). */
@@ -191,14 +206,13 @@ static void row_scores(Att *a, KExpr *qi) {
     KExpr *qc[UNROLL];
     for (int u = 0; u < unroll_e; u++)
         qc[u] = k_var(b, kb_let(b, kb_name(b, "q", u), KT_F32,
-                                k_load(b, a->qs, k_add(b, k_madd(b, qi, a->e, c), k_int(b, u)))));
+                                k_load(b, a->q.buf, element(b, &a->q, qi, k_add(b, c, k_int(b, u))))));
     jj = loop(b, "jj", a->jn, K_VECTOR);
     KExpr *dot = NULL;
     for (int u = 0; u < unroll_e; u++) {
         KExpr *cu = k_add(b, c, k_int(b, u));
-        KExpr *key = a->kt >= 0
-                         ? k_load(b, a->kt, k_madd(b, cu, a->keys, jj))
-                         : k_load(b, a->ks, k_add(b, a->k_at, k_madd(b, k_add(b, a->j0, jj), a->e, cu)));
+        KExpr *key = a->kt >= 0 ? k_load(b, a->kt, k_madd(b, cu, a->keys, jj))
+                                : k_load(b, a->k.buf, element(b, &a->k, k_add(b, a->j0, jj), cu));
         KExpr *term = k_mul(b, qc[u], key);
         dot = dot ? k_add(b, dot, term) : term;
     }
@@ -212,12 +226,12 @@ static void row_scores(Att *a, KExpr *qi) {
 static void row_update(Att *a, KExpr *row, int64_t unroll_keys) {
     KBuilder *b = a->b;
     KExpr *jj = k_var(b, kb_for(b, "jj", KT_I64, k_int(b, 0), a->jn, k_int(b, unroll_keys), 0));
-    KExpr *v_row = let_index(b, "v_row", k_add(b, a->v_at, k_mul(b, k_add(b, a->j0, jj), k_int(b, a->ev))));
+    KExpr *v_row = let_index(b, "v_row", element(b, &a->v, k_add(b, a->j0, jj), k_int(b, 0)));
     KExpr *c = loop(b, "c", k_int(b, a->ev), K_VECTOR);
     KExpr *weighted = NULL;
     for (int u = 0; u < unroll_keys; u++) {
         KExpr *term = k_mul(b, k_load(b, a->sc, k_add(b, jj, k_int(b, u))),
-                            k_load(b, a->vs, k_add(b, k_add(b, v_row, c), k_int(b, u * a->ev))));
+                            k_load(b, a->v.buf, k_add(b, k_add(b, v_row, c), k_int(b, u * a->v.row))));
         weighted = weighted ? k_add(b, weighted, term) : term;
     }
     kb_store_add(b, a->acc, k_madd(b, row, a->ev, c), weighted);
@@ -243,8 +257,8 @@ static void group_step(Att *a, KExpr *r0, int group, int64_t vf) {
         in[t] = kb_let(b, kb_name(b, "kv", t), KT_VF32,
                        k_vload(b, a->kt, k_madd(b, c, a->keys, k_int(b, t * vf))));
     for (int u = 0; u < group; u++) {
-        KExpr *x =
-            k_var(b, kb_let(b, kb_name(b, "qv", u), KT_F32, k_load(b, a->qs, k_madd(b, qi[u], a->e, c))));
+        KExpr *x = k_var(
+            b, kb_let(b, kb_name(b, "qv", u), KT_F32, k_load(b, a->q.buf, element(b, &a->q, qi[u], c))));
         for (int t = 0; t < nk; t++) {
             int acc = tile[u * nk + t];
             kb_assign(b, acc, k_add(b, k_var(b, acc), k_mul(b, x, k_var(b, in[t]))));
@@ -256,8 +270,7 @@ static void group_step(Att *a, KExpr *r0, int group, int64_t vf) {
             kb_vstore(b, a->sc, k_int(b, u * a->keys + t * vf), k_var(b, tile[u * nk + t]));
     KExpr *member = loop(b, "g", k_int(b, group), 0);
     KExpr *row = let_index(b, "row", k_add(b, r0, member));
-    KExpr *pos = let_index(b, "pos", k_mod(b, q_row(a, row), k_int(b, a->len)));
-    block_softmax(a, row, k_mul(b, member, k_int(b, a->keys)), pos);
+    block_softmax(a, row, k_mul(b, member, k_int(b, a->keys)), let_index(b, "pos", q_row(a, row)));
     kb_end(b);
     /* outputs: a vector of v from each of the block's rows, times each row's
        probability */
@@ -267,9 +280,10 @@ static void group_step(Att *a, KExpr *r0, int group, int64_t vf) {
                 kb_decl(b, kb_name(b, "o", u * (int)nv + t), KT_VF32,
                         k_vload(b, a->acc, k_madd(b, k_add(b, r0, k_int(b, u)), a->ev, k_int(b, t * vf))));
     KExpr *jj = loop(b, "jj", a->jn, 0);
-    KExpr *v_row = let_index(b, "v_row", k_madd(b, k_add(b, a->j0, jj), a->ev, a->v_at));
+    KExpr *v_row = let_index(b, "v_row", element(b, &a->v, k_add(b, a->j0, jj), k_int(b, 0)));
     for (int t = 0; t < nv; t++)
-        in[t] = kb_let(b, kb_name(b, "vv", t), KT_VF32, k_vload(b, a->vs, k_add(b, v_row, k_int(b, t * vf))));
+        in[t] =
+            kb_let(b, kb_name(b, "vv", t), KT_VF32, k_vload(b, a->v.buf, k_add(b, v_row, k_int(b, t * vf))));
     for (int u = 0; u < group; u++) {
         KExpr *w = k_var(
             b, kb_let(b, kb_name(b, "pv", u), KT_F32, k_load(b, a->sc, k_madd(b, k_int(b, u), a->keys, jj))));
@@ -298,6 +312,119 @@ static int tile_rows(const Program *p, int64_t rows, int64_t s, int64_t keys, in
     if (group > rows)
         group = rows;
     return (int)group;
+}
+
+/* ---- Reading and writing in place ----
+ *
+ * Transformers split the qkv projection's result into heads by slices, reshapes and
+ * transposes, and merge attention's result back by a transpose and a reshape: each
+ * slice and transpose a copy, 7 a layer of BERT. Where only the attention reads what
+ * such a chain computes, it reads the chain's first input through strides instead
+ * (kview_through), and the chain's transposes and slices compute nothing; where
+ * only a transpose that keeps the last dim reads its result, it stores into that
+ * transpose's result, which then computes nothing. Either needs the operand's rows
+ * contiguous, for the vector loads along them. */
+
+enum { MAX_CHAIN = 8 };
+
+typedef struct {
+    int value;                    /* the value whose buffer holds the operand */
+    KView view;                   /* the operand's dims and strides in it */
+    const Node *nodes[MAX_CHAIN]; /* the transposes, slices and views read through */
+    int n;
+} InPlace;
+
+static bool rows_contiguous(const KView *v) {
+    return v->dims[v->rank - 1] == 1 || v->strides[v->rank - 1] == 1;
+}
+
+/* Where attention node a's operand x lies: at the start of the longest chain of
+ * transposes, slices and views ending at x, whose every result only the next node
+ * reads, that leaves x a strided view with contiguous rows; else x itself. */
+static InPlace read_in_place(const Program *p, const Node *a, int x) {
+    const Graph *g = p->g;
+    InPlace in = {.value = x, .view = kview_of(&g->values[x].type)};
+    const Node *chain[MAX_CHAIN];
+    int n = 0;
+    for (int v = x; p->view_of && !g->values[a->out[0]].type.sym && n < MAX_CHAIN && p->uses[v] == 1 &&
+                    p->buf[v].kind == BUF_NONE && g->values[v].node >= 0;) {
+        const Node *d = g->nodes[g->values[v].node];
+        bool view = op_has(d->op, F_VIEW) && p->view_of[v] >= 0;
+        if (!view && d->op != OP_TRANSPOSE && d->op != OP_SLICE)
+            break;
+        chain[n++] = d;
+        v = d->in[0];
+    }
+    for (int m = n; m > 0; m--) {
+        int from = chain[m - 1]->in[0], k = m - 1;
+        KView view = kview_of(&g->values[from].type);
+        while (k >= 0 && kview_through(p, chain[k], &view))
+            k--;
+        if (k < 0 && rows_contiguous(&view)) {
+            in.value = from, in.view = view, in.n = m;
+            memcpy(in.nodes, chain, sizeof *chain * (size_t)m);
+            return in;
+        }
+    }
+    return in;
+}
+
+/* The transpose whose result attention node a stores in place of its own, or NULL. */
+static const Node *write_in_place(const Program *p, const Node *a) {
+    const Graph *g = p->g;
+    int y = a->out[0];
+    if (!p->view_of || g->values[y].type.sym || p->uses[y] != 1 || p->buf[y].kind != BUF_NONE)
+        return NULL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *t = g->nodes[i];
+        if (t->op != OP_TRANSPOSE || t->in[0] != y)
+            continue;
+        const Attr *perm = node_attr(t, ATTR_PERM);
+        int r = g->values[y].type.rank;
+        return perm->set && perm->ints[r - 1] == r - 1 ? t : NULL;
+    }
+    return NULL;
+}
+
+/* Attention's result as a view of the transpose t's result. */
+static KView written_view(const Program *p, const Node *t) {
+    const Type *y = &p->g->values[t->in[0]].type;
+    KView to = kview_of(&p->g->values[t->out[0]].type), v = kview_of(y);
+    const Attr *perm = node_attr(t, ATTR_PERM);
+    for (int j = 0; j < y->rank; j++) /* t's dim j is y's dim perm[j] */
+        v.strides[perm->ints[j]] = to.strides[j];
+    return v;
+}
+
+bool attention_absorbs(const Program *p, const Node *t) {
+    const Graph *g = p->g;
+    if (!p->view_of)
+        return false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const Node *a = g->nodes[i];
+        if (a->op != OP_ATTENTION)
+            continue;
+        if (write_in_place(p, a) == t)
+            return true;
+        for (int k = 0; k < 3; k++) {
+            InPlace in = read_in_place(p, a, a->in[k]);
+            for (int j = 0; j < in.n; j++)
+                if (in.nodes[j] == t)
+                    return true;
+        }
+    }
+    return false;
+}
+
+/* Operand k of the kernel: where it lies, its batch item's first element at the
+ * multi-index idx of the batch dims. */
+static Operand operand(KBuilder *b, int value, const KView *view, bool writable, KExpr *const *idx,
+                       const char *name) {
+    KView batch = *view;
+    batch.rank -= 2;
+    return (Operand){.buf = kb_value(b, value, writable),
+                     .at = let_index(b, name, kview_index(b, &batch, idx)),
+                     .row = view->strides[view->rank - 2]};
 }
 
 int lower_attention(Program *p, const Node *n, Diag *d) {
@@ -329,11 +456,22 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     if (!kn)
         return -1;
     kernel_follows(p, kn, &g->values[n->out[0]].type, kn->count, 1, 1); /* item by item */
-    char note[128];
+    InPlace in[3];
+    const char *names[4] = {"q", "k", "v", "the result"}, *at_names[3] = {"q_at", "k_at", "v_at"};
+    for (int j = 0; j < 3; j++)
+        in[j] = read_in_place(p, n, n->in[j]);
+    const Node *t = write_in_place(p, n);
+    char note[160];
     snprintf(note, sizeof note, "online softmax, %lld rows x %lld keys a step", (long long)rows,
              (long long)keys);
     if (group)
         snprintf(note + strlen(note), sizeof note - strlen(note), ", tiles of %d rows", group);
+    const char *sep = "; in place: ";
+    for (int j = 0; j < 4; j++)
+        if (j < 3 ? in[j].n > 0 : t != NULL) {
+            snprintf(note + strlen(note), sizeof note - strlen(note), "%s%s", sep, names[j]);
+            sep = ", ";
+        }
     kernel_annotate(kn, note);
     KBuilder *b = &kn->b;
     bool lanes = s % keys == 0 && keys % LANES == 0;
@@ -341,7 +479,6 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
              .n = n,
              .mask = mask,
              .rank = r,
-             .len = len,
              .e = e,
              .ev = ev,
              .keys = keys,
@@ -349,27 +486,33 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
              .library = lanes && !cuda,
              .causal = node_bool(n, ATTR_IS_CAUSAL),
              .scale = attention_scale(n, q),
-             .qs = kb_value(b, n->in[0], false),
-             .ks = kb_value(b, n->in[1], false),
-             .vs = kb_value(b, n->in[2], false),
              .ms = mask ? kb_value(b, n->in[3], false) : -1,
              .past_last = len % rows != 0 || tiled_rows != rows};
-    int ys = kb_value(b, n->out[0], true);
     KExpr *it = k_var(b, kn->iter);
     KExpr *item = let_index(b, "item", k_div(b, it, k_int(b, blocks)));
-    KExpr *block_row = k_mul(b, k_mod(b, it, k_int(b, blocks)), k_int(b, rows));
-    a.first = let_index(b, "first", k_add(b, k_mul(b, item, k_int(b, len)), block_row));
+    Type batch = type_make(r - 2, q->dims);
+    kb_unravel(b, item, &batch, "b", a.idx);
+    Operand *operands[3] = {&a.q, &a.k, &a.v};
+    for (int j = 0; j < 3; j++) {
+        if (in[j].value != n->in[j]) {
+            kernel_unread(kn, n->in[j]);
+            kernel_reads(kn, in[j].value);
+        }
+        *operands[j] = operand(b, in[j].value, &in[j].view, false, a.idx, at_names[j]);
+    }
+    if (t)
+        kn->writes[0] = t->out[0];
+    KView y_view = t ? written_view(p, t) : kview_of(&g->values[n->out[0]].type);
+    Operand y = operand(b, t ? t->out[0] : n->out[0], &y_view, true, a.idx, "y_at");
+    a.first = let_index(b, "first", k_mul(b, k_mod(b, it, k_int(b, blocks)), k_int(b, rows)));
     a.rn = k_int(b, rows);
     if (len % rows != 0) {
-        KExpr *left = k_sub(b, k_int(b, len), block_row);
+        KExpr *left = k_sub(b, k_int(b, len), a.first);
         a.rn = let_index(b, "rn", k_select(b, k_lt(b, left, k_int(b, rows)), left, k_int(b, rows)));
     }
-    a.k_at = let_index(b, "k_at", k_mul(b, item, k_int(b, s * e)));
-    a.v_at = let_index(b, "v_at", k_mul(b, item, k_int(b, s * ev)));
     if (mask) {
-        Type batch = type_make(r - 2, q->dims), scores = *q;
+        Type scores = *q;
         scores.dims[r - 1] = s;
-        kb_unravel(b, item, &batch, "b", a.idx);
         a.mask_view = kview_broadcast(mask, &scores);
     }
     a.m = kb_array(b, "m", KT_F32, tiled_rows, 0, false, false);
@@ -389,7 +532,7 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
     if (pack) {
         KExpr *jj = loop(b, "jj", a.jn, 0), *c = loop(b, "c", k_int(b, e), 0);
         kb_store(b, a.kt, k_madd(b, c, keys, jj),
-                 k_load(b, a.ks, k_add(b, a.k_at, k_madd(b, k_add(b, a.j0, jj), e, c))));
+                 k_load(b, a.k.buf, element(b, &a.k, k_add(b, a.j0, jj), c)));
         kb_end(b);
         kb_end(b);
     }
@@ -400,16 +543,16 @@ int lower_attention(Program *p, const Node *n, Diag *d) {
         row = loop(b, "r", a.rn, 0);
         KExpr *qi = let_index(b, "qi", k_add(b, a.first, row));
         row_scores(&a, qi);
-        block_softmax(&a, row, k_int(b, 0), let_index(b, "pos", k_mod(b, qi, k_int(b, len))));
+        block_softmax(&a, row, k_int(b, 0), qi);
         row_update(&a, row, s % keys == 0 && keys % UNROLL == 0 ? UNROLL : 1);
     }
     kb_end(b); /* rows */
     kb_end(b); /* blocks of keys */
 
     row = loop(b, "r", a.rn, 0);
-    KExpr *y_row = let_index(b, "y_row", k_mul(b, k_add(b, a.first, row), k_int(b, ev)));
+    KExpr *y_row = let_index(b, "y_row", element(b, &y, k_add(b, a.first, row), k_int(b, 0)));
     KExpr *c = loop(b, "c", k_int(b, ev), K_VECTOR);
-    kb_store(b, ys, k_add(b, y_row, c),
+    kb_store(b, y.buf, k_add(b, y_row, c),
              k_div(b, k_load(b, a.acc, k_madd(b, row, ev, c)), k_load(b, a.l, row)));
     kb_end(b);
     kb_end(b);

@@ -90,7 +90,7 @@ static int strided_copy(Program *p, const Node *n, int64_t base, const int64_t *
 /* ---- transpose ---- */
 
 int lower_transpose(Program *p, const Node *n, Diag *d) {
-    if (transpose_feeds_padded_conv(p, n) || transpose_feeds_linear(p, n))
+    if (transpose_feeds_padded_conv(p, n) || transpose_feeds_linear(p, n) || attention_absorbs(p, n))
         return 0; /* its reader reads the transpose's input in its place */
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
     const Attr *a = node_attr(n, ATTR_PERM);
@@ -164,6 +164,8 @@ static void slice_starts(const Node *n, const Type *x, int64_t *start, int64_t *
 }
 
 int lower_slice(Program *p, const Node *n, Diag *d) {
+    if (attention_absorbs(p, n))
+        return 0; /* its reader reads the slice's input in its place */
     const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
     int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK], xs[KILN_MAX_RANK], coef[KILN_MAX_RANK], base = 0;
     slice_starts(n, x, start, step);
@@ -174,6 +176,66 @@ int lower_slice(Program *p, const Node *n, Diag *d) {
     for (int j = 0; j < y->rank; j++)
         coef[j] = y->dims[j] != 1 ? step[j] * xs[j] : 0;
     return strided_copy(p, n, base, coef, d);
+}
+
+/* ---- strided views ---- */
+
+/* to (dims set) as v's elements regrouped, as numpy reshapes without a copy: v's
+ * dims other than 1s and to's dims fall into runs of equal products, and each run
+ * of v's must lie evenly apart (each dim's stride its size times the next one's),
+ * its last stride then the last stride of to's run. */
+static bool regroup(const KView *v, KView *to) {
+    int64_t dims[KILN_MAX_RANK], strides[KILN_MAX_RANK];
+    int n = 0, i = 0, j = 0;
+    for (int k = 0; k < v->rank; k++)
+        if (v->dims[k] != 1)
+            dims[n] = v->dims[k], strides[n++] = v->strides[k];
+    while (i < n && j < to->rank) {
+        int i_end = i + 1, j_end = j + 1;
+        int64_t had = dims[i], has = to->dims[j];
+        while (had != has) {
+            if (has < had && j_end < to->rank)
+                has *= to->dims[j_end++];
+            else if (had < has && i_end < n)
+                had *= dims[i_end++];
+            else
+                return false;
+        }
+        for (int k = i; k < i_end - 1; k++)
+            if (strides[k] != dims[k + 1] * strides[k + 1])
+                return false;
+        to->strides[j_end - 1] = strides[i_end - 1];
+        for (int k = j_end - 1; k > j; k--)
+            to->strides[k - 1] = to->strides[k] * to->dims[k];
+        i = i_end, j = j_end;
+    }
+    for (; j < to->rank; j++) /* dims of 1 after the last run */
+        to->strides[j] = 0;
+    return i == n;
+}
+
+bool kview_through(const Program *p, const Node *n, KView *v) {
+    const Type *x = &p->g->values[n->in[0]].type, *y = &p->g->values[n->out[0]].type;
+    if (x->rank != v->rank || type_numel(y) == 0)
+        return false;
+    KView to = {.rank = y->rank, .offset = v->offset};
+    memcpy(to.dims, y->dims, sizeof(int64_t) * (size_t)y->rank);
+    if (n->op == OP_TRANSPOSE) {
+        const Attr *a = node_attr(n, ATTR_PERM);
+        for (int j = 0; j < y->rank; j++) /* no perm reverses the dims */
+            to.strides[j] = v->strides[a->set ? a->ints[j] : y->rank - 1 - j];
+    } else if (n->op == OP_SLICE) {
+        int64_t start[KILN_MAX_RANK], step[KILN_MAX_RANK];
+        slice_starts(n, x, start, step);
+        for (int j = 0; j < x->rank; j++) {
+            to.offset += start[j] * v->strides[j];
+            to.strides[j] = step[j] * v->strides[j];
+        }
+    } else if (!op_has(n->op, F_VIEW) || !regroup(v, &to)) {
+        return false;
+    }
+    *v = to;
+    return true;
 }
 
 /* ---- pad ---- */
