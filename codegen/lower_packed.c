@@ -48,6 +48,12 @@ enum { ACCUMULATORS = 12, B_IN_CACHE = 512 << 10 };
  * machine, wait for a thread the scheduler has not run. */
 enum { CHUNK_WORK = 1 << 16 };
 
+/* A GEMM of fewer FLOPs than this (about 10 us on one core) whose B stays in cache
+ * runs on the caller alone too: forked, the small CNN's convs ran no faster, and the
+ * kernels after them, reading their results from both cores' caches, slower (the
+ * model at 2 threads: 15% slower than with its GEMMs on one). */
+enum { SERIAL_FLOPS = 2000000 };
+
 /* Rows per register tile: 12 vector accumulators, so 6 rows of two-vector panels,
  * 12 of a one-vector panel (a GEMM with at most vector-width columns). AVX-512's 32
  * registers hold 16 (8 rows of two vectors) where the depth is at least WIDE_DEPTH:
@@ -349,6 +355,8 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     int64_t height = bk.rows * bk.mr, width = bk.cols * bk.nr;
     int64_t work = (g->rows < height ? g->rows : height) * (g->cols < width ? g->cols : width) * g->depth;
     k->grain = work >= CHUNK_WORK ? 1 : (CHUNK_WORK + work - 1) / work;
+    if (2 * g->batch * g->rows * g->cols * g->depth < SERIAL_FLOPS && !rows_inner(p, g))
+        k->grain = k->count > 1 ? k->count : 1;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
     /* With the symbolic dim in Y's rows, a run computes the row calls of its rows

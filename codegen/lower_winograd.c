@@ -63,6 +63,11 @@ typedef struct {
  * GEMM runs 2.25 times the work (ResNet-18's 7x7 layer4, 16 tiles of 2 x 2). */
 enum { MIN_TILES = 32 };
 
+/* The transformed elements a chunk of a transform's iterations (tile rows) should
+ * hold at least, as other kernels' chunks do: a small image's tile rows go together,
+ * on one thread when there are few (the small CNN's 16 x 16 inputs). */
+enum { TRANSFORM_WORK = 16384 };
+
 /* The tiles of m x m of a conv's output y [N, H, W, O]. */
 static int64_t tiles_of(const Type *y, int m) {
     return y->dims[0] * ((y->dims[1] + m - 1) / m) * ((y->dims[2] + m - 1) / m);
@@ -203,8 +208,9 @@ static Kernel *transform_kernel(Program *p, const Node *n, const Wino *w, const 
         diag_error(d, n->loc, "out of memory");
         return NULL;
     }
+    int64_t row = w->tw * w->t->n * w->t->n * w->x.c; /* a tile row's transformed input */
     k->count = w->x.n * w->th;
-    k->grain = 1;
+    k->grain = (TRANSFORM_WORK + row - 1) / row;
     kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KilnWinograd params = {.m = w->t->m,
                            .c = w->x.c,
