@@ -16,14 +16,16 @@
  *
  * The kernel is a LOOP over register tiles: MR rows by one panel. A tile keeps its
  * MR x NR sums in 12 vector registers (MR 6 with two-vector panels, 12 when B has at
- * most one vector's width of columns; 16, MR 8, for a deep GEMM on AVX-512), leaving registers for the
- * panel's loads and the broadcasts of A; each step of the depth broadcasts one element of each of the MR rows
- * of A and adds its product with the panel's row to every sum of that row. A tile of fewer rows (the last, or
- * all of a linear layer's one row) has registers to spare: up to 4 sets of sums, consecutive steps adding
- * into different sets, so that each multiply-add does not wait for the one before it (a 2048-deep single row
- * ran 3x faster). When the depth is done the sums pass through a small local tile (which leaves the last
- * panel's padding behind) to the bias and the fused epilogue (relu, a residual add, ...) on their way to Y,
- * while still in L1: that part is the model's own, generated here.
+ * most one vector's width of columns; 16, MR 8, for a deep GEMM on AVX-512),
+ * leaving registers for the panel's loads and the broadcasts of A; each step of the
+ * depth broadcasts one element of each of the MR rows of A and adds its product with
+ * the panel's row to every sum of that row. A tile of fewer rows (the last, or all
+ * of a linear layer's one row) has registers to spare: up to 4 sets of sums,
+ * consecutive steps adding into different sets, so that each multiply-add does not
+ * wait for the one before it (a 2048-deep single row ran 3x faster). When the depth
+ * is done the sums pass through a small local tile (which leaves the last panel's
+ * padding behind) to the bias and the fused epilogue (relu, a residual add, ...) on
+ * their way to Y, while still in L1: that part is the model's own, generated here.
  *
  * The tiles run panels innermost, so consecutive tiles (those a thread's chunk
  * holds) reuse the same MR rows of A from the L1 cache, while all of B, read once

@@ -1,9 +1,9 @@
 /* kiln's precompiled kernels (runtime/kernels.c), the object of one vector width
  * (KILN_VF, linked by CMake) against sums in double:
  *   - kiln_gemm_tiles on every tile shape (1 to 12 rows of one vector, 1 to 6 of
- *     two, 1 to 8 with AVX-512), with a narrower last panel, rows evenly spaced and rows across a digit's
- *     end (a conv's next output row), a depth in several segments, batch items with
- *     B of their own, stored straight or at an offset;
+ *     two, 1 to 8 with AVX-512), with a narrower last panel, rows evenly spaced
+ *     and rows across a digit's end (a conv's next output row), a depth in several
+ *     segments, batch items with B of their own, stored straight or at an offset;
  *   - kiln_winograd_in and kiln_winograd_out for F(2x2, 3x3) and F(4x4, 3x3),
  *     padded and not, with tiles across the output's last row and column: every
  *     value against B^T d B and A^T m A + bias, no store outside y, and an infinity
