@@ -50,11 +50,12 @@ enum { ACCUMULATORS = 12, B_IN_CACHE = 512 << 10 };
  * machine, wait for a thread the scheduler has not run. */
 enum { CHUNK_WORK = 1 << 16 };
 
-/* A GEMM of fewer FLOPs than this (about 10 us on one core) whose B stays in cache
- * runs on the caller alone too: forked, the small CNN's convs ran no faster, and the
- * kernels after them, reading their results from both cores' caches, slower (the
- * model at 2 threads: 15% slower than with its GEMMs on one). */
-enum { SERIAL_FLOPS = 2000000 };
+/* A GEMM of fewer FLOPs than this (5 to 10 us on one core) whose B stays in cache
+ * runs on the caller alone too: forked, the small CNN's convs (0.9 and 1.0 MFLOP)
+ * ran no faster, and the kernels after them, reading their results from both cores'
+ * caches, slower (the model at 2 threads: 15% slower than with its GEMMs on one).
+ * At 2 MFLOP, MobileNetV3-Small's 1.6-MFLOP 1x1 convs ran on one thread, 2% slower. */
+enum { SERIAL_FLOPS = 1200000 };
 
 /* Rows per register tile: 12 vector accumulators, so 6 rows of two-vector panels,
  * 12 of a one-vector panel (a GEMM with at most vector-width columns). AVX-512's 32
