@@ -358,7 +358,8 @@ int kb_packed_gemm(Program *p, Kernel *k, const PackedGemm *g, Diag *d) {
     int64_t height = bk.rows * bk.mr, width = bk.cols * bk.nr;
     int64_t work = (g->rows < height ? g->rows : height) * (g->cols < width ? g->cols : width) * g->depth;
     k->grain = work >= CHUNK_WORK ? 1 : (CHUNK_WORK + work - 1) / work;
-    if (2 * g->batch * g->rows * g->cols * g->depth < SERIAL_FLOPS && !rows_inner(p, g))
+    if (lower_flops(5, (int64_t[]){2, g->batch, g->rows, g->cols, g->depth}) < SERIAL_FLOPS &&
+        !rows_inner(p, g))
         k->grain = k->count > 1 ? k->count : 1;
     int table = kb_table(b);
     KExpr *i = k_var(b, k->iter);
