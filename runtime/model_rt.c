@@ -11,10 +11,15 @@
  * calling thread is the last worker, and the only thread BLAS runs on.
  *
  * A parallel loop is split into chunks of at least `grain` iterations, a few per
- * thread. Threads claim chunks from one 64-bit ticket, which holds the loop's number,
- * its count of chunks and the next unclaimed chunk, by compare-and-swap; a claim
- * only succeeds while the ticket still names the loop the thread was woken for (and
- * the count it compared with is that loop's, read from the same word), so a
+ * thread, and the chunks into one contiguous share per thread. A thread claims the
+ * chunks of its own share from the front, then those left in the others' from the
+ * back: consecutive kernels mostly index their data alike (rows of pixels, say), so
+ * what one thread's kernel wrote the next reads from that thread's own cache (two
+ * threads taking chunks from one counter made a memory-bound kernel read half its
+ * input from the other core's cache, and run slower on two threads than on one).
+ * Each share is a 64-bit word, which holds the loop's number and the share's first
+ * and last unclaimed chunks, and a claim is a compare-and-swap on it; a claim only
+ * succeeds while the word still names the loop the thread was woken for, so a
  * worker that the scheduler runs late finds its loop finished (or the next one
  * started) and never touches a loop it did not claim. The caller counts finished
  * chunks, not workers: a loop ends when its last chunk is done, whoever did it, so
@@ -54,6 +59,13 @@ void kiln_rt_allreduce(const KilnArgs *args, const float *src, float *dst, int64
             dst[i] = dst[i] / (float)c->size;
 }
 
+/* A thread's share of a loop: loop number << 32 | end << 16 | next, its unclaimed
+ * chunks [next, end), in a cache line of its own. */
+typedef struct {
+    uint64_t range;
+    char line[56];
+} KilnShare;
+
 struct KilnInstance {
     const KilnProgram *prog;
     kiln_comm comm; /* size 0: none */
@@ -66,18 +78,19 @@ struct KilnInstance {
     void **run_out;
     int n_threads;
     pthread_t *workers;
-    /* The loop being run. Its fields are written by the caller before the ticket
-       names the loop and read by a thread only after it claims a chunk, which keeps
+    /* The loop being run. Its fields are written by the caller before the shares
+       name the loop and read by a thread only after it claims a chunk, which keeps
        the loop from finishing, so they stay put while anyone reads them. */
     KilnKernel kernel;
     const KilnArgs *args;
     void *const *buf;
     int64_t count, chunk;
-    uint64_t ticket;  /* loop number << 32 | chunks << 16 | next chunk */
-    uint32_t done;    /* chunks of the loop finished; the caller sleeps on it */
-    int caller_waits; /* the caller is asleep on done, or about to be */
-    uint32_t loop;    /* the newest loop's number; workers sleep on it */
-    int sleepers;     /* workers asleep on loop, or about to be */
+    uint32_t chunks;
+    KilnShare *shares; /* thread t's (the caller's 0, worker i's i + 1) */
+    uint32_t done;     /* chunks of the loop finished; the caller sleeps on it */
+    int caller_waits;  /* the caller is asleep on done, or about to be */
+    uint32_t loop;     /* the newest loop's number; workers sleep on it */
+    int sleepers;      /* workers asleep on loop, or about to be */
     int stopping;
     int home_cpu;  /* the CPU create ran on, -1 unknown; workers start on the others */
     int placed;    /* workers that have moved there */
@@ -131,28 +144,39 @@ static int kiln_rt_spin_while(const uint32_t *word, uint32_t value) {
     }
 }
 
-/* Claims and runs chunks of loop number `loop` until none is left or a newer loop
- * has begun. */
-static void kiln_rt_work(KilnInstance *in, uint32_t loop) {
-    uint64_t ticket = __atomic_load_n(&in->ticket, __ATOMIC_ACQUIRE);
+/* Claims the next chunk of loop number `loop` in *share, from its front or (steal)
+ * its back: the chunk's number, or -1 when none is left or a newer loop has begun. */
+static int64_t kiln_rt_claim(KilnShare *share, uint32_t loop, int steal) {
+    uint64_t range = __atomic_load_n(&share->range, __ATOMIC_ACQUIRE);
     for (;;) {
-        uint32_t chunks = (uint32_t)(ticket >> 16) & 0xffff, next = (uint32_t)ticket & 0xffff;
-        if ((uint32_t)(ticket >> 32) != loop || next >= chunks)
-            return;
-        if (!__atomic_compare_exchange_n(&in->ticket, &ticket, ticket + 1, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE))
-            continue;
-        int64_t chunk = __atomic_load_n(&in->chunk, __ATOMIC_RELAXED),
-                count = __atomic_load_n(&in->count, __ATOMIC_RELAXED), begin = (int64_t)next * chunk,
-                end = begin + chunk < count ? begin + chunk : count;
-        KilnKernel kernel = __atomic_load_n(&in->kernel, __ATOMIC_RELAXED);
-        kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), __atomic_load_n(&in->buf, __ATOMIC_RELAXED),
-               begin, end);
-        /* after the last chunk's count the caller may start the next loop at once */
-        if (__atomic_add_fetch(&in->done, 1, __ATOMIC_SEQ_CST) == chunks &&
-            __atomic_load_n(&in->caller_waits, __ATOMIC_SEQ_CST))
-            kiln_rt_futex_wake(&in->done);
-        ticket = __atomic_load_n(&in->ticket, __ATOMIC_ACQUIRE);
+        uint32_t end = (uint32_t)(range >> 16) & 0xffff, next = (uint32_t)range & 0xffff;
+        if ((uint32_t)(range >> 32) != loop || next >= end)
+            return -1;
+        uint64_t rest = steal ? range - ((uint64_t)1 << 16) : range + 1;
+        if (__atomic_compare_exchange_n(&share->range, &range, rest, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return steal ? end - 1 : next;
+    }
+}
+
+/* Runs chunks of loop number `loop` as thread `self`, its own share's and then the
+ * others', until none is left or a newer loop has begun. */
+static void kiln_rt_work(KilnInstance *in, uint32_t loop, int self) {
+    for (int i = 0; i < in->n_threads; i++) {
+        KilnShare *share = &in->shares[(self + i) % in->n_threads];
+        int64_t next;
+        while ((next = kiln_rt_claim(share, loop, i > 0)) >= 0) {
+            int64_t chunk = __atomic_load_n(&in->chunk, __ATOMIC_RELAXED),
+                    count = __atomic_load_n(&in->count, __ATOMIC_RELAXED), begin = next * chunk,
+                    end = begin + chunk < count ? begin + chunk : count;
+            KilnKernel kernel = __atomic_load_n(&in->kernel, __ATOMIC_RELAXED);
+            kernel(__atomic_load_n(&in->args, __ATOMIC_RELAXED), __atomic_load_n(&in->buf, __ATOMIC_RELAXED),
+                   begin, end);
+            /* after the last chunk's count the caller may start the next loop at once */
+            uint32_t chunks = __atomic_load_n(&in->chunks, __ATOMIC_RELAXED);
+            if (__atomic_add_fetch(&in->done, 1, __ATOMIC_SEQ_CST) == chunks &&
+                __atomic_load_n(&in->caller_waits, __ATOMIC_SEQ_CST))
+                kiln_rt_futex_wake(&in->done);
+        }
     }
 }
 
@@ -206,7 +230,7 @@ static void *kiln_rt_worker(void *arg) {
         if (__atomic_load_n(&in->stopping, __ATOMIC_ACQUIRE))
             return NULL;
         seen = __atomic_load_n(&in->loop, __ATOMIC_ACQUIRE);
-        kiln_rt_work(in, seen);
+        kiln_rt_work(in, seen, idx + 1);
     }
 }
 
@@ -234,7 +258,7 @@ void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, void *c
         return;
     }
     /* a late or slow thread holds up one small chunk; at most 256 * 8 chunks, which
-       the ticket's 16 bits hold */
+       a share's 16 bits hold */
     int64_t parts = (int64_t)in->n_threads * 8;
     if (parts > most)
         parts = most;
@@ -246,10 +270,15 @@ void kiln_rt_parallel(KilnInstance *in, KilnKernel k, const KilnArgs *a, void *c
     __atomic_store_n(&in->buf, buf, __ATOMIC_RELAXED);
     __atomic_store_n(&in->count, count, __ATOMIC_RELAXED);
     __atomic_store_n(&in->chunk, chunk, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->chunks, chunks, __ATOMIC_RELAXED);
     __atomic_store_n(&in->done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&in->ticket, (uint64_t)loop << 32 | (uint64_t)chunks << 16, __ATOMIC_RELEASE);
+    for (int t = 0, n = in->n_threads; t < n; t++) {
+        uint64_t next = (uint64_t)chunks * (uint64_t)t / (uint64_t)n,
+                 end = (uint64_t)chunks * (uint64_t)(t + 1) / (uint64_t)n;
+        __atomic_store_n(&in->shares[t].range, (uint64_t)loop << 32 | end << 16 | next, __ATOMIC_RELEASE);
+    }
     kiln_rt_announce(in, loop);
-    kiln_rt_work(in, loop);
+    kiln_rt_work(in, loop, 0);
     for (;;) {
         uint32_t done = __atomic_load_n(&in->done, __ATOMIC_ACQUIRE);
         if (done == chunks)
@@ -298,6 +327,7 @@ void kiln_rt_destroy(void *instance) {
             pthread_join(in->workers[i], NULL);
         free(in->workers);
     }
+    free(in->shares);
     free(in->ws);
     free(in->st);
     for (int k = 0; in->staged && k < in->prog->n_in + in->prog->n_out; k++)
@@ -379,7 +409,12 @@ int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instan
     }
     if (in->n_threads > 1) {
         in->home_cpu = kiln_rt_cpu();
-        in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
+        if (posix_memalign((void **)&in->shares, 64, (size_t)in->n_threads * sizeof *in->shares) != 0)
+            in->shares = NULL;
+        else {
+            memset(in->shares, 0, (size_t)in->n_threads * sizeof *in->shares);
+            in->workers = calloc((size_t)in->n_threads - 1, sizeof *in->workers);
+        }
         for (int i = 0; in->workers && i < in->n_threads - 1; i++)
             if (pthread_create(&in->workers[i], NULL, kiln_rt_worker, in) != 0) {
                 in->n_threads = i + 1; /* the threads made so far are joined by destroy */

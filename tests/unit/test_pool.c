@@ -10,6 +10,8 @@
  *   - chunks of very uneven cost, and a worker that sleeps inside its chunk while
  *     the caller finishes the rest (the late worker the pool must not wait for
  *     except for the chunk it holds);
+ *   - the order of the chunks: the caller's own share from the front, then the
+ *     worker's from the back, whichever of its chunks the worker takes first;
  *   - loops after the workers have gone to sleep, so each loop wakes them;
  *   - destroying an instance at once and after sleeping.
  * And what else the runtime does: the state read and written between runs, and
@@ -108,6 +110,46 @@ static void late_worker(void **state) {
         run_and_check(in, count_hits, 300, 4); /* the next loop, maybe while the worker still sleeps */
     }
     __atomic_store_n(&slow_worker, 0, __ATOMIC_RELAXED);
+    kiln_rt_destroy(in);
+}
+
+/* 16 chunks of 4 on two threads: the caller's share is chunks 0 to 7, the worker's
+   8 to 15. The worker's first chunk waits until the caller has run 15. */
+enum { ORDER_CHUNKS = 16 };
+static int caller_order[ORDER_CHUNKS], caller_ran, worker_order[ORDER_CHUNKS], worker_ran;
+
+static void record_order(const KilnArgs *a, void *const *buf, int64_t begin, int64_t end) {
+    (void)a, (void)buf, (void)end;
+    int chunk = (int)(begin / 4);
+    if (pthread_equal(pthread_self(), caller)) {
+        caller_order[caller_ran] = chunk;
+        __atomic_store_n(&caller_ran, caller_ran + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    if (worker_ran++ == 0)
+        for (int i = 0; i < 200000 && __atomic_load_n(&caller_ran, __ATOMIC_ACQUIRE) < ORDER_CHUNKS - 1; i++)
+            usleep(10);
+    worker_order[worker_ran - 1] = chunk;
+}
+
+static void chunk_order(void **state) {
+    (void)state;
+    KilnInstance *in = make(2);
+    if (in->n_threads < 2) {
+        kiln_rt_destroy(in);
+        skip();
+    }
+    for (int round = 0; round < 20; round++) {
+        caller_ran = worker_ran = 0;
+        kiln_rt_parallel(in, record_order, &(KilnArgs){0}, (void *const[]){hits}, 4 * ORDER_CHUNKS, 4);
+        assert_int_equal(caller_ran + worker_ran, ORDER_CHUNKS);
+        assert_true(worker_ran <= 1); /* the worker waits out the caller */
+        for (int i = 0; i < caller_ran; i++)
+            assert_int_equal(caller_order[i],
+                             i < ORDER_CHUNKS / 2 ? i : ORDER_CHUNKS / 2 + ORDER_CHUNKS - 1 - i);
+        if (worker_ran)
+            assert_int_equal(worker_order[0], ORDER_CHUNKS / 2);
+    }
     kiln_rt_destroy(in);
 }
 
@@ -217,9 +259,13 @@ static void allreduce_through_a_comm(void **unused) {
 int main(void) {
     (void)kiln_rt_run; /* what a model's definition points at; unused here */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(every_count_and_grain), cmocka_unit_test(many_loops_in_a_row),
-        cmocka_unit_test(late_worker),           cmocka_unit_test(loops_after_sleep),
-        cmocka_unit_test(state_read_and_write),  cmocka_unit_test(allreduce_through_a_comm),
+        cmocka_unit_test(every_count_and_grain),
+        cmocka_unit_test(many_loops_in_a_row),
+        cmocka_unit_test(late_worker),
+        cmocka_unit_test(chunk_order),
+        cmocka_unit_test(loops_after_sleep),
+        cmocka_unit_test(state_read_and_write),
+        cmocka_unit_test(allreduce_through_a_comm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
