@@ -14,7 +14,8 @@
  * clipped to the padded input. Adaptive windows are torch's
  * [floor(p * in / out), ceil((p + 1) * in / out)), computed in the body.
  * global_avg_pool takes one iteration per (b, c) and sums its spatial extent in
- * double. */
+ * double; with channels last, per (b, block of channels), and over a large image
+ * in two kernels, the first summing it row by row. */
 #include "codegen.h"
 #include "../ir/ops_impl.h"
 
@@ -220,10 +221,40 @@ int lower_pool(Program *p, const Node *n, Diag *d) {
 
 /* ---- global_avg_pool ---- */
 
-/* Channels last: an iteration per batch item and block of CHANNEL_BLOCK channels,
- * which sums its positions row by row into a local array of doubles (so the channel
- * loop is contiguous and vectorizes), in the same order per channel as above. */
-enum { CHANNEL_BLOCK = 64 };
+/* Channels last: the channels in blocks of CHANNEL_BLOCK, each summed position by
+ * position into a local array of doubles (so the channel loop is contiguous and
+ * vectorizes), in the same order per channel as above. An image of at least
+ * SPLIT_WORK elements is summed row by row (its first spatial dim) by a kernel of an
+ * iteration per (image, row, block), into the scratch as the double each sum is
+ * rounded to a float and the float of the rest; a second kernel adds each channel's
+ * rows up in order. Rows split across the threads as the kernel before (a depthwise
+ * conv's rows, say) split them, so each thread sums what its own cache holds. */
+enum { CHANNEL_BLOCK = 64, SPLIT_WORK = 2 * WORK_PER_THREAD };
+
+/* The local doubles `sum` of channels [c0, c0 + width) of `image` over positions
+ * [from, from + positions). */
+static int position_sums(KBuilder *b, const Node *n, const View *x, KExpr *image, KExpr *c0, KExpr *width,
+                         KExpr *from, int64_t positions) {
+    KExpr *zero = k_int(b, 0);
+    int sum = kb_array(b, "sum", KT_F64, CHANNEL_BLOCK, 0, false, true);
+    KExpr *q = k_var(b, kb_for(b, "q", KT_I64, from, k_add(b, from, k_int(b, positions)), NULL, 0));
+    KExpr *row = k_var(
+        b, kb_let(b, "row", KT_I64, k_add(b, k_madd(b, image, x->sn, k_mul(b, q, k_int(b, x->c))), c0)));
+    KExpr *c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
+    kb_store_add(b, sum, c, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), k_add(b, row, c))));
+    kb_end(b);
+    kb_end(b);
+    return sum;
+}
+
+/* Iteration i's block of channels: its first channel c0 and its width. */
+static void channel_block(KBuilder *b, const View *x, KExpr *block, KExpr **c0, KExpr **width) {
+    *c0 = k_var(b, kb_let(b, "c0", KT_I64, k_mul(b, block, k_int(b, CHANNEL_BLOCK))));
+    KExpr *left = k_sub(b, k_int(b, x->c), *c0);
+    *width =
+        k_var(b, kb_let(b, "width", KT_I64,
+                        k_select(b, k_lt(b, left, k_int(b, CHANNEL_BLOCK)), left, k_int(b, CHANNEL_BLOCK))));
+}
 
 static int global_avg_pool_nhwc(Program *p, const Node *n, const View *x, int64_t count, Diag *d) {
     int64_t blocks = (x->c + CHANNEL_BLOCK - 1) / CHANNEL_BLOCK;
@@ -232,26 +263,66 @@ static int global_avg_pool_nhwc(Program *p, const Node *n, const View *x, int64_
         return -1;
     kernel_follows(p, k, &p->g->values[n->out[0]].type, k->count, 1, 1); /* image by image */
     KBuilder *b = &k->b;
-    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0);
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0), *c0, *width;
     KExpr *image = k_var(b, kb_let(b, "image", KT_I64, k_div(b, i, k_int(b, blocks))));
-    KExpr *c0 =
-        k_var(b, kb_let(b, "c0", KT_I64, k_mul(b, k_mod(b, i, k_int(b, blocks)), k_int(b, CHANNEL_BLOCK))));
-    KExpr *left = k_sub(b, k_int(b, x->c), c0);
-    KExpr *width =
-        k_var(b, kb_let(b, "width", KT_I64,
-                        k_select(b, k_lt(b, left, k_int(b, CHANNEL_BLOCK)), left, k_int(b, CHANNEL_BLOCK))));
-    int sum = kb_array(b, "sum", KT_F64, CHANNEL_BLOCK, 0, false, true);
-    KExpr *q = k_var(b, kb_for(b, "q", KT_I64, zero, k_int(b, count), NULL, 0));
-    KExpr *row = k_var(
-        b, kb_let(b, "row", KT_I64, k_add(b, k_madd(b, image, x->sn, k_mul(b, q, k_int(b, x->c))), c0)));
+    channel_block(b, x, k_mod(b, i, k_int(b, blocks)), &c0, &width);
+    int sum = position_sums(b, n, x, image, c0, width, zero, count);
     KExpr *c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
-    kb_store_add(b, sum, c, k_cast(b, KT_F64, k_load(b, kb_value(b, n->in[0], false), k_add(b, row, c))));
-    kb_end(b);
-    kb_end(b);
-    c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
     kb_store(b, kb_value(b, n->out[0], true), k_add(b, k_madd(b, image, x->c, c0), c),
              k_cast(b, KT_F32, k_div(b, k_load(b, sum, c), k_f64(b, (double)count))));
     kb_end(b);
+    return 0;
+}
+
+static int global_avg_pool_rows(Program *p, const Node *n, const View *x, int64_t count, Diag *d) {
+    int64_t blocks = (x->c + CHANNEL_BLOCK - 1) / CHANNEL_BLOCK, rows = x->sp[0], per_row = count / rows;
+    int64_t scratch_bytes = (int64_t)sizeof(float) * 2 * x->n * rows * x->c;
+    const Type *y = &p->g->values[n->out[0]].type;
+    Kernel *k = kernel_loop(p, n, "row_sums", x->n * rows * blocks, grain_for(per_row * CHANNEL_BLOCK), d);
+    if (!k)
+        return -1;
+    kernel_follows(p, k, y, k->count, 1, 1);
+    k->scratch_bytes = scratch_bytes;
+    KBuilder *b = &k->b;
+    KExpr *i = k_var(b, k->iter), *zero = k_int(b, 0), *c0, *width;
+    KExpr *item_row = k_var(b, kb_let(b, "item_row", KT_I64, k_div(b, i, k_int(b, blocks))));
+    KExpr *image = k_var(b, kb_let(b, "image", KT_I64, k_div(b, item_row, k_int(b, rows))));
+    channel_block(b, x, k_mod(b, i, k_int(b, blocks)), &c0, &width);
+    KExpr *from = k_mul(b, k_mod(b, item_row, k_int(b, rows)), k_int(b, per_row));
+    int sum = position_sums(b, n, x, image, c0, width, from, per_row);
+    KExpr *c = k_var(b, kb_for(b, "c", KT_I64, zero, width, NULL, 0));
+    KExpr *at =
+        k_var(b, kb_let(b, "at", KT_I64, k_mul(b, k_add(b, k_madd(b, item_row, x->c, c0), c), k_int(b, 2))));
+    int hi = kb_decl(b, "hi", KT_F32, k_cast(b, KT_F32, k_load(b, sum, c)));
+    int scratch = kb_scratch(b);
+    kb_store(b, scratch, at, k_var(b, hi));
+    kb_store(b, scratch, k_add(b, at, k_int(b, 1)),
+             k_cast(b, KT_F32, k_sub(b, k_load(b, sum, c), k_cast(b, KT_F64, k_var(b, hi)))));
+    kb_end(b);
+
+    k = kernel_loop(p, n, NULL, x->n * x->c, grain_for(2 * rows), d);
+    if (!k)
+        return -1;
+    kernel_follows(p, k, y, k->count, 1, 1);
+    k->scratch_bytes = scratch_bytes;
+    b = &k->b;
+    i = k_var(b, k->iter);
+    scratch = kb_scratch(b);
+    /* row r of output i at scratch 2 ((i / c rows + r) c + i % c) */
+    KExpr *first = k_var(b, kb_let(b, "first", KT_I64,
+                                   k_mul(b,
+                                         k_madd(b, k_mul(b, k_div(b, i, k_int(b, x->c)), k_int(b, rows)),
+                                                x->c, k_mod(b, i, k_int(b, x->c))),
+                                         k_int(b, 2))));
+    int total = kb_decl(b, "total", KT_F64, k_f64(b, 0.0));
+    KExpr *r = k_var(b, kb_for(b, "r", KT_I64, zero, k_int(b, rows), NULL, 0));
+    KExpr *pair = k_var(b, kb_let(b, "pair", KT_I64, k_madd(b, r, 2 * x->c, first)));
+    kb_accum(b, total,
+             k_add(b, k_cast(b, KT_F64, k_load(b, scratch, pair)),
+                   k_cast(b, KT_F64, k_load(b, scratch, k_add(b, pair, k_int(b, 1))))));
+    kb_end(b);
+    kb_store(b, kb_value(b, n->out[0], true), i,
+             k_cast(b, KT_F32, k_div(b, k_var(b, total), k_f64(b, (double)count))));
     return 0;
 }
 
@@ -262,7 +333,9 @@ int lower_global_avg_pool(Program *p, const Node *n, Diag *d) {
     for (int s = 0; s < x.ns; s++)
         count *= x.sp[s];
     if (nhwc && x.c > 1)
-        return global_avg_pool_nhwc(p, n, &x, count, d);
+        return x.ns >= 2 && x.sp[0] > 1 && count * x.c >= SPLIT_WORK
+                   ? global_avg_pool_rows(p, n, &x, count, d)
+                   : global_avg_pool_nhwc(p, n, &x, count, d);
     Kernel *k = loop_over_output(p, n, count, d);
     if (!k)
         return -1;
