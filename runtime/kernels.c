@@ -25,10 +25,12 @@
  * B^T d B and A^T m A by the rows and then by the columns of the transform, whose
  * elements are constants here: the loops over them unroll, the products by 0 drop
  * out and those by +-1 become additions, and what is left is one loop over the
- * channels per tile, vectorized. A tile that reaches outside the input (the
- * padding) reads zeros there, from a row of zeros, rather than 0 times a clamped
- * read (which would make an infinite input NaN); a tile across the output's last
- * row or column is computed into a local patch, whose inside is then copied out. */
+ * channels per tile, a vector of channels at a time. A tile that reaches outside
+ * the input (the padding) reads zeros there, from a row of zeros, rather than 0
+ * times a clamped read (which would make an infinite input NaN); a tile across the
+ * output's last row or column writes its elements outside y to a patch that is
+ * thrown away. V's and M's matrices lie an odd number of cache lines apart
+ * (matrix_stride in codegen/lower_winograd.c says why). */
 #include "kernels.h"
 
 #include <stdbool.h>
@@ -561,7 +563,10 @@ void kiln_max_pool_row(const void *window, const float *x, float *y, int64_t p0)
 
 /* ---- Winograd's transforms ---- */
 
-enum { MAX_N = 6, PATCH_CHANNELS = 64, ZERO_CHANNELS = 1024 };
+/* A tile's channels go CHUNK_CHANNELS at a time, each chunk's inputs and outputs
+ * found through a pointer per element of the tile: one into x or y, or where the
+ * element lies outside, into `zeros` (an input) or a discarded patch (an output). */
+enum { MAX_N = 6, CHUNK_CHANNELS = 512 };
 
 static const float bt2[4][MAX_N] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
 static const float at2[2][MAX_N] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
@@ -570,92 +575,118 @@ static const float bt4[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 
 static const float at4[4][6] = {
     {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
 
-/* sum over k of coef[k] terms[k]: zero coefficients left out, +-1 an addition or
- * subtraction, in order of k (as codegen's combine, so results match its code's). */
-INLINE float combine(const float *coef, const float *terms, const int n) {
-    float sum = 0;
+static const float zeros[CHUNK_CHANNELS];
+
+/* sum over k of coef[k] terms[k * apart]: zero coefficients left out, +-1 an
+ * addition or subtraction, in order of k (as codegen's combine, so results match
+ * its code's). */
+INLINE kiln_vf combine(const float *coef, const kiln_vf *terms, const int apart, const int n) {
+    kiln_vf sum = {0};
     bool first = true;
 #pragma GCC unroll 6
     for (int k = 0; k < n; k++) {
         float f = coef[k];
         if (f == 0)
             continue;
-        float term = f == 1 || f == -1 ? terms[k] : f * terms[k];
+        kiln_vf term = f == 1 || f == -1 ? terms[k * apart] : f * terms[k * apart];
         sum = first ? (f == -1 ? -term : term) : f == -1 ? sum - term : sum + term;
         first = false;
     }
     return sum;
 }
 
-/* out = mt x mt^T for the n x n values x and the `rows` x n matrix mt. */
-INLINE void sandwich(const float (*mt)[MAX_N], const int rows, const int n, float x[MAX_N][MAX_N],
-                     float out[MAX_N][MAX_N]) {
-    float t[MAX_N][MAX_N], col[MAX_N];
+/* out = mt x mt^T, rows x rows, for the n x n x and the rows x n matrix mt, each
+ * element a vector of channels, row-major. */
+INLINE void sandwich(const float (*mt)[MAX_N], const int rows, const int n, const kiln_vf *x, kiln_vf *out) {
+    kiln_vf t[MAX_N * MAX_N];
 #pragma GCC unroll 6
     for (int a = 0; a < rows; a++)
 #pragma GCC unroll 6
-        for (int q = 0; q < n; q++) {
-#pragma GCC unroll 6
-            for (int r = 0; r < n; r++)
-                col[r] = x[r][q];
-            t[a][q] = combine(mt[a], col, n);
-        }
+        for (int q = 0; q < n; q++)
+            t[a * n + q] = combine(mt[a], x + q, n, n);
 #pragma GCC unroll 6
     for (int a = 0; a < rows; a++)
 #pragma GCC unroll 6
         for (int j = 0; j < rows; j++)
-            out[a][j] = combine(mt[j], t[a], n);
+            out[a * rows + j] = combine(mt[j], t + a * n, 1, n);
 }
 
-/* The input transform of channels [0, count) of one tile: d's element (r, q) of
- * channel ch at d[r pitch + q step + ch], or for a tile across x's edge (edge) at
- * at[r n + q][ch], a row of zeros where it lies outside x; V's matrix k at
- * v[k stride + ch]. */
-INLINE void transform_in(const float (*bt)[MAX_N], const int n, const float *restrict d, int64_t pitch,
-                         int64_t step, const float *const *at, const bool edge, int64_t count,
-                         float *restrict v, int64_t stride) {
-    INDEPENDENT
-    for (int64_t ch = 0; ch < count; ch++) {
-        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
-#pragma GCC unroll 6
-        for (int r = 0; r < n; r++)
-#pragma GCC unroll 6
-            for (int q = 0; q < n; q++)
-                x[r][q] = edge ? at[r * n + q][ch] : d[r * pitch + q * step + ch];
-        sandwich(bt, n, n, x, out);
-#pragma GCC unroll 6
-        for (int a = 0; a < n; a++)
-#pragma GCC unroll 6
-            for (int j = 0; j < n; j++)
-                v[(a * n + j) * stride + ch] = out[a][j];
-    }
+/* The `lanes` floats at p, a whole vector or the first lanes of one (zeros after). */
+INLINE kiln_vf load_lanes(const float *p, const bool whole, int64_t lanes) {
+    kiln_vf v = {0};
+    if (whole)
+        return *(const kiln_vf *)p;
+    memcpy(&v, p, (size_t)lanes * sizeof(float));
+    return v;
 }
 
-static const float zeros[ZERO_CHANNELS];
+INLINE void store_lanes(float *p, kiln_vf v, const bool whole, int64_t lanes) {
+    if (whole)
+        *(kiln_vf *)p = v;
+    else
+        memcpy(p, &v, (size_t)lanes * sizeof(float));
+}
+
+/* Where a tile's n x n inputs or m x m outputs are: element (r, q) at
+ * at + r pitch + q step, or, for a tile across an edge, at[r n + q]. */
+typedef struct {
+    float *at;
+    int64_t pitch, step;
+    float *const *each;
+} Elements;
+
+INLINE float *element(Elements e, const bool edge, int n, int r, int q) {
+    return edge ? e.each[r * n + q] : e.at + r * e.pitch + q * e.step;
+}
+
+/* The input transform of `lanes` channels from ch of one tile: its inputs d, V's
+ * matrix k at v[k stride + ch]. */
+INLINE void transform_in(const float (*bt)[MAX_N], const int n, Elements d, const bool edge, int64_t ch,
+                         const bool whole, int64_t lanes, float *v, int64_t stride) {
+    kiln_vf x[MAX_N * MAX_N], out[MAX_N * MAX_N];
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++)
+#pragma GCC unroll 6
+        for (int q = 0; q < n; q++)
+            x[r * n + q] = load_lanes(element(d, edge, n, r, q) + ch, whole, lanes);
+    sandwich(bt, n, n, x, out);
+#pragma GCC unroll 36
+    for (int k = 0; k < n * n; k++)
+        store_lanes(v + k * stride + ch, out[k], whole, lanes);
+}
+
+/* transform_in of `count` channels, whole vectors and then what is left */
+INLINE void transform_in_all(const float (*bt)[MAX_N], const int n, Elements d, const bool edge,
+                             int64_t count, float *v, int64_t stride) {
+    int64_t ch = 0;
+    for (; ch + KILN_VF <= count; ch += KILN_VF)
+        transform_in(bt, n, d, edge, ch, true, KILN_VF, v, stride);
+    if (ch < count)
+        transform_in(bt, n, d, edge, ch, false, count - ch, v, stride);
+}
 
 INLINE void winograd_in(const KilnWinograd *w, const float *x, float *v, int64_t row, const int m,
                         const float (*bt)[MAX_N]) {
     const int n = m + 2;
-    int64_t c = w->c, image = row / w->th, h0 = row % w->th * m - w->pad_top;
-    int64_t stride = w->tiles * c;
+    int64_t c = w->c, image = row / w->th, h0 = row % w->th * m - w->pad_top, stride = w->v_stride;
     for (int64_t tw = 0; tw < w->tw; tw++) {
         int64_t w0 = tw * m - w->pad_left;
         float *out = v + (row * w->tw + tw) * c;
         if (h0 >= 0 && h0 + n <= w->h && w0 >= 0 && w0 + n <= w->w) {
-            transform_in(bt, n, x + ((image * w->h + h0) * w->w + w0) * c, w->w * c, c, 0, false, c, out,
-                         stride);
+            float *at = (float *)x + ((image * w->h + h0) * w->w + w0) * c;
+            transform_in_all(bt, n, (Elements){at, w->w * c, c, NULL}, false, c, out, stride);
             continue;
         }
-        for (int64_t c0 = 0; c0 < c; c0 += ZERO_CHANNELS) {
-            const float *d[MAX_N * MAX_N];
+        for (int64_t c0 = 0; c0 < c; c0 += CHUNK_CHANNELS) {
+            float *each[MAX_N * MAX_N];
             for (int r = 0; r < n; r++)
                 for (int q = 0; q < n; q++) {
                     int64_t hr = h0 + r, wq = w0 + q;
                     bool inside = hr >= 0 && hr < w->h && wq >= 0 && wq < w->w;
-                    d[r * n + q] = inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros;
+                    each[r * n + q] = (float *)(inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros);
                 }
-            transform_in(bt, n, 0, 0, 0, d, true, c - c0 < ZERO_CHANNELS ? c - c0 : ZERO_CHANNELS, out + c0,
-                         stride);
+            int64_t count = c - c0 < CHUNK_CHANNELS ? c - c0 : CHUNK_CHANNELS;
+            transform_in_all(bt, n, (Elements){NULL, 0, 0, each}, true, count, out + c0, stride);
         }
     }
 }
@@ -668,50 +699,55 @@ void kiln_winograd_in(const void *winograd, const float *x, float *v, int64_t ro
         winograd_in(w, x, v, row, 2, bt2);
 }
 
-/* The output transform of channels [0, count) of one tile: M's matrix k at
- * mv[k stride + ch], y's element (r, q) of channel ch at y[r pitch + q step + ch]. */
-INLINE void transform_out(const float (*at)[MAX_N], const int m, const float *restrict mv, int64_t stride,
-                          const float *bias, const bool biased, int64_t count, float *restrict y,
-                          int64_t pitch, int64_t step) {
+/* The output transform of `lanes` channels from ch of one tile: M's matrix k at
+ * mv[k stride + ch], the tile's outputs y. */
+INLINE void transform_out(const float (*at)[MAX_N], const int m, const float *mv, int64_t stride,
+                          const float *bias, const bool biased, int64_t ch, const bool whole, int64_t lanes,
+                          Elements y, const bool edge) {
     const int n = m + 2;
-    INDEPENDENT
-    for (int64_t ch = 0; ch < count; ch++) {
-        float x[MAX_N][MAX_N], out[MAX_N][MAX_N];
-#pragma GCC unroll 6
-        for (int a = 0; a < n; a++)
-#pragma GCC unroll 6
-            for (int j = 0; j < n; j++)
-                x[a][j] = mv[(a * n + j) * stride + ch];
-        sandwich(at, m, n, x, out);
+    kiln_vf x[MAX_N * MAX_N], out[MAX_N * MAX_N];
+#pragma GCC unroll 36
+    for (int k = 0; k < n * n; k++)
+        x[k] = load_lanes(mv + k * stride + ch, whole, lanes);
+    sandwich(at, m, n, x, out);
+    kiln_vf b = biased ? load_lanes(bias + ch, whole, lanes) : (kiln_vf){0};
 #pragma GCC unroll 4
-        for (int r = 0; r < m; r++)
+    for (int r = 0; r < m; r++)
 #pragma GCC unroll 4
-            for (int q = 0; q < m; q++)
-                y[r * pitch + q * step + ch] = biased ? out[r][q] + bias[ch] : out[r][q];
-    }
+        for (int q = 0; q < m; q++)
+            store_lanes(element(y, edge, m, r, q) + ch, biased ? out[r * m + q] + b : out[r * m + q], whole,
+                        lanes);
+}
+
+INLINE void transform_out_all(const float (*at)[MAX_N], const int m, const float *mv, int64_t stride,
+                              const float *bias, const bool biased, int64_t count, Elements y, const bool edge) {
+    int64_t ch = 0;
+    for (; ch + KILN_VF <= count; ch += KILN_VF)
+        transform_out(at, m, mv, stride, bias, biased, ch, true, KILN_VF, y, edge);
+    if (ch < count)
+        transform_out(at, m, mv, stride, bias, biased, ch, false, count - ch, y, edge);
 }
 
 INLINE void winograd_out(const KilnWinograd *w, const float *mv, const float *bias, float *y, int64_t row,
                          const int m, const float (*at)[MAX_N], const bool biased) {
-    int64_t o = w->o, image = row / w->th, h0 = row % w->th * m, stride = w->tiles * o;
-    int64_t rows = w->ho - h0 < m ? w->ho - h0 : m, pitch = w->wo * o;
+    int64_t o = w->o, image = row / w->th, h0 = row % w->th * m, stride = w->m_stride, pitch = w->wo * o;
+    float discard[CHUNK_CHANNELS];
     for (int64_t tw = 0; tw < w->tw; tw++) {
-        int64_t w0 = tw * m, cols = w->wo - w0 < m ? w->wo - w0 : m;
+        int64_t w0 = tw * m;
         const float *in = mv + (row * w->tw + tw) * o;
         float *out = y + ((image * w->ho + h0) * w->wo + w0) * o;
-        if (rows == m && cols == m) {
-            transform_out(at, m, in, stride, bias, biased, o, out, pitch, o);
+        if (h0 + m <= w->ho && w0 + m <= w->wo) {
+            transform_out_all(at, m, in, stride, bias, biased, o, (Elements){out, pitch, o, NULL}, false);
             continue;
         }
-        float patch[4 * 4 * PATCH_CHANNELS];
-        for (int64_t c0 = 0; c0 < o; c0 += PATCH_CHANNELS) {
-            int64_t count = o - c0 < PATCH_CHANNELS ? o - c0 : PATCH_CHANNELS;
-            transform_out(at, m, in + c0, stride, biased ? bias + c0 : bias, biased, count, patch,
-                          m * PATCH_CHANNELS, PATCH_CHANNELS);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t q = 0; q < cols; q++)
-                    for (int64_t ch = 0; ch < count; ch++)
-                        out[r * pitch + q * o + c0 + ch] = patch[(r * m + q) * PATCH_CHANNELS + ch];
+        for (int64_t c0 = 0; c0 < o; c0 += CHUNK_CHANNELS) {
+            float *each[4 * 4];
+            for (int r = 0; r < m; r++)
+                for (int q = 0; q < m; q++)
+                    each[r * m + q] = h0 + r < w->ho && w0 + q < w->wo ? out + r * pitch + q * o + c0 : discard;
+            int64_t count = o - c0 < CHUNK_CHANNELS ? o - c0 : CHUNK_CHANNELS;
+            transform_out_all(at, m, in + c0, stride, biased ? bias + c0 : bias, biased, count,
+                              (Elements){NULL, 0, 0, each}, true);
         }
     }
 }

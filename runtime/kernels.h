@@ -33,9 +33,10 @@ typedef struct {
 
 /* Winograd's F(m x m, 3x3), m = 2 or 4, of a conv channels last (codegen/lower_winograd.c):
  * x [N, h, w, c] padded by pad_top and pad_left, y [N, ho, wo, o]; th x tw tiles of
- * m x m per image, `tiles` in all. */
+ * m x m per image, `tiles` in all. V's (m + 2)^2 matrices [tiles, c] lie v_stride floats
+ * apart, M's [tiles, o] m_stride apart. */
 typedef struct {
-    int64_t m, c, h, w, pad_top, pad_left, th, tw, tiles, o, ho, wo;
+    int64_t m, c, h, w, pad_top, pad_left, th, tw, tiles, o, ho, wo, v_stride, m_stride;
 } KilnWinograd;
 
 /* A window of kh x kw taps sliding over 2 spatial dims, channels last: a depthwise

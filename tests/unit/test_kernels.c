@@ -208,8 +208,10 @@ static const double at[2][4][6] = {
 static KilnWinograd winograd(int64_t m, int64_t n_img, int64_t c, int64_t h, int64_t w, int64_t pad,
                              int64_t o) {
     int64_t ho = h + 2 * pad - 2, wo = w + 2 * pad - 2;
-    KilnWinograd k = {m, c, h, w, pad, pad, (ho + m - 1) / m, (wo + m - 1) / m, 0, o, ho, wo};
+    KilnWinograd k = {m, c, h, w, pad, pad, (ho + m - 1) / m, (wo + m - 1) / m, 0, o, ho, wo, 0, 0};
     k.tiles = n_img * k.th * k.tw;
+    k.v_stride = k.tiles * c + 7; /* any gaps between the matrices */
+    k.m_stride = k.tiles * o + 16;
     return k;
 }
 
@@ -217,7 +219,7 @@ static void check_winograd(int64_t m, int64_t c, int64_t h, int64_t w, int64_t p
     int s = m == 4, n = (int)m + 2, images = 2;
     int64_t o = c + 3;
     KilnWinograd k = winograd(m, images, c, h, w, pad, o);
-    int64_t xn = images * h * w * c, vn = n * n * k.tiles * c, mn = n * n * k.tiles * o,
+    int64_t xn = images * h * w * c, vn = n * n * k.v_stride, mn = n * n * k.m_stride,
             yn = images * k.ho * k.wo * o;
     float *x = malloc((size_t)xn * sizeof *x), *v = malloc((size_t)vn * sizeof *v);
     float *mv = malloc((size_t)mn * sizeof *mv), *y = malloc((size_t)(yn + 16) * sizeof *y);
@@ -259,7 +261,7 @@ static void check_winograd(int64_t m, int64_t c, int64_t h, int64_t w, int64_t p
                     double want = 0;
                     for (int q = 0; q < n; q++)
                         want += tmp[a][q] * bt[s][j][q];
-                    float got = v[((a * n + j) * k.tiles + t) * c + ch];
+                    float got = v[(a * n + j) * k.v_stride + t * c + ch];
                     if (has_inf)
                         continue;
                     if (!(fabs(got - want) <= 1e-4 * (1 + fabs(want))))
@@ -273,7 +275,7 @@ static void check_winograd(int64_t m, int64_t c, int64_t h, int64_t w, int64_t p
                 for (int q = 0; q < n; q++) {
                     tmp[a][q] = 0;
                     for (int r = 0; r < n; r++)
-                        tmp[a][q] += at[s][a][r] * mv[((r * n + q) * k.tiles + t) * o + oc];
+                        tmp[a][q] += at[s][a][r] * mv[(r * n + q) * k.m_stride + t * o + oc];
                 }
             for (int a = 0; a < m; a++)
                 for (int j = 0; j < m; j++) {
@@ -301,7 +303,8 @@ static void test_winograd_transforms(void **state) {
         skip();
     for (int64_t m = 2; m <= 4; m += 2) {
         check_winograd(m, 16, 9, 7, 1);   /* partial tiles */
-        check_winograd(m, 70, 12, 12, 1); /* more channels than a patch holds, whole tiles */
+        check_winograd(m, 70, 12, 12, 1); /* whole vectors and a part of one, whole tiles */
+        check_winograd(m, 530, 6, 5, 1);  /* more channels than a chunk holds */
         check_winograd(m, 5, 10, 11, 0);  /* no padding */
     }
 }
