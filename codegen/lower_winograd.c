@@ -53,11 +53,11 @@ typedef struct {
     const Transform *t;
     View x, y;
     int64_t pad_top, pad_left;
-    int64_t th, tw, tiles; /* tile rows and columns per image, tiles in all */
+    int64_t th, tw, tiles;      /* tile rows and columns per image, tiles in all */
     int64_t v_stride, m_stride; /* floats from one of V's or M's matrices to the next */
-    bool transposed;       /* a conv_transpose: w is [C, 3, 3, O], read flipped */
-    int64_t u_at;          /* U in the scratch (weights not known at compile time), else -1 */
-    int xv, yv, wv, bv;    /* value ids; bv -1 without bias */
+    bool transposed;            /* a conv_transpose: w is [C, 3, 3, O], read flipped */
+    int64_t u_at;               /* U in the scratch (weights not known at compile time), else -1 */
+    int xv, yv, wv, bv;         /* value ids; bv -1 without bias */
 } Wino;
 
 /* The GEMMs have a row per tile; with fewer rows they run slower than the direct

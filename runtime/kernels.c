@@ -683,7 +683,8 @@ INLINE void winograd_in(const KilnWinograd *w, const float *x, float *v, int64_t
                 for (int q = 0; q < n; q++) {
                     int64_t hr = h0 + r, wq = w0 + q;
                     bool inside = hr >= 0 && hr < w->h && wq >= 0 && wq < w->w;
-                    each[r * n + q] = (float *)(inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros);
+                    each[r * n + q] =
+                        (float *)(inside ? x + ((image * w->h + hr) * w->w + wq) * c + c0 : zeros);
                 }
             int64_t count = c - c0 < CHUNK_CHANNELS ? c - c0 : CHUNK_CHANNELS;
             transform_in_all(bt, n, (Elements){NULL, 0, 0, each}, true, count, out + c0, stride);
@@ -720,7 +721,8 @@ INLINE void transform_out(const float (*at)[MAX_N], const int m, const float *mv
 }
 
 INLINE void transform_out_all(const float (*at)[MAX_N], const int m, const float *mv, int64_t stride,
-                              const float *bias, const bool biased, int64_t count, Elements y, const bool edge) {
+                              const float *bias, const bool biased, int64_t count, Elements y,
+                              const bool edge) {
     int64_t ch = 0;
     for (; ch + KILN_VF <= count; ch += KILN_VF)
         transform_out(at, m, mv, stride, bias, biased, ch, true, KILN_VF, y, edge);
@@ -744,7 +746,8 @@ INLINE void winograd_out(const KilnWinograd *w, const float *mv, const float *bi
             float *each[4 * 4];
             for (int r = 0; r < m; r++)
                 for (int q = 0; q < m; q++)
-                    each[r * m + q] = h0 + r < w->ho && w0 + q < w->wo ? out + r * pitch + q * o + c0 : discard;
+                    each[r * m + q] =
+                        h0 + r < w->ho && w0 + q < w->wo ? out + r * pitch + q * o + c0 : discard;
             int64_t count = o - c0 < CHUNK_CHANNELS ? o - c0 : CHUNK_CHANNELS;
             transform_out_all(at, m, in + c0, stride, biased ? bias + c0 : bias, biased, count,
                               (Elements){NULL, 0, 0, each}, true);
