@@ -285,6 +285,11 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = march;
+        /* GCC vectorizes for AVX-512 machines 8 floats at a time unless told otherwise;
+         * the elementwise epilogues (SiLU's exp and division) ran 1.08x faster on
+         * EfficientNet-B0 and MobileNetV3-Small 16 at a time */
+        if (p->vector_floats == 16)
+            argv[argc++] = "-mprefer-vector-width=512";
         if (units > 1) {
             rc = compile_units(&w, p, units, argv, argc, weights_def, d);
             for (int u = 0; u < units; u++) {
