@@ -57,6 +57,10 @@ int cc_vector_floats(const char *cpu) {
     return strcmp(cpu, "x86-64-v4") == 0 ? 16 : strcmp(cpu, "x86-64-v3") == 0 ? 8 : 4;
 }
 
+const char *cc_vector_width_flag(int vector_floats) {
+    return vector_floats == 16 ? "-mprefer-vector-width=512" : NULL;
+}
+
 #if defined(__x86_64__)
 extern const unsigned char kiln_kernels_vf8[], kiln_kernels_vf16[];
 extern const size_t kiln_kernels_vf8_size, kiln_kernels_vf16_size;
@@ -285,11 +289,8 @@ int cc_compile_so(const Source *src, const Program *p, const char *out_path, con
         for (size_t i = 0; i < sizeof cc_flags / sizeof *cc_flags; i++)
             argv[argc++] = (char *)cc_flags[i];
         argv[argc++] = march;
-        /* GCC vectorizes for AVX-512 machines 8 floats at a time unless told otherwise;
-         * the elementwise epilogues (SiLU's exp and division) ran 1.08x faster on
-         * EfficientNet-B0 and MobileNetV3-Small 16 at a time */
-        if (p->vector_floats == 16)
-            argv[argc++] = "-mprefer-vector-width=512";
+        if (cc_vector_width_flag(p->vector_floats))
+            argv[argc++] = (char *)cc_vector_width_flag(p->vector_floats);
         if (units > 1) {
             rc = compile_units(&w, p, units, argv, argc, weights_def, d);
             for (int u = 0; u < units; u++) {

@@ -66,6 +66,8 @@ static void toolchain_hash(CacheHash *h, int vector_floats, const Toolchain *tc)
     cache_hash(h, kernels.bytes, kernels.len);
     for (size_t f = 0; f < sizeof cc_flags / sizeof *cc_flags; f++)
         cache_hash_string(h, cc_flags[f]);
+    if (cc_vector_width_flag(vector_floats))
+        cache_hash_string(h, cc_vector_width_flag(vector_floats));
     cache_hash_string(h, tc->cpu ? tc->cpu : "native");
     const char *compilers[] = {tc->cc, tc->cxx};
     for (int c = 0; c < 2; c++)

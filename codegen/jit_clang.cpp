@@ -120,6 +120,10 @@ void set_error(char *err, size_t errlen, const std::string &what, const std::str
     std::snprintf(err, errlen, "%s", msg.c_str());
 }
 
+/* codegen/codegen.h's, a C header */
+extern "C" int cc_vector_floats(const char *cpu);
+extern "C" const char *cc_vector_width_flag(int vector_floats);
+
 /* Compiles the source into an optimized module; NULL with Clang's diagnostics in
  * *diag_text. */
 std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const char *cpu, bool unroll,
@@ -133,19 +137,21 @@ std::unique_ptr<llvm::Module> compile_c(const char *source, size_t len, const ch
     /* The driver works out the compiler's own flags: target CPU and features for
      * -march (native unless the caller chose a CPU), and the header search paths. */
     std::string march = std::string("-march=") + (cpu ? cpu : "native");
-    const char *args[] = {"clang",
-                          "-fsyntax-only",
-                          "-O2",
-                          march.c_str(),
-                          "-fPIC",
-                          "-fno-math-errno",
-                          "-fwrapv",
-                          "-std=gnu11",
-                          "-DKILN_WEIGHTS_EXTERN",
-                          unroll ? "-funroll-loops" : "-fno-unroll-loops",
-                          "-resource-dir",
-                          KILN_CLANG_RESOURCE_DIR,
-                          source_name};
+    std::vector<const char *> args = {"clang",
+                                      "-fsyntax-only",
+                                      "-O2",
+                                      march.c_str(),
+                                      "-fPIC",
+                                      "-fno-math-errno",
+                                      "-fwrapv",
+                                      "-std=gnu11",
+                                      "-DKILN_WEIGHTS_EXTERN",
+                                      unroll ? "-funroll-loops" : "-fno-unroll-loops",
+                                      "-resource-dir",
+                                      KILN_CLANG_RESOURCE_DIR,
+                                      source_name};
+    if (const char *vector_width = cc_vector_width_flag(cc_vector_floats(cpu)))
+        args.push_back(vector_width);
     auto invocation = std::make_shared<clang::CompilerInvocation>();
     {
         /* the units' threads turn their flags into an invocation one at a time (a few
