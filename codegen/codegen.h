@@ -179,6 +179,10 @@ typedef struct Program {
        kernels' names start with "one_", reading this program's weights blob, which
        holds what they read that this program's kernels do not (share_weights). */
     struct Program *at_one;
+    /* A static batch of `split` items that never meet, too large for the caches: this
+       program is the model at one item, which a run runs on each item in turn (its
+       ports' rows); 0: the whole batch at once. */
+    int64_t split;
     const char *kernel_prefix; /* "" or "one_" */
     Arena arena;               /* the kernels' IR */
     /* value_name's results, the last 8 of them valid at once: scratch of this

@@ -268,7 +268,8 @@ void emit_unit_bytes(const Program *p, Str *out, const char *what, const int *id
     str_printf(out, "static const int64_t model_%s_unit_bytes[] = {", what);
     for (int i = 0; i < n; i++) {
         const Type *t = &p->g->values[ids[i]].type;
-        int64_t unit = t->sym ? type_numel(t) / p->g->sym.bound * dtype_size(t->dtype) : 0;
+        int64_t items = t->sym ? p->g->sym.bound : p->split,
+                unit = items ? type_numel(t) / items * dtype_size(t->dtype) : 0;
         str_printf(out, "%s%lld", i ? ", " : "", (long long)unit);
     }
     str_printf(out, "%s};\n", n ? "" : "0");
@@ -673,14 +674,14 @@ static int emit_c_unit(const Program *p, const CKernels *ck, int unit, int units
         str_printf(out,
                    "static const KilnProgram program_one = {%lld, 0, kiln_weights_blob, graph_run_one, "
                    "%s,\n                                        0, %d, %d, model_in_unit_bytes, "
-                   "model_out_unit_bytes, NULL};\n",
+                   "model_out_unit_bytes, NULL, 0};\n",
                    (long long)p->at_one->workspace_bytes, blas, p->n_inputs, p->g->n_outputs);
     str_printf(out,
                "static const KilnProgram program = {%lld, %lld, kiln_weights_blob, graph_run, %s,\n"
                "                                    %lld, %d, %d, model_in_unit_bytes, model_out_unit_bytes, "
-               "%s};\n\n",
+               "%s, %lld};\n\n",
                (long long)p->workspace_bytes, (long long)p->state_bytes, blas, (long long)p->g->sym.bound,
-               p->n_inputs, p->g->n_outputs, p->at_one ? "&program_one" : "NULL");
+               p->n_inputs, p->g->n_outputs, p->at_one ? "&program_one" : "NULL", (long long)p->split);
     emit_model_def(p, out, "kiln_rt");
     if (out->oom)
         return diag_error(d, (Loc){0}, "out of memory generating C");

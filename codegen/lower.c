@@ -849,9 +849,98 @@ static int lower_at_one(Program *p, const TensorList *weights, const LowerOption
     return 0;
 }
 
+/* The workspace from which a static batch runs an item at a time: a batch's
+ * activations this large leave the caches between one layer and the next, where one
+ * item's stay. At a batch of 8, ResNet-50 (64 MiB, against 8 an item) ran 10% faster
+ * an item at a time on one core, EfficientNet-B0 (25 MiB) 5%. */
+#define SPLIT_WORKSPACE (16 << 20)
+
+/* Whether n reshapes x of first dim `batch` to a shape of first dim `batch` too:
+ * item by item, which it does at one item with 1 there. */
+static bool batch_reshape(const Graph *g, const Node *n, int64_t batch) {
+    if (n->op != OP_RESHAPE)
+        return false;
+    const Attr *a = node_attr(n, ATTR_SHAPE);
+    const Type *x = &g->values[n->in[0]].type, *y = &g->values[n->out[0]].type;
+    return a->n > 0 && a->ints[0] == batch && x->rank > 0 && x->dims[0] == batch && y->dims[0] == batch;
+}
+
+/* p's graph at one item, where it is a static batch whose items never meet and
+ * whose workspace is large enough that an item at a time pays (SPLIT_WORKSPACE):
+ * every input's first dim the same n above 1, every node keeping its items apart
+ * and every output having them, as with a symbolic dim of bound n (ir/symbolic.c).
+ * Its split is n, and it reads weights of its own. Sets *rc -1 after a diagnostic;
+ * NULL (and *rc 0) where p stays. */
+static Program *lower_split(Program *p, const TensorList *weights, const LowerOptions *o, int *rc, Diag *d) {
+    Graph *g = p->g;
+    int64_t n = 0;
+    *rc = 0;
+    for (int i = 0; i < p->n_inputs; i++) {
+        const Type *t = &g->values[p->inputs[i]].type;
+        if (t->rank < 1 || t->dims[0] < 2 || (n && t->dims[0] != n))
+            return NULL;
+        n = t->dims[0];
+    }
+    if (!n || p->workspace_bytes < SPLIT_WORKSPACE)
+        return NULL;
+    Type *types = ir_malloc(sizeof *types * (size_t)g->n_values);
+    bool *reshaped = ir_calloc((size_t)g->n_nodes + 1, sizeof *reshaped);
+    FILE *sink = types && reshaped ? fopen("/dev/null", "w") : NULL;
+    if (!sink) { /* not split: slower, as right */
+        ir_free(types), ir_free(reshaped);
+        return NULL;
+    }
+    for (int v = 0; v < g->n_values; v++)
+        types[v] = g->values[v].type;
+    for (int i = 0; i < p->n_inputs; i++) {
+        g->values[p->inputs[i]].type.sym = "batch";
+        g->values[p->inputs[i]].type.sym_mult = 1;
+    }
+    g->sym = (SymDim){"batch", n, {0}};
+    /* a reshape whose shape names the batch (the layout pass's, from the static
+       types; an export's [n, -1]) names one item for the while */
+    for (int i = 0; i < g->n_nodes; i++)
+        if ((reshaped[i] = batch_reshape(g, g->nodes[i], n)))
+            node_attr(g->nodes[i], ATTR_SHAPE)->ints[0] = 1;
+    Diag quiet;
+    diag_init(&quiet, sink);
+    bool apart = true;
+    for (int i = 0; i < g->n_nodes && apart; i++)
+        apart = infer_symbolic(g, g->nodes[i], &quiet) == 0;
+    for (int k = 0; k < g->n_outputs && apart; k++)
+        apart = g->values[g->outputs[k]].type.sym != NULL;
+    fclose(sink);
+    g->sym = (SymDim){0};
+    Program *one = NULL;
+    if (apart) {
+        for (int v = 0; v < g->n_values; v++)
+            g->values[v].type = type_at(&g->values[v].type, 1);
+        if (!(one = lower_program(g, weights, o, "", d)))
+            *rc = -1;
+        else
+            one->split = n;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (reshaped[i])
+            node_attr(g->nodes[i], ATTR_SHAPE)->ints[0] = n;
+    for (int v = 0; v < g->n_values; v++)
+        g->values[v].type = types[v];
+    ir_free(types), ir_free(reshaped);
+    return one;
+}
+
 Program *program_lower(Graph *g, const TensorList *weights, const LowerOptions *o, Diag *d) {
-    Program *p = lower_program(g, weights, o, "", d);
-    if (p && g->sym.name && o->target == TARGET_C && g->n_updates == 0 && lower_at_one(p, weights, o, d)) {
+    Program *p = lower_program(g, weights, o, "", d), *one = NULL;
+    int rc = 0;
+    if (p && o->target == TARGET_C && g->n_updates == 0) {
+        if (g->sym.name)
+            rc = lower_at_one(p, weights, o, d);
+        else if ((one = lower_split(p, weights, o, &rc, d)) != NULL) {
+            program_free(p);
+            p = one;
+        }
+    }
+    if (rc) {
         program_free(p);
         return NULL;
     }

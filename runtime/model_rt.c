@@ -338,7 +338,8 @@ void kiln_rt_destroy(void *instance) {
     free(in);
 }
 
-/* The buffers a run smaller than the symbolic dim's bound stages its ports in. */
+/* The buffers a run smaller than the symbolic dim's bound stages its ports in (and
+ * the pointers to a split batch's items). */
 static int kiln_rt_stage(KilnInstance *in, char *err, size_t errlen) {
     const KilnProgram *prog = in->prog;
     int ports = prog->n_in + prog->n_out;
@@ -349,7 +350,7 @@ static int kiln_rt_stage(KilnInstance *in, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory creating the instance");
         return 1;
     }
-    for (int k = 0; k < ports; k++) {
+    for (int k = 0; prog->sym_bound && k < ports; k++) {
         int64_t unit = k < prog->n_in ? prog->in_unit_bytes[k] : prog->out_unit_bytes[k - prog->n_in];
         if (unit && !(in->staged[k] = calloc((size_t)prog->sym_bound, (size_t)unit))) {
             snprintf(err, errlen, "out of memory: a port of the symbolic dim needs %lld bytes",
@@ -403,7 +404,7 @@ int kiln_rt_create(const KilnProgram *prog, const kiln_comm *comm, void **instan
         }
         memcpy(in->st, prog->weights, bytes);
     }
-    if (prog->sym_bound && kiln_rt_stage(in, err, errlen)) {
+    if ((prog->sym_bound || prog->split) && kiln_rt_stage(in, err, errlen)) {
         kiln_rt_destroy(in);
         return 1;
     }
@@ -445,9 +446,38 @@ int kiln_rt_write_state(void *instance, int64_t offset, int64_t bytes, const voi
     return 0;
 }
 
+/* A split batch (KilnProgram's split): each item in turn, on its rows of the inputs
+ * and outputs. */
+static int kiln_rt_run_items(KilnInstance *in, const void *const *inputs, void *const *outputs) {
+    const KilnProgram *prog = in->prog;
+    const void **item_in = (const void **)in->run_in;
+    void **item_out = in->run_out;
+    for (int64_t i = 0; i < prog->split; i++) {
+        for (int k = 0; k < prog->n_in; k++)
+            item_in[k] = (const char *)inputs[k] + i * prog->in_unit_bytes[k];
+        for (int k = 0; k < prog->n_out; k++)
+            item_out[k] = (char *)outputs[k] + i * prog->out_unit_bytes[k];
+        int fault = 0;
+        KilnArgs a = {(const float *const *)item_in,
+                      (float *const *)item_out,
+                      in->ws,
+                      (const float *)prog->weights,
+                      in->st,
+                      &fault,
+                      in->comm.size ? &in->comm : NULL,
+                      0};
+        prog->run(in, &a);
+        if (fault)
+            return fault;
+    }
+    return 0;
+}
+
 int kiln_rt_run_sym(void *instance, const int64_t *sizes, const void *const *inputs, void *const *outputs) {
     KilnInstance *in = instance;
     const KilnProgram *prog = in->prog;
+    if (prog->split)
+        return kiln_rt_run_items(in, inputs, outputs);
     int64_t size = prog->sym_bound ? sizes[0] : 0;
     if (prog->sym_bound && (size < 1 || size > prog->sym_bound))
         return -1;

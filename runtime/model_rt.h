@@ -63,6 +63,10 @@ typedef struct KilnProgram {
     /* The model compiled for size 1 of the dim, which a run at that size runs instead
        (on the same workspace, the larger of the two); NULL: none. */
     const struct KilnProgram *at_one;
+    /* A static batch of `split` items, which run computes one at a time: run is the
+       model at one item, on each item's rows of the ports (whose unit bytes are an
+       item's); 0: the whole batch at once. */
+    int64_t split;
 } KilnProgram;
 
 /* Runs kernel k on buf over [0, count) on the instance's threads, in chunks of at
