@@ -32,7 +32,7 @@
  * per row tile, stays in the L2 cache; a B too large for that (ResNet's last layers:
  * 4608 x 512) runs row tiles innermost instead, each panel read from memory once and
  * then from L2 for every row tile; the micro-kernel prefetches the next panel into
- * L2 while it computes the current one (ahead_of in runtime/kernels.c). Measured on
+ * L2 while it computes the current one (prefetch_from in runtime/kernels.c). Measured on
  * a 2-core Zen 5 (AVX-512), one thread: 220 to 260 GFLOP/s on ResNet's conv GEMMs,
  * where OpenBLAS 0.3.21 (AVX2 kernels there) runs at 105 to 137. */
 #include "codegen.h"
