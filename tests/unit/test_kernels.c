@@ -2,7 +2,8 @@
  * (KILN_VF, linked by CMake) against sums in double:
  *   - kiln_gemm_tiles on every tile shape (1 to 12 rows of one vector, 1 to 6 of
  *     two, 1 to 8 with AVX-512), with a narrower last panel, rows evenly spaced
- *     and rows across a digit's end (a conv's next output row), a depth in several
+ *     (any distance apart, and 3 and 6 floats, which have tiles of their own) and
+ *     rows across a digit's end (a conv's next output row), a depth in several
  *     segments, batch items with B of their own, stored straight or at an offset;
  *   - kiln_winograd_in and kiln_winograd_out for F(2x2, 3x3) and F(4x4, 3x3),
  *     padded and not, with tiles across the output's last row and column: every
@@ -174,6 +175,16 @@ static void test_gemm_tile_shapes(void **state) {
     for (int64_t rows = 1; rows <= 17; rows++)
         check_gemm(&(GemmCase){1, rows, 2 * NR + KILN_VF, 259, 1, 0, rows, 260, 0, 8, false});
 #endif
+    /* rows 3 and 6 floats apart (a first conv's on 3 channels), which tiles of their
+       own address: every shape again */
+    for (int64_t step = 3; step <= 6; step += 3)
+        for (int64_t rows = 1; rows <= 25; rows++) {
+            check_gemm(&(GemmCase){1, rows, KILN_VF, 37, 1, 0, rows, step, 0, 12, false});
+            check_gemm(&(GemmCase){1, rows, NR + KILN_VF, 37, 1, 0, rows, step, 0, 6, false});
+#if KILN_VF == 16
+            check_gemm(&(GemmCase){1, rows, NR, 37, 1, 0, rows, step, 0, 8, false});
+#endif
+        }
 }
 
 static void test_gemm_digits_and_segments(void **state) {
