@@ -295,9 +295,11 @@ void emit_profile_tables(const Program *p, Str *out) {
         }
         str_printf(out, "%s};\n", all_kernels(p) ? "" : "    0\n");
     }
+    /* a split batch's kernels run once an item, and their seconds add up over the items */
+    int64_t runs = p->split ? p->split : 1;
     str_printf(out, "static const int64_t kiln_prof_flops[%d] = {", n);
     for (int k = 0; k < all_kernels(p); k++)
-        str_printf(out, "%s%lld", k ? ", " : "", (long long)kernel_at(p, k, NULL)->flops);
+        str_printf(out, "%s%lld", k ? ", " : "", (long long)(kernel_at(p, k, NULL)->flops * runs));
     str_printf(out, "%s};\n\n", all_kernels(p) ? "" : "0");
     str_printf(out,
                "static double kiln_prof_now(void) {\n"

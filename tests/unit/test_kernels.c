@@ -131,7 +131,7 @@ static void check_gemm(const GemmCase *c) {
                     table[BLOCK + bi * per_item + q0 * depth + kk * padded(width) + j] =
                         b[(bi * depth + kk) * c->cols + q0 + j];
         }
-    /* two row tiles and two panels a call, as the lowering asks */
+    /* two row tiles and two panels a call, a block the lowering asks for */
     for (int64_t bi = 0; bi < c->batch; bi++)
         for (int64_t r0 = 0; r0 < c->rows; r0 += 2 * c->tile_rows)
             for (int64_t q0 = 0; q0 < c->cols; q0 += 2 * NR) {
