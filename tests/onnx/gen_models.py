@@ -12,6 +12,7 @@ no download. The small models (tests/onnx/models/) are committed and CTest runs 
 too large to commit and are checked by hand (docs/onnx.md gives the commands and results). Each model M gets
 M.onnx, M_input.npy and M_expected.npy (PyTorch's output in eval mode)."""
 import argparse
+import copy
 import math
 import os
 
@@ -210,16 +211,36 @@ def export(model, shape, out_dir, name, opset):
     print(f"{path}: {os.path.getsize(path)} bytes, output {tuple(y.shape)}")
 
 
+TRAIN_STEPS, TRAIN_LR = 5, 0.02
+
+
+def sgd_losses(model, x):
+    """The loss sum(model(x) ** 2) before each of TRAIN_STEPS steps of plain SGD on a
+    copy of the model (tests/onnx/check_train.sh takes the same steps in kiln)."""
+    model = copy.deepcopy(model)
+    sgd = torch.optim.SGD(model.parameters(), lr=TRAIN_LR)
+    losses = []
+    for _ in range(TRAIN_STEPS):
+        sgd.zero_grad()
+        loss = (model(x) ** 2).sum()
+        loss.backward()
+        sgd.step()
+        losses.append(loss.item())
+    return np.array(losses, "<f4")
+
+
 def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, dynamic_axes=None):
     """A model of several named inputs (int64 or float32): each saved as
     NAME_input_INPUT.npy (or NAME_input.npy for a single one named x). With grad, also
-    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy. dynamic_axes as
-    torch.onnx.export takes it."""
+    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy, and the loss
+    sum(y * y) over TRAIN_STEPS steps of SGD on every weight, as NAME_train_loss.npy.
+    dynamic_axes as torch.onnx.export takes it."""
     model.eval()
     if grad:
         x = inputs["x"].clone().requires_grad_()
         (model(x) ** 2).sum().backward()
         np.save(os.path.join(out_dir, name + "_grad_x.npy"), x.grad.numpy().astype("<f4"))
+        np.save(os.path.join(out_dir, name + "_train_loss.npy"), sgd_losses(model, inputs["x"]))
     with torch.no_grad():
         y = model(*inputs.values())
     path = os.path.join(out_dir, name + ".onnx")
