@@ -21,6 +21,8 @@
  *     environment's defaults, and an option's unknown value is an error naming
  *     the valid ones.
  *
+ *   - A run-time gather index outside its dim (either sign, int64's extremes) makes
+ *     kiln_run fail with a message naming the op, and the instance runs on.
  *   - A warm kiln_jit_file comes from the model cache (the weights blob as the
  *     lowering left it, beside the object file): the same outputs as the cold one,
  *     bit for bit; with its entry or the object's corrupt, the model is compiled
@@ -712,6 +714,39 @@ static void test_comm_without_run_error(void **state) {
     expect_load_error(claims_run_error_so, "is a malformed kiln model (its kiln_model_def lacks a function");
 }
 
+/* A run-time index outside its dim fails the run, through kiln_run's return code and
+ * a message naming the op and its result, and the next run with valid indices
+ * succeeds; a negative index counts from the end, down to -dim. */
+static void test_index_out_of_range(void **state) {
+    (void)state;
+    kiln_error err = {.message = ""};
+    kiln_module *m = kiln_jit("model lookup\ninput ids : i64[2]\nconst table : f32[3] = [10, 20, 30]\n"
+                              "e = gather(table, ids)\noutput e\n",
+                              NULL, &err);
+    if (!m)
+        fail_msg("kiln_jit: %s", err.message);
+    int64_t ids[2] = {2, -3};
+    float e[2] = {0, 0};
+    const void *inputs[] = {ids};
+    void *outputs[] = {e};
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(e[0] == 30 && e[1] == 10);
+    const int64_t bad[] = {3, -4, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ids[1] = bad[i];
+        err.message[0] = 0;
+        assert_int_not_equal(kiln_run(m, inputs, outputs, &err), 0);
+        printf("index %lld: %s\n", (long long)bad[i], err.message);
+        assert_non_null(strstr(err.message, "the model 'lookup' failed to run"));
+        assert_non_null(strstr(err.message, "gather 'e'"));
+        assert_non_null(strstr(err.message, "out of range"));
+    }
+    ids[1] = 0;
+    assert_int_equal(kiln_run(m, inputs, outputs, &err), 0);
+    assert_true(e[0] == 30 && e[1] == 10);
+    kiln_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc != 7) {
         fprintf(stderr, "usage: test_libkiln KILN NOT_A_MODEL.so WRONG_ABI.so V1_MODEL.so COMM_MODEL.so "
@@ -743,6 +778,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_symbolic_dim),
         cmocka_unit_test(test_comm),
         cmocka_unit_test(test_comm_without_run_error),
+        cmocka_unit_test(test_index_out_of_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
