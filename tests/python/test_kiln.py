@@ -2,6 +2,8 @@
 and PyTorch where it is installed. tests/python/run.sh installs the package into a
 venv and runs this file with pytest."""
 import gc
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -287,3 +289,30 @@ def test_no_growth_over_1000_cycles(tmp_path):
     cycles(1000)
     grown = resident_kib() - before
     assert grown < 4096, f"{grown} KiB more after 1000 compile/call/free cycles"
+
+
+def generate(*args):
+    return subprocess.run([sys.executable, str(examples / "generate.py"), *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_generate_script_gives_pytorchs_tokens(tmp_path):
+    """examples/generate.py, the shell's way to generate: PyTorch's 32 greedy tokens
+    from the decoder step, compiled here and loaded from a .so alike, and a position
+    past the cache a failed run."""
+    tokens = examples / "gpt2_tokens.txt"
+    prompt = tokens.read_text().split("\n")[0].split()
+    weights = examples / "gpt2_step.safetensors"
+    done = generate(examples / "gpt2_step.kiln", 32, *prompt, "--weights", weights, "--expect", tokens)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(f"all 32 tokens match {tokens}\n")
+    so = tmp_path / "gpt2.so"
+    kiln.compile(examples / "gpt2_step.kiln", weights=weights).save(so)
+    done = generate(so, 32, *prompt, "--expect", tokens)
+    assert done.returncode == 0, done.stderr
+    past = generate(so, 100, *prompt)
+    assert past.returncode == 1
+    assert "run failed at position 64" in past.stderr
+    wrong = generate(examples / "small_cnn.kiln", 4, 1)
+    assert wrong.returncode == 1
+    assert "a decoder step takes two inputs" in wrong.stderr
