@@ -169,6 +169,36 @@ class Gru(nn.Module):
         return torch.cat([y[-1], h[0], h[1]], dim=1)
 
 
+class RecurrentBattery(nn.Module):
+    """The recurrent layers in the configurations PyTorch exports, each on the same
+    sequence x [5, 3, 8] (time first): RNN with tanh (2 layers) and with relu
+    (bidirectional, no bias), LSTM bidirectional over 2 layers and without bias from
+    initial states computed from x, GRU over 2 layers and bidirectional batch first.
+    Every layer's outputs and final states, flattened and concatenated, are y."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn_tanh = nn.RNN(8, 6, num_layers=2)
+        self.rnn_relu = nn.RNN(8, 5, nonlinearity="relu", bidirectional=True, bias=False)
+        self.lstm = nn.LSTM(8, 7, num_layers=2, bidirectional=True)
+        self.lstm_from = nn.LSTM(8, 4, bias=False)
+        self.init = nn.Linear(8, 8)
+        self.gru = nn.GRU(8, 9, num_layers=2)
+        self.gru_batch_first = nn.GRU(8, 3, bidirectional=True, batch_first=True)
+
+    def forward(self, x):
+        outs = []
+        for layer in (self.rnn_tanh, self.rnn_relu, self.lstm, self.gru):
+            y, h = layer(x)
+            outs += [y, *(h if isinstance(h, tuple) else (h,))]
+        h0, c0 = torch.tanh(self.init(x[0])).unsqueeze(0).split(4, dim=2)
+        y, (h, c) = self.lstm_from(x, (h0.contiguous(), c0.contiguous()))
+        outs += [y, h, c]
+        y, h = self.gru_batch_first(x.transpose(0, 1))
+        outs += [y, h]
+        return torch.cat([o.flatten() for o in outs])
+
+
 def randomize_vit(model):
     """torchvision's ViT starts with a zero head and class token, which would make its
     output zeros whatever the layers compute: random ones instead."""
@@ -229,18 +259,19 @@ def sgd_losses(model, x):
     return np.array(losses, "<f4")
 
 
-def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, dynamic_axes=None):
+def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, train=True, dynamic_axes=None):
     """A model of several named inputs (int64 or float32): each saved as
     NAME_input_INPUT.npy (or NAME_input.npy for a single one named x). With grad, also
-    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy, and the loss
-    sum(y * y) over TRAIN_STEPS steps of SGD on every weight, as NAME_train_loss.npy.
-    dynamic_axes as torch.onnx.export takes it."""
+    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy, and unless not
+    train, the loss sum(y * y) over TRAIN_STEPS steps of SGD on every weight, as
+    NAME_train_loss.npy. dynamic_axes as torch.onnx.export takes it."""
     model.eval()
     if grad:
         x = inputs["x"].clone().requires_grad_()
         (model(x) ** 2).sum().backward()
         np.save(os.path.join(out_dir, name + "_grad_x.npy"), x.grad.numpy().astype("<f4"))
-        np.save(os.path.join(out_dir, name + "_train_loss.npy"), sgd_losses(model, inputs["x"]))
+        if train:
+            np.save(os.path.join(out_dir, name + "_train_loss.npy"), sgd_losses(model, inputs["x"]))
     with torch.no_grad():
         y = model(*inputs.values())
     path = os.path.join(out_dir, name + ".onnx")
@@ -272,6 +303,9 @@ def export_sequence_models(out_dir):
     export_inputs(Lstm(), {"x": torch.randn(2, 5, 8)}, out_dir, "lstm2", grad=True)
     torch.manual_seed(0)
     export_inputs(Gru(), {"x": torch.randn(6, 2, 8)}, out_dir, "gru_bidirectional", grad=True)
+    torch.manual_seed(0)
+    export_inputs(RecurrentBattery(), {"x": torch.randn(5, 3, 8)}, out_dir, "recurrent_battery", grad=True,
+                  train=False)
 
 
 def export_dynamic(out_dir):
