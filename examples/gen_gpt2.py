@@ -25,7 +25,8 @@ the cache, so examples/generate.c giving PyTorch's tokens checks the cache too.
 In the step, the cache of layer l is l{l}.k_cache and l{l}.v_cache, [HEADS, CONTEXT,
 HEAD_DIM]. The new key and value are written at pos by a `where` over the positions
 (so the whole cache is rewritten, and a step costs the same at every position up to
-CONTEXT), and attention masks the positions after pos. A position at or past CONTEXT
+CONTEXT), and the attention op (one fused kernel, online softmax) masks the positions
+after pos with a bool mask. A position at or past CONTEXT
 is an index out of range in the position embedding's gather: the run fails.
 """
 
@@ -117,8 +118,6 @@ def kiln_text(w):
         lines.append(f"param l{i}.k_cache : f32[{HEADS}, {CONTEXT}, {dh}] = zeros")
         lines.append(f"param l{i}.v_cache : f32[{HEADS}, {CONTEXT}, {dh}] = zeros")
     lines += [f"const positions : i64[{CONTEXT}] = [{', '.join(map(str, range(CONTEXT)))}]",
-              f"const scale : f32[] = {1 / math.sqrt(dh)!r}",
-              "const hidden : f32[] = -1e30",
               "tok = gather(wte, token, axis=0)",
               "at = gather(wpe, pos, axis=0)",
               "x0 = add(tok, at)",
@@ -139,12 +138,7 @@ def kiln_text(w):
                   f"{p}values = where(slot, {p}v, {p}v_cache)",
                   f"update {p}k_cache = {p}keys",
                   f"update {p}v_cache = {p}values",
-                  f"{p}keys_t = transpose({p}keys, perm=[0, 2, 1])",
-                  f"{p}scores = matmul({p}q, {p}keys_t)",
-                  f"{p}scaled = mul({p}scores, scale)",
-                  f"{p}masked = where(visible, {p}scaled, hidden)",
-                  f"{p}probs = softmax({p}masked, axis=2)",
-                  f"{p}heads = matmul({p}probs, {p}values)",
+                  f"{p}heads = attention({p}q, {p}keys, {p}values, visible, scale={1 / math.sqrt(dh)!r})",
                   f"{p}joined = reshape({p}heads, shape=[1, {DIM}])",
                   f"{p}out = linear({p}joined, {p}proj.w, {p}proj.b)",
                   f"{p}x = add({x}, {p}out)",
