@@ -259,19 +259,19 @@ def sgd_losses(model, x):
     return np.array(losses, "<f4")
 
 
-def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, train=True, dynamic_axes=None):
+def export_inputs(model, inputs, out_dir, name, opset=13, grad=False, train=False, dynamic_axes=None):
     """A model of several named inputs (int64 or float32): each saved as
     NAME_input_INPUT.npy (or NAME_input.npy for a single one named x). With grad, also
-    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy, and unless not
-    train, the loss sum(y * y) over TRAIN_STEPS steps of SGD on every weight, as
+    the gradient of sum(y * y) with respect to x, as NAME_grad_x.npy; with train, the
+    loss sum(y * y) over TRAIN_STEPS steps of SGD on every weight, as
     NAME_train_loss.npy. dynamic_axes as torch.onnx.export takes it."""
     model.eval()
     if grad:
         x = inputs["x"].clone().requires_grad_()
         (model(x) ** 2).sum().backward()
         np.save(os.path.join(out_dir, name + "_grad_x.npy"), x.grad.numpy().astype("<f4"))
-        if train:
-            np.save(os.path.join(out_dir, name + "_train_loss.npy"), sgd_losses(model, inputs["x"]))
+    if train:
+        np.save(os.path.join(out_dir, name + "_train_loss.npy"), sgd_losses(model, inputs["x"]))
     with torch.no_grad():
         y = model(*inputs.values())
     path = os.path.join(out_dir, name + ".onnx")
@@ -300,12 +300,11 @@ def export_sequence_models(out_dir):
     torch.manual_seed(0)
     export_inputs(small_vit(), {"x": torch.randn(1, 3, 32, 32)}, out_dir, "tiny_vit")
     torch.manual_seed(0)
-    export_inputs(Lstm(), {"x": torch.randn(2, 5, 8)}, out_dir, "lstm2", grad=True)
+    export_inputs(Lstm(), {"x": torch.randn(2, 5, 8)}, out_dir, "lstm2", grad=True, train=True)
     torch.manual_seed(0)
-    export_inputs(Gru(), {"x": torch.randn(6, 2, 8)}, out_dir, "gru_bidirectional", grad=True)
+    export_inputs(Gru(), {"x": torch.randn(6, 2, 8)}, out_dir, "gru_bidirectional", grad=True, train=True)
     torch.manual_seed(0)
-    export_inputs(RecurrentBattery(), {"x": torch.randn(5, 3, 8)}, out_dir, "recurrent_battery", grad=True,
-                  train=False)
+    export_inputs(RecurrentBattery(), {"x": torch.randn(5, 3, 8)}, out_dir, "recurrent_battery", grad=True)
 
 
 def export_dynamic(out_dir):
