@@ -26,8 +26,8 @@ In the step, the cache of layer l is l{l}.k_cache and l{l}.v_cache, [HEADS, CONT
 HEAD_DIM]. The new key and value are written at pos by a `where` over the positions
 (so the whole cache is rewritten, and a step costs the same at every position up to
 CONTEXT), and the attention op (one fused kernel, online softmax) masks the positions
-after pos with a bool mask. A position at or past CONTEXT
-is an index out of range in the position embedding's gather: the run fails.
+after pos with a bool mask. A position at or past CONTEXT is an index out of range in
+the position embedding's gather: the run fails.
 """
 
 import argparse

@@ -41,7 +41,13 @@ def read_tokens(path):
         lines = f.read().splitlines()
     if len(lines) < 2:
         raise ValueError(f"{path}: needs the prompt and the tokens on two lines")
-    return [[int(t) for t in line.split()] for line in lines[:2]]
+    rows = []
+    for number, line in enumerate(lines[:2], 1):
+        try:
+            rows.append([int(t) for t in line.split()])
+        except ValueError:
+            raise ValueError(f"{path}: line {number}: not a line of token ids") from None
+    return rows
 
 
 def is_token(t):
@@ -57,7 +63,7 @@ def main():
     ap.add_argument("--expect")
     args = ap.parse_args()
     if args.steps < 1 or min(args.prompt) < 0:
-        ap.error("STEPS must be positive and the prompt's tokens ids (0 or more)")
+        ap.error("STEPS must be positive, and the prompt's tokens 0 or more")
     want = None
     if args.expect:
         try:

@@ -24,26 +24,17 @@ mapfile -t weights < <(sed -n 's/^param \("onnx::[A-Z]*_[0-9]*"\) : .*/\1/p' "$t
   echo "const lr : f32[] = $lr"
   echo "squares = mul(y, y)"
   echo "loss = sum(squares)"
-  grads=() i=0
-  for w in "${weights[@]}"; do
-    grads+=("g$i")
-    i=$((i + 1))
-  done
+  grads=()
+  for i in "${!weights[@]}"; do grads+=("g$i"); done
   echo "$(IFS=,; echo "${grads[*]}") = grad(loss, $(IFS=,; echo "${weights[*]}"))"
-  i=0
-  for w in "${weights[@]}"; do
+  for i in "${!weights[@]}"; do
     echo "step$i = mul(g$i, lr)"
-    echo "new$i = sub($w, step$i)"
-    i=$((i + 1))
+    echo "new$i = sub(${weights[i]}, step$i)"
   done
   echo "older = slice(curve, starts=[1], ends=[$steps])"
   echo "latest = reshape(loss, shape=[1])"
   echo "losses = concat(older, latest, axis=0)"
-  i=0
-  for w in "${weights[@]}"; do
-    echo "update $w = new$i"
-    i=$((i + 1))
-  done
+  for i in "${!weights[@]}"; do echo "update ${weights[i]} = new$i"; done
   echo "update curve = losses"
   echo "output losses"
 } > "$tmp/train.kiln"

@@ -298,8 +298,9 @@ def generate(*args):
 
 def test_generate_script_gives_pytorchs_tokens(tmp_path):
     """examples/generate.py, the shell's way to generate: PyTorch's 32 greedy tokens
-    from the decoder step, compiled here and loaded from a .so alike, and a position
-    past the cache a failed run."""
+    from the decoder step, compiled here and loaded from a .so alike; a position past
+    the cache, a model that is not a decoder step, tokens that differ from --expect's
+    or a file of other text, each exit status 1, and a malformed command line 2."""
     tokens = examples / "gpt2_tokens.txt"
     prompt = tokens.read_text().split("\n")[0].split()
     weights = examples / "gpt2_step.safetensors"
@@ -316,3 +317,16 @@ def test_generate_script_gives_pytorchs_tokens(tmp_path):
     wrong = generate(examples / "small_cnn.kiln", 4, 1)
     assert wrong.returncode == 1
     assert "a decoder step takes two inputs" in wrong.stderr
+    lines = tokens.read_text().split("\n")
+    differ = tmp_path / "differ.txt"
+    differ.write_text(lines[0] + "\n" + " ".join(["0"] + lines[1].split()[1:]) + "\n")
+    done = generate(so, 32, *prompt, "--expect", differ)
+    assert done.returncode == 1
+    assert f"token 0 is {lines[1].split()[0]}, {differ} expects 0" in done.stderr
+    differ.write_text(lines[0] + "\nseven\n")
+    done = generate(so, 32, *prompt, "--expect", differ)
+    assert done.returncode == 1
+    assert f"{differ}: line 2: not a line of token ids" in done.stderr
+    done = generate(so, 0, *prompt)
+    assert done.returncode == 2
+    assert "STEPS must be positive" in done.stderr
